@@ -1,0 +1,36 @@
+"""Exact, analytic FLOP accounting of GRPO steps. Standard library only.
+
+Conventions are stated in ``race.accounting.conventions`` and printed with every number.
+"""
+
+from .budget import Allocation, plan_allocations, split_shares, steps_in_budget
+from .conventions import PRESETS as CONVENTION_PRESETS
+from .conventions import Conventions
+from .errors import AccountingError
+from .grpo import PHASES, RULE, PhaseFlops, RewardSystem, grpo_step_flops, reward_model_flops, uniform_step_flops
+from .ledger import BudgetExceededError, FlopLedger, LedgerCorruptError, LedgerRecord
+from .lora import LoRA
+from .passes import (
+    Work,
+    backward_components,
+    forward_components,
+    forward_flops,
+    generate_components,
+    generate_flops,
+    generate_work,
+    layers_forward_flops,
+    recompute_flops,
+    sequence_work,
+    train_flops,
+)
+from .report_card import ReportCard, fmt_flops
+from .shapes import LAYER_MATRICES, ModelShape, preset_names, published_sizes
+
+__all__ = [
+    "AccountingError", "Allocation", "BudgetExceededError", "CONVENTION_PRESETS", "Conventions", "FlopLedger",
+    "LAYER_MATRICES", "LedgerCorruptError", "LedgerRecord", "LoRA", "ModelShape", "PHASES", "PhaseFlops", "RULE",
+    "ReportCard", "RewardSystem", "Work", "backward_components", "fmt_flops", "forward_components", "forward_flops",
+    "generate_components", "generate_flops", "generate_work", "grpo_step_flops", "layers_forward_flops",
+    "plan_allocations", "recompute_flops", "preset_names", "published_sizes", "reward_model_flops", "sequence_work", "split_shares",
+    "steps_in_budget", "train_flops", "uniform_step_flops",
+]

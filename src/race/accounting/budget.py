@@ -1,0 +1,88 @@
+"""Budget arithmetic: how many steps a budget buys, and which allocations fit it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+from .conventions import resolve
+from .errors import AccountingError
+from .grpo import PhaseFlops, RewardSystem, RULE, uniform_step_flops
+from .lora import LoRA
+from .shapes import ModelShape
+
+
+def steps_in_budget(budget: float, step_flops: float) -> int:
+    """floor(budget / step_flops): whole steps that fit. Raises when not even one fits,
+    saying what one step costs."""
+    if not budget > 0:
+        raise AccountingError(f"budget must be > 0 FLOPs, got {budget!r}")
+    if not step_flops > 0:
+        raise AccountingError(f"a step must cost > 0 FLOPs, got {step_flops!r}")
+    n = int(budget // step_flops)
+    if n < 1:
+        raise AccountingError(
+            f"budget {budget:.4g} FLOPs is smaller than one step ({step_flops:.4g} FLOPs); "
+            f"raise the budget to at least {step_flops:.4g} or shrink the step (prompts, group, lengths)"
+        )
+    return n
+
+
+def split_shares(phases: PhaseFlops) -> dict[str, float]:
+    """Shares of a step's model FLOPs: search (rollout), learning (update + log-prob passes),
+    feedback (reward)."""
+    tot = phases.total or 1
+    return {
+        "search": phases.rollout / tot,
+        "learning": (phases.update + phases.old_logprobs + phases.reference) / tot,
+        "feedback": phases.reward / tot,
+    }
+
+
+@dataclass(frozen=True)
+class Allocation:
+    """One way to spend a budget, with the step it buys."""
+
+    model: str
+    params: int
+    num_generations: int
+    reward: str
+    step: PhaseFlops
+    steps: int
+
+    @property
+    def total(self) -> int:
+        return self.step.total * self.steps
+
+    def row(self) -> dict[str, object]:
+        s = split_shares(self.step)
+        return {"model": self.model, "params": self.params, "num_generations": self.num_generations,
+                "reward": self.reward, "step_flops": self.step.total, "steps": self.steps, "total_flops": self.total,
+                "search": s["search"], "learning": s["learning"], "feedback": s["feedback"]}
+
+
+def plan_allocations(budget: float, models: Sequence[ModelShape], groups: Sequence[int],
+                     rewards: Sequence[RewardSystem] = (RULE,), *, prompts_per_step: int, prompt_len: int,
+                     completion_len: int, group_tokens_fixed: bool = True, lora: LoRA | None = None,
+                     num_iterations: int = 1, beta: float = 0.0, conventions=None) -> list[Allocation]:
+    """Every (model x group size x reward) allocation that affords at least one step,
+    sorted by steps bought (most first). With ``group_tokens_fixed`` the number of
+    sequences per step is held at ``prompts_per_step * max(groups)`` so that a larger group
+    means fewer prompts (search vs learning at a fixed rollout count); otherwise prompts
+    stay fixed. Allocations that cannot afford one step are left out."""
+    conv = resolve(conventions)
+    out: list[Allocation] = []
+    gmax = max(groups)
+    for shape in models:
+        for g in groups:
+            prompts = max(1, prompts_per_step * gmax // g) if group_tokens_fixed else prompts_per_step
+            for rw in rewards:
+                step = uniform_step_flops(
+                    shape, prompts=prompts, num_generations=g, prompt_len=prompt_len, completion_len=completion_len,
+                    lora=lora, num_iterations=num_iterations, beta=beta, reward=rw, conventions=conv,
+                    share_prompt=False)
+                if step.total > budget:
+                    continue
+                out.append(Allocation(shape.name, shape.num_params(), g, rw.label(), step, int(budget // step.total)))
+    out.sort(key=lambda a: (-a.steps, a.params))
+    return out

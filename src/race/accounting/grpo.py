@@ -1,0 +1,232 @@
+"""FLOPs of one GRPO step, split by phase.
+
+Phases and when they run (DESIGN.md section 3):
+
+- ``rollout``: always; the prompt is prefilled once per prompt when the engine shares the
+  prefix across the G samples (``share_prompt``), else G times; then KV-cache decode.
+- ``old_logprobs``: a no-grad forward over every sequence, only when the engine needs it
+  (``num_iterations > 1`` or off-policy correction).
+- ``reference``: a no-grad forward only when ``beta != 0``; with LoRA the reference is the
+  base with the adapter off (no LoRA FLOPs), computed once per batch.
+- ``reward``: per the reward system: rule-based and random 0; an outcome RM one forward
+  with its head at the last token; a process RM one forward with its head at the step
+  markers; a generative judge prefill + decode with its own shape.
+- ``update``: forward + backward over every sequence, once per iteration.
+- ``recompute``: gradient checkpointing's second forward of the decoder layers, once per
+  iteration: hardware FLOPs, reported apart and excluded from ``total`` (model FLOPs).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal, Sequence, Union
+
+from .conventions import Conventions, resolve
+from .errors import AccountingError
+from .lora import LoRA
+from .passes import (
+    Work,
+    backward_components,
+    forward_components,
+    generate_components,
+    generate_work,
+    recompute_flops,
+    sequence_work,
+)
+from .shapes import ModelShape
+
+PHASES = ("rollout", "old_logprobs", "reference", "reward", "update")
+RewardKind = Literal["rule", "random", "orm", "prm", "judge"]
+TrainLogits = Union[Literal["completion", "completion+1", "all"], int]
+
+
+@dataclass(frozen=True)
+class RewardSystem:
+    """How rewards are computed, and with which model (for orm / prm / judge)."""
+
+    kind: RewardKind = "rule"
+    shape: ModelShape | None = None
+    name: str = ""
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("rule", "random", "orm", "prm", "judge"):
+            raise AccountingError(f"reward kind must be rule, random, orm, prm or judge, got {self.kind!r}")
+        if self.kind in ("orm", "prm", "judge") and self.shape is None:
+            raise AccountingError(f"reward kind {self.kind!r} needs the reward model's shape")
+
+    @property
+    def is_model(self) -> bool:
+        return self.kind in ("orm", "prm", "judge")
+
+    def label(self) -> str:
+        return self.kind if not self.is_model else f"{self.kind}:{self.name or (self.shape.name if self.shape else '')}"
+
+
+RULE = RewardSystem("rule")
+
+
+@dataclass
+class PhaseFlops:
+    """Per-phase FLOPs of one step. ``total`` is model FLOPs (recompute excluded);
+    ``hardware_total`` adds the recompute. ``components`` holds ``phase/component`` keys
+    (the same keys the measured ledger uses)."""
+
+    rollout: int = 0
+    old_logprobs: int = 0
+    reference: int = 0
+    reward: int = 0
+    update: int = 0
+    recompute: int = 0
+    components: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def total(self) -> int:
+        return self.rollout + self.old_logprobs + self.reference + self.reward + self.update
+
+    @property
+    def hardware_total(self) -> int:
+        return self.total + self.recompute
+
+    def as_dict(self) -> dict[str, int]:
+        d = {p: getattr(self, p) for p in PHASES}
+        d["recompute"] = self.recompute
+        d["total"] = self.total
+        return d
+
+    def __add__(self, other: "PhaseFlops") -> "PhaseFlops":
+        comps = dict(self.components)
+        for k, v in other.components.items():
+            comps[k] = comps.get(k, 0) + v
+        return PhaseFlops(*(getattr(self, p) + getattr(other, p) for p in (*PHASES, "recompute")), components=comps)
+
+    def scaled(self, k: int) -> "PhaseFlops":
+        return PhaseFlops(*(getattr(self, p) * k for p in (*PHASES, "recompute")),
+                          components={n: v * k for n, v in self.components.items()})
+
+
+def _train_logits(logits: TrainLogits, completion_lens: Sequence[int]) -> Union[str, int, list[int]]:
+    if logits == "completion":
+        return list(completion_lens)
+    if logits == "completion+1":
+        return [t + 1 for t in completion_lens]
+    return logits  # "all" or an int
+
+
+def reward_model_flops(reward: RewardSystem, seq_lens: Sequence[int], *, head_positions: "str | Sequence[int]" = "last",
+                       judge_completion_lens: Sequence[int] | None = None,
+                       conventions: "Conventions | str | None" = None) -> dict[str, int]:
+    """Reward-model inference FLOPs as ``reward/component`` keys.
+
+    orm/prm: one forward over ``seq_lens`` (the RM's own tokenisation, padded where the
+    RM runs padded) with the scoring head at ``head_positions`` ("last", "all" or one
+    count per sequence: the step markers for a PRM). judge: prefill of ``seq_lens`` and
+    decode of ``judge_completion_lens`` with the judge's own shape. rule/random: 0."""
+    if not reward.is_model:
+        return {}
+    assert reward.shape is not None
+    if reward.kind == "judge":
+        if judge_completion_lens is None:
+            raise AccountingError("a judge reward needs judge_completion_lens (tokens the judge generates per sequence)")
+        g = generate_components(reward.shape, seq_lens, judge_completion_lens, conventions=conventions)
+        return {"reward/prefill": g["prefill"], "reward/decode": g["decode"]}
+    logits = list(head_positions) if not isinstance(head_positions, str) else head_positions
+    work = sequence_work(seq_lens, logits, conventions)
+    c = forward_components(reward.shape, work, conventions=conventions)
+    return {"reward/forward": c["dense"] + c["attention"] + c["embedding"], "reward/head": c["head"]}
+
+
+def grpo_step_flops(
+    shape: ModelShape,
+    prompt_lens: Sequence[int],
+    completion_lens: Sequence[int],
+    *,
+    num_generations: int,
+    lora: LoRA | None = None,
+    num_iterations: int = 1,
+    beta: float = 0.0,
+    needs_old_logprobs: bool | None = None,
+    reward: RewardSystem = RULE,
+    reward_seq_lens: Sequence[int] | None = None,
+    reward_head_positions: "str | Sequence[int] | None" = None,
+    judge_completion_lens: Sequence[int] | None = None,
+    share_prompt: bool = False,
+    recompute: bool = False,
+    recompute_early_stop: bool = True,
+    train_logits: TrainLogits = "completion",
+    inputs_require_grad: bool = False,
+    conventions: "Conventions | str | None" = None,
+) -> PhaseFlops:
+    """Per-phase FLOPs of one GRPO step from the actual per-sequence lengths.
+
+    ``prompt_lens``/``completion_lens`` have one entry per sequence (prompts x G, groups
+    contiguous); pass padded lengths where the engine runs padded tensors. Training passes
+    (old/ref log-probs, update) run over prompt+completion with the head at
+    ``train_logits`` positions: "completion" (the T positions that predict completion
+    tokens), "completion+1" (TRL's ``logits_to_keep = T + 1``), "all", or an int.
+    ``reward_seq_lens`` default to prompt+completion; the RM head defaults to the last
+    position (orm) or every position (prm) unless ``reward_head_positions`` says."""
+    conv = resolve(conventions)
+    if not isinstance(num_generations, int) or num_generations < 2:
+        raise AccountingError(f"num_generations={num_generations!r}: GRPO needs a group of at least 2; set it >= 2")
+    if num_iterations < 1:
+        raise AccountingError(f"num_iterations={num_iterations}: must be >= 1")
+    if beta < 0:
+        raise AccountingError(f"beta={beta}: the KL coefficient must be >= 0")
+    plens, clens = list(prompt_lens), list(completion_lens)
+    if len(plens) != len(clens):
+        raise AccountingError(f"prompt_lens ({len(plens)}) and completion_lens ({len(clens)}) need one entry per sequence")
+    if len(clens) % num_generations:
+        raise AccountingError(f"{len(clens)} sequences do not form groups of num_generations={num_generations}")
+    if needs_old_logprobs is None:
+        needs_old_logprobs = num_iterations > 1
+
+    comps: dict[str, int] = {}
+    roll_prompts = plens[::num_generations] if share_prompt else plens
+    g = generate_components(shape, roll_prompts, clens, lora=lora, share_prompt=share_prompt, conventions=conv)
+    comps["rollout/prefill"], comps["rollout/decode"] = g["prefill"], g["decode"]
+
+    seqs = [p + t for p, t in zip(plens, clens)]
+    work = sequence_work(seqs, _train_logits(train_logits, clens), conv)
+    fwd = sum(forward_components(shape, work, lora=lora, conventions=conv).values())
+    if needs_old_logprobs:
+        comps["old_logprobs/forward"] = fwd
+    if beta != 0:
+        comps["reference/forward"] = sum(forward_components(shape, work, lora=None, conventions=conv).values())
+    bwd = sum(backward_components(shape, work, lora=lora, conventions=conv,
+                                  inputs_require_grad=inputs_require_grad).values())
+    comps["update/forward"] = num_iterations * fwd
+    comps["update/backward"] = num_iterations * bwd
+    rec = num_iterations * recompute_flops(shape, work, lora=lora, conventions=conv,
+                                           early_stop=recompute_early_stop) if recompute else 0
+    if recompute:
+        comps["recompute/forward"] = rec
+
+    if reward.is_model:
+        rlens = list(reward_seq_lens) if reward_seq_lens is not None else seqs
+        head = reward_head_positions if reward_head_positions is not None else (
+            "last" if reward.kind == "orm" else "all")
+        comps.update(reward_model_flops(reward, rlens, head_positions=head, judge_completion_lens=judge_completion_lens,
+                                        conventions=conv))
+
+    def phase(p: str) -> int:
+        return sum(v for k, v in comps.items() if k.split("/", 1)[0] == p)
+
+    return PhaseFlops(rollout=phase("rollout"), old_logprobs=phase("old_logprobs"), reference=phase("reference"),
+                      reward=phase("reward"), update=phase("update"), recompute=rec, components=comps)
+
+
+def uniform_step_flops(shape: ModelShape, *, prompts: int, num_generations: int, prompt_len: int,
+                       completion_len: int, **kwargs: object) -> PhaseFlops:
+    """``grpo_step_flops`` with every prompt at ``prompt_len`` and every completion at
+    ``completion_len`` (a step's upper bound when those are the maxima)."""
+    if prompts < 1:
+        raise AccountingError(f"prompts={prompts}: need at least 1 prompt per step")
+    if prompt_len < 1 or completion_len < 1:
+        raise AccountingError(f"prompt_len={prompt_len}, completion_len={completion_len}: lengths must be >= 1")
+    n = prompts * num_generations
+    return grpo_step_flops(shape, [prompt_len] * n, [completion_len] * n, num_generations=num_generations,
+                           **kwargs)  # type: ignore[arg-type]
+
+
+__all__ = ["PHASES", "RewardSystem", "RULE", "PhaseFlops", "grpo_step_flops", "uniform_step_flops",
+           "reward_model_flops", "Work", "generate_work"]

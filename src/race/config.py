@@ -1,0 +1,246 @@
+"""Typed run configuration: one object per concept, validated on load.
+
+Field names follow TRL's ``GRPOConfig`` where a setting means the same thing
+(``num_generations``, ``max_completion_length``, ``temperature``, ``learning_rate``,
+``beta``, ``num_iterations``, ``epsilon``, ``epsilon_high``, ``loss_type``,
+``scale_rewards``, ``mask_truncated_completions``) and PEFT's names for LoRA
+(``r``, ``lora_alpha``, ``lora_dropout``, ``target_modules``), so a TRL user reads a
+RACE run file without a glossary.
+
+Configs load from YAML with ``yaml.safe_load``; ``--set key=value`` overrides use dotted
+paths (``lora.r=16``).  Every validation error says which field is wrong and what to
+change.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+class ConfigError(ValueError):
+    """A configuration value is wrong; the message says which field and what to change."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class LoraSettings(_Strict):
+    """PEFT LoRA settings (PEFT's names). ``r: 0`` is not allowed: use ``lora: null`` for
+    full fine-tuning."""
+
+    r: int = Field(16, ge=1, description="LoRA rank")
+    lora_alpha: float = Field(16.0, gt=0)
+    lora_dropout: float = Field(0.0, ge=0.0, lt=1.0)
+    target_modules: list[str] = Field(default_factory=lambda: list(LORA_TARGETS))
+
+    @field_validator("target_modules")
+    @classmethod
+    def _known_targets(cls, v: list[str]) -> list[str]:
+        if not v:
+            raise ValueError("target_modules is empty: name at least one of " + ", ".join(LORA_TARGETS))
+        bad = [t for t in v if t not in LORA_TARGETS]
+        if bad:
+            raise ValueError(f"unknown LoRA target(s) {bad}; choose from {list(LORA_TARGETS)}")
+        return v
+
+
+class TaskSettings(_Strict):
+    """The training/evaluation task. ``arith`` is the built-in chained-arithmetic task;
+    ``jsonl``/``parquet`` load GSM8K/MATH-style files with ``question`` and ``answer``."""
+
+    name: Literal["arith", "jsonl", "parquet"] = "arith"
+    path: str | None = None
+    min_ops: int = Field(2, ge=1)
+    max_ops: int = Field(4, ge=1)
+    max_operand: int = Field(49, ge=1)
+    hard_min_ops: int = Field(5, ge=1)
+    hard_max_ops: int = Field(5, ge=1)
+
+    @model_validator(mode="after")
+    def _check(self) -> "TaskSettings":
+        if self.max_ops < self.min_ops:
+            raise ValueError(f"task.max_ops ({self.max_ops}) < task.min_ops ({self.min_ops}): raise max_ops")
+        if self.hard_max_ops < self.hard_min_ops:
+            raise ValueError("task.hard_max_ops < task.hard_min_ops")
+        if self.name in ("jsonl", "parquet") and not self.path:
+            raise ValueError(f"task.name={self.name!r} needs task.path (a local file with question/answer fields)")
+        return self
+
+
+class EvalSettings(_Strict):
+    """Evaluation targets, run at regular FLOP intervals (not charged to the budget)."""
+
+    every_flops: float | None = Field(None, gt=0, description="evaluate each time this many training FLOPs pass; default budget/4")
+    num_points: int = Field(4, ge=1, description="used when every_flops is null: evaluations spread over the budget")
+    n_problems: int = Field(200, ge=1)
+    n_hard_problems: int = Field(100, ge=0)
+    pass_k: int = Field(4, ge=1)
+    n_pass_problems: int = Field(50, ge=0)
+    targets: list[Literal["greedy", "pass@k", "hard"]] = Field(default_factory=lambda: ["greedy", "pass@k", "hard"])
+
+
+class RunConfig(_Strict):
+    """One GRPO run: policy, LoRA, task, reward system, budget, and GRPO settings."""
+
+    name: str = "run"
+    engine: Literal["builtin", "trl"] = "builtin"
+    model: str = Field("tiny-s", description="tiny family name, Qwen2.5 preset, HF hub name or local directory")
+    lora: LoraSettings | None = Field(default_factory=LoraSettings)
+    task: TaskSettings = Field(default_factory=TaskSettings)
+    reward: str = Field("rule", description="rule | random | orm:NAME | prm:NAME[:AGG] | judge:NAME")
+    eval: EvalSettings = Field(default_factory=EvalSettings)
+
+    budget_flops: float = Field(..., gt=0, description="the run's FLOP budget; the ledger total never exceeds it")
+    max_steps: int | None = Field(None, ge=1)
+
+    # GRPO (TRL names)
+    prompts_per_step: int = Field(16, ge=1)
+    num_generations: int = Field(8, description="group size G")
+    max_prompt_length: int = Field(64, ge=1)
+    max_completion_length: int = Field(64, ge=1)
+    temperature: float = Field(1.0, gt=0)
+    learning_rate: float = Field(1e-4, gt=0)
+    lr_scheduler_type: Literal["constant", "cosine", "linear"] = "constant"
+    warmup_steps: int = Field(0, ge=0)
+    beta: float = Field(0.0, ge=0)
+    num_iterations: int = Field(1, ge=1)
+    epsilon: float = Field(0.2, gt=0)
+    epsilon_high: float | None = Field(None, gt=0)
+    loss_type: Literal["grpo", "dr_grpo", "dapo", "bnpo"] = "dapo"
+    scale_rewards: bool = True
+    mask_truncated_completions: bool = False
+    max_grad_norm: float = Field(1.0, gt=0)
+    weight_decay: float = Field(0.0, ge=0)
+    seed: int = 0
+
+    # execution
+    device: str = "auto"
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    torch_threads: int | None = Field(None, ge=1)
+    gradient_checkpointing: bool = False
+    checkpoint_every: int = Field(10, ge=1, description="steps between resumable checkpoints")
+    conventions: str = "race"
+    output_dir: str | None = None
+    log_to: list[Literal["tensorboard", "wandb"]] = Field(default_factory=list)
+
+    @field_validator("num_generations")
+    @classmethod
+    def _group(cls, v: int) -> int:
+        if v < 2:
+            raise ValueError(
+                f"num_generations={v}: GRPO needs a group of at least 2 completions per prompt "
+                "(advantages are relative to the group); set num_generations >= 2"
+            )
+        return v
+
+    @field_validator("reward")
+    @classmethod
+    def _reward(cls, v: str) -> str:
+        kind = v.split(":", 1)[0]
+        if kind not in ("rule", "random", "orm", "prm", "judge"):
+            raise ValueError(f"reward={v!r}: kind must be rule, random, orm:NAME, prm:NAME or judge:NAME")
+        if kind in ("orm", "prm", "judge") and ":" not in v:
+            raise ValueError(f"reward={v!r} needs a model name, e.g. {kind}:prm-s")
+        return v
+
+    @model_validator(mode="after")
+    def _combos(self) -> "RunConfig":
+        if self.epsilon_high is not None and self.epsilon_high < self.epsilon:
+            raise ValueError(f"epsilon_high ({self.epsilon_high}) < epsilon ({self.epsilon}): set epsilon_high >= epsilon or null")
+        return self
+
+    # -- helpers -----------------------------------------------------------------------
+    def run_id(self) -> str:
+        """Stable id: a hash of the resolved spec (output location excluded)."""
+        d = self.model_dump(mode="json")
+        d.pop("output_dir", None)
+        d.pop("log_to", None)
+        blob = json.dumps(d, sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+    @property
+    def needs_old_logprobs(self) -> bool:
+        """Old-policy log-probs are needed only when the policy moves before the last pass
+        over the batch (num_iterations > 1)."""
+        return self.num_iterations > 1
+
+
+def _format_errors(err: ValidationError, source: str) -> str:
+    lines = [f"invalid run config ({source}):"]
+    for e in err.errors():
+        loc = ".".join(str(p) for p in e["loc"]) or "(top level)"
+        msg = e["msg"].removeprefix("Value error, ")
+        if e["type"] == "extra_forbidden":
+            msg = "unknown field (check the spelling; see configs/ for examples)"
+        if e["type"] == "missing":
+            msg = "required field is missing"
+        lines.append(f"  - {loc}: {msg}")
+    return "\n".join(lines)
+
+
+def parse_override(item: str) -> tuple[list[str], Any]:
+    """Parse ``key.sub=value`` (value parsed as YAML scalar/list)."""
+    import yaml
+
+    if "=" not in item:
+        raise ConfigError(f"override {item!r} is not key=value (e.g. --set lora.r=16)")
+    key, raw = item.split("=", 1)
+    key = key.strip()
+    if not key:
+        raise ConfigError(f"override {item!r} has an empty key")
+    return key.split("."), yaml.safe_load(raw)
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[str] | None) -> dict[str, Any]:
+    data = json.loads(json.dumps(data))  # deep copy of plain data
+    for item in overrides or []:
+        path, value = parse_override(item)
+        node = data
+        for p in path[:-1]:
+            if node.get(p) is None:
+                node[p] = {}
+            node = node[p]
+            if not isinstance(node, dict):
+                raise ConfigError(f"override {item!r}: {p} is not a section")
+        node[path[-1]] = value
+    return data
+
+
+def load_yaml(path: str | Path) -> dict[str, Any]:
+    import yaml
+
+    p = Path(path)
+    if not p.exists():
+        raise ConfigError(f"config file not found: {p}")
+    with p.open() as f:
+        data = yaml.safe_load(f)
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{p}: the top level must be a mapping of settings, got {type(data).__name__}")
+    return data
+
+
+def run_config_from_dict(data: dict[str, Any], source: str = "dict") -> RunConfig:
+    try:
+        return RunConfig.model_validate(data)
+    except ValidationError as e:
+        raise ConfigError(_format_errors(e, source)) from None
+
+
+def load_run_config(path: str | Path | None = None, overrides: list[str] | None = None,
+                    base: dict[str, Any] | None = None) -> RunConfig:
+    """Load a run config from YAML (safe_load), apply ``key=value`` overrides, validate."""
+    data: dict[str, Any] = dict(base or {})
+    if path is not None:
+        data.update(load_yaml(path))
+    data = apply_overrides(data, overrides)
+    return run_config_from_dict(data, str(path) if path else "overrides")
