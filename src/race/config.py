@@ -117,6 +117,9 @@ class RunConfig(_Strict):
     loss_type: Literal["grpo", "dr_grpo", "dapo", "bnpo"] = "dapo"
     scale_rewards: bool = True
     mask_truncated_completions: bool = False
+    drop_zero_variance_groups: bool = Field(
+        True, description="leave groups whose rewards are all equal out of the update (they carry no signal; "
+        "the update then costs only what it runs on)")
     max_grad_norm: float = Field(1.0, gt=0)
     weight_decay: float = Field(0.0, ge=0)
     seed: int = 0
@@ -126,6 +129,7 @@ class RunConfig(_Strict):
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
     torch_threads: int | None = Field(None, ge=1)
     gradient_checkpointing: bool = False
+    attn_implementation: Literal["eager", "sdpa"] = "eager"
     checkpoint_every: int = Field(10, ge=1, description="steps between resumable checkpoints")
     conventions: str = "race"
     output_dir: str | None = None

@@ -7,7 +7,18 @@ from .budget import Allocation, plan_allocations, split_shares, steps_in_budget
 from .conventions import PRESETS as CONVENTION_PRESETS
 from .conventions import Conventions
 from .errors import AccountingError
-from .grpo import PHASES, RULE, PhaseFlops, RewardSystem, grpo_step_flops, reward_model_flops, uniform_step_flops
+from .grpo import (
+    PHASES,
+    RULE,
+    PhaseFlops,
+    RewardSystem,
+    grpo_step_flops,
+    learning_components,
+    phase_flops,
+    reward_model_flops,
+    rollout_components,
+    uniform_step_flops,
+)
 from .ledger import BudgetExceededError, FlopLedger, LedgerCorruptError, LedgerRecord
 from .lora import LoRA
 from .passes import (
@@ -31,6 +42,6 @@ __all__ = [
     "LAYER_MATRICES", "LedgerCorruptError", "LedgerRecord", "LoRA", "ModelShape", "PHASES", "PhaseFlops", "RULE",
     "ReportCard", "RewardSystem", "Work", "backward_components", "fmt_flops", "forward_components", "forward_flops",
     "generate_components", "generate_flops", "generate_work", "grpo_step_flops", "layers_forward_flops",
-    "plan_allocations", "recompute_flops", "preset_names", "published_sizes", "reward_model_flops", "sequence_work", "split_shares",
+    "learning_components", "phase_flops", "rollout_components", "plan_allocations", "recompute_flops", "preset_names", "published_sizes", "reward_model_flops", "sequence_work", "split_shares",
     "steps_in_budget", "train_flops", "uniform_step_flops",
 ]

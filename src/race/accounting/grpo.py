@@ -135,6 +135,55 @@ def reward_model_flops(reward: RewardSystem, seq_lens: Sequence[int], *, head_po
     return {"reward/forward": c["dense"] + c["attention"] + c["embedding"], "reward/head": c["head"]}
 
 
+def rollout_components(shape: ModelShape, prompt_lens: Sequence[int], completion_lens: Sequence[int], *,
+                       lora: LoRA | None = None, share_prompt: bool = False,
+                       conventions: "Conventions | str | None" = None) -> dict[str, int]:
+    """``rollout/prefill`` and ``rollout/decode`` FLOPs (see ``generate_work``). With
+    ``share_prompt`` give one prompt length per prompt, else one per sequence."""
+    g = generate_components(shape, prompt_lens, completion_lens, lora=lora, share_prompt=share_prompt,
+                            conventions=conventions)
+    return {"rollout/prefill": g["prefill"], "rollout/decode": g["decode"]}
+
+
+def learning_components(shape: ModelShape, seq_lens: Sequence[int], completion_lens: Sequence[int], *,
+                        lora: LoRA | None = None, num_iterations: int = 1, beta: float = 0.0,
+                        needs_old_logprobs: bool | None = None, recompute: bool = False,
+                        recompute_early_stop: bool = True, train_logits: TrainLogits = "completion",
+                        inputs_require_grad: bool = False,
+                        conventions: "Conventions | str | None" = None) -> dict[str, int]:
+    """FLOPs of the passes over whole sequences: ``old_logprobs/forward`` (if needed),
+    ``reference/forward`` (if beta != 0; adapter off), ``update/forward`` and
+    ``update/backward`` (x num_iterations) and ``recompute/forward`` (if recompute)."""
+    conv = resolve(conventions)
+    if needs_old_logprobs is None:
+        needs_old_logprobs = num_iterations > 1
+    work = sequence_work(seq_lens, _train_logits(train_logits, completion_lens), conv)
+    fwd = sum(forward_components(shape, work, lora=lora, conventions=conv).values())
+    comps: dict[str, int] = {}
+    if needs_old_logprobs:
+        comps["old_logprobs/forward"] = fwd
+    if beta != 0:
+        comps["reference/forward"] = sum(forward_components(shape, work, lora=None, conventions=conv).values())
+    bwd = sum(backward_components(shape, work, lora=lora, conventions=conv,
+                                  inputs_require_grad=inputs_require_grad).values())
+    comps["update/forward"] = num_iterations * fwd
+    comps["update/backward"] = num_iterations * bwd
+    if recompute:
+        comps["recompute/forward"] = num_iterations * recompute_flops(shape, work, lora=lora, conventions=conv,
+                                                                      early_stop=recompute_early_stop)
+    return comps
+
+
+def phase_flops(components: dict[str, int]) -> PhaseFlops:
+    """Fold ``phase/component`` keys into a ``PhaseFlops``."""
+    def phase(p: str) -> int:
+        return sum(v for k, v in components.items() if k.split("/", 1)[0] == p)
+
+    return PhaseFlops(rollout=phase("rollout"), old_logprobs=phase("old_logprobs"), reference=phase("reference"),
+                      reward=phase("reward"), update=phase("update"), recompute=phase("recompute"),
+                      components=dict(components))
+
+
 def grpo_step_flops(
     shape: ModelShape,
     prompt_lens: Sequence[int],
@@ -177,30 +226,13 @@ def grpo_step_flops(
         raise AccountingError(f"prompt_lens ({len(plens)}) and completion_lens ({len(clens)}) need one entry per sequence")
     if len(clens) % num_generations:
         raise AccountingError(f"{len(clens)} sequences do not form groups of num_generations={num_generations}")
-    if needs_old_logprobs is None:
-        needs_old_logprobs = num_iterations > 1
-
-    comps: dict[str, int] = {}
-    roll_prompts = plens[::num_generations] if share_prompt else plens
-    g = generate_components(shape, roll_prompts, clens, lora=lora, share_prompt=share_prompt, conventions=conv)
-    comps["rollout/prefill"], comps["rollout/decode"] = g["prefill"], g["decode"]
-
     seqs = [p + t for p, t in zip(plens, clens)]
-    work = sequence_work(seqs, _train_logits(train_logits, clens), conv)
-    fwd = sum(forward_components(shape, work, lora=lora, conventions=conv).values())
-    if needs_old_logprobs:
-        comps["old_logprobs/forward"] = fwd
-    if beta != 0:
-        comps["reference/forward"] = sum(forward_components(shape, work, lora=None, conventions=conv).values())
-    bwd = sum(backward_components(shape, work, lora=lora, conventions=conv,
-                                  inputs_require_grad=inputs_require_grad).values())
-    comps["update/forward"] = num_iterations * fwd
-    comps["update/backward"] = num_iterations * bwd
-    rec = num_iterations * recompute_flops(shape, work, lora=lora, conventions=conv,
-                                           early_stop=recompute_early_stop) if recompute else 0
-    if recompute:
-        comps["recompute/forward"] = rec
-
+    comps = rollout_components(shape, plens[::num_generations] if share_prompt else plens, clens, lora=lora,
+                               share_prompt=share_prompt, conventions=conv)
+    comps.update(learning_components(shape, seqs, clens, lora=lora, num_iterations=num_iterations, beta=beta,
+                                     needs_old_logprobs=needs_old_logprobs, recompute=recompute,
+                                     recompute_early_stop=recompute_early_stop, train_logits=train_logits,
+                                     inputs_require_grad=inputs_require_grad, conventions=conv))
     if reward.is_model:
         rlens = list(reward_seq_lens) if reward_seq_lens is not None else seqs
         head = reward_head_positions if reward_head_positions is not None else (
@@ -208,11 +240,7 @@ def grpo_step_flops(
         comps.update(reward_model_flops(reward, rlens, head_positions=head, judge_completion_lens=judge_completion_lens,
                                         conventions=conv))
 
-    def phase(p: str) -> int:
-        return sum(v for k, v in comps.items() if k.split("/", 1)[0] == p)
-
-    return PhaseFlops(rollout=phase("rollout"), old_logprobs=phase("old_logprobs"), reference=phase("reference"),
-                      reward=phase("reward"), update=phase("update"), recompute=rec, components=comps)
+    return phase_flops(comps)
 
 
 def uniform_step_flops(shape: ModelShape, *, prompts: int, num_generations: int, prompt_len: int,
@@ -229,4 +257,5 @@ def uniform_step_flops(shape: ModelShape, *, prompts: int, num_generations: int,
 
 
 __all__ = ["PHASES", "RewardSystem", "RULE", "PhaseFlops", "grpo_step_flops", "uniform_step_flops",
+           "rollout_components", "learning_components", "phase_flops",
            "reward_model_flops", "Work", "generate_work"]

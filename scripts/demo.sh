@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# Set up the environment and run the main job: the default RACE pilot grid on the tiny
+# model family (building base models and reward models on first use), ending in a report.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+exec .venv/bin/race demo "$@"

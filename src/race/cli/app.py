@@ -1,0 +1,193 @@
+"""The `race` command. Each command is a few lines over a library call; heavy imports
+happen inside the commands so `race --help` and `race flops` start fast."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from race.accounting import AccountingError
+
+app = typer.Typer(
+    name="race",
+    help="RACE: compute-accounted RL post-training. Account every FLOP of a GRPO step, train under a FLOP "
+    "budget, compare allocations at equal FLOPs, and recommend one.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+def _fail(msg: str, code: int = 2) -> None:
+    typer.secho(f"error: {msg}", fg=typer.colors.RED, err=True)
+    raise typer.Exit(code)
+
+
+def _console():
+    from rich.console import Console
+
+    return Console()
+
+
+def _yaml_defaults(path: Optional[Path]) -> dict:
+    if path is None:
+        return {}
+    from race.config import ConfigError, load_yaml
+
+    try:
+        return load_yaml(path)
+    except ConfigError as e:
+        _fail(str(e))
+    return {}
+
+
+@app.command()
+def flops(
+    model: Annotated[Optional[str], typer.Option(help="Qwen2.5 preset, tiny-family name, config.json or model dir")] = None,
+    lora_rank: Annotated[Optional[int], typer.Option(help="LoRA rank (omit for full fine-tuning)")] = None,
+    prompts: Annotated[Optional[int], typer.Option(help="prompts per step")] = None,
+    group: Annotated[Optional[int], typer.Option(help="group size G (num_generations)")] = None,
+    prompt_len: Annotated[Optional[int], typer.Option(help="prompt tokens")] = None,
+    completion_len: Annotated[Optional[int], typer.Option(help="completion tokens")] = None,
+    iterations: Annotated[Optional[int], typer.Option(help="policy-update passes per batch (num_iterations)")] = None,
+    beta: Annotated[Optional[float], typer.Option(help="KL coefficient; != 0 adds reference log-probs")] = None,
+    reward: Annotated[Optional[str], typer.Option(help="rule | random | orm:MODEL | prm:MODEL | judge:MODEL")] = None,
+    conventions: Annotated[Optional[str], typer.Option(help="race | torch | verl | megatron | palm | 6nd")] = None,
+    share_prompt: Annotated[bool, typer.Option(help="prefill each prompt once for its G samples")] = False,
+    recompute: Annotated[bool, typer.Option(help="gradient checkpointing (recompute as hardware FLOPs)")] = False,
+    steps: Annotated[Optional[int], typer.Option(help="whole-run totals for this many steps")] = None,
+    budget: Annotated[Optional[float], typer.Option(help="whole-run totals for the steps this budget buys")] = None,
+    config: Annotated[Optional[Path], typer.Option("--config", "-c", help="YAML file with these settings")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON instead of a table")] = False,
+) -> None:
+    """Per-phase FLOPs of one GRPO step and of a whole run, with percentages."""
+    from race.cli.flops import FlopsQuery, flops_report
+
+    data = _yaml_defaults(config)
+    flags = dict(model=model, lora_rank=lora_rank, prompts=prompts, group=group, prompt_len=prompt_len,
+                 completion_len=completion_len, iterations=iterations, beta=beta, reward=reward,
+                 conventions=conventions, steps=steps, budget=budget)
+    data.update({k: v for k, v in flags.items() if v is not None})
+    data["share_prompt"] = share_prompt or bool(data.get("share_prompt", False))
+    data["recompute"] = recompute or bool(data.get("recompute", False))
+    if not data.get("model"):
+        _fail("--model is required (a preset such as qwen2.5-7b, a tiny-family name, or a config.json path)")
+    unknown = set(data) - set(FlopsQuery.__dataclass_fields__)
+    if unknown:
+        _fail(f"unknown setting(s) in {config}: {', '.join(sorted(unknown))}")
+    try:
+        rep = flops_report(FlopsQuery(**data))
+    except AccountingError as e:
+        _fail(str(e))
+    if as_json:
+        typer.echo(json.dumps(rep, indent=2))
+        return
+    _print_flops(rep)
+
+
+def _print_flops(rep: dict) -> None:
+    from rich.table import Table
+
+    from race.accounting import fmt_flops
+
+    c = _console()
+    t = Table(title=f"GRPO step: {rep['model']} ({rep['params'] / 1e9:.3g}B params), "
+                    f"{rep['prompts']} prompts x G={rep['num_generations']}, "
+                    f"{rep['prompt_len']}+{rep['completion_len']} tokens")
+    t.add_column("phase")
+    t.add_column("FLOPs / step", justify="right")
+    t.add_column("share", justify="right")
+    if "run" in rep:
+        t.add_column(f"FLOPs / run ({rep['steps']} steps)", justify="right")
+    total = rep["step"]["total"] or 1
+    for ph in ("rollout", "old_logprobs", "reference", "reward", "update", "total", "recompute"):
+        v = rep["step"][ph]
+        share = f"{v / total:.1%}" if ph != "recompute" else "(hardware)"
+        row = [ph, fmt_flops(v), share]
+        if "run" in rep:
+            row.append(fmt_flops(rep["run"][ph]))
+        t.add_row(*row, style="bold" if ph == "total" else None)
+    c.print(t)
+    s = rep["shares"]
+    c.print(f"split: search {s['search']:.1%}, learning {s['learning']:.1%}, feedback {s['feedback']:.1%}")
+    c.print(f"[dim]{rep['conventions_text']}[/dim]")
+
+
+@app.command()
+def plan(
+    budget: Annotated[float, typer.Option(help="FLOP budget of the run")],
+    models: Annotated[str, typer.Option(help="comma-separated models")] = "qwen2.5-0.5b,qwen2.5-1.5b,qwen2.5-3b,qwen2.5-7b",
+    groups: Annotated[str, typer.Option(help="comma-separated group sizes")] = "4,8,16",
+    rewards: Annotated[str, typer.Option(help="comma-separated reward systems")] = "rule,prm:qwen2.5-math-prm-7b",
+    prompts: Annotated[int, typer.Option(help="prompts per step at the largest group")] = 32,
+    prompt_len: Annotated[int, typer.Option()] = 256,
+    completion_len: Annotated[int, typer.Option()] = 512,
+    lora_rank: Annotated[Optional[int], typer.Option()] = 64,
+    conventions: Annotated[str, typer.Option()] = "race",
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Allocations (model x group size x reward) that fit a budget, the steps each buys and its split."""
+    from rich.table import Table
+
+    from race.accounting import LoRA, fmt_flops, plan_allocations
+    from race.cli.flops import resolve_reward, resolve_shape
+
+    try:
+        shapes = [resolve_shape(m.strip()) for m in models.split(",") if m.strip()]
+        gs = [int(g) for g in groups.split(",") if g.strip()]
+        rws = [resolve_reward(r.strip()) for r in rewards.split(",") if r.strip()]
+        if any(g < 2 for g in gs):
+            raise AccountingError(f"--groups {groups}: GRPO needs group sizes >= 2")
+        allocs = plan_allocations(budget, shapes, gs, rws, prompts_per_step=prompts, prompt_len=prompt_len,
+                                  completion_len=completion_len, lora=LoRA(lora_rank) if lora_rank else None,
+                                  conventions=conventions)
+    except (AccountingError, ValueError) as e:
+        _fail(str(e))
+    if not allocs:
+        _fail(f"no allocation affords one step within {budget:.3g} FLOPs; raise --budget or shrink the step")
+    rows = [a.row() for a in allocs]
+    if as_json:
+        typer.echo(json.dumps(rows, indent=2))
+        return
+    t = Table(title=f"Allocations within {fmt_flops(budget)} (sorted by steps bought)")
+    for col in ("model", "G", "reward", "FLOPs/step", "steps", "search", "learning", "feedback"):
+        t.add_column(col, justify="right" if col not in ("model", "reward") else "left")
+    for r in rows:
+        t.add_row(str(r["model"]), str(r["num_generations"]), str(r["reward"]), fmt_flops(r["step_flops"]),
+                  str(r["steps"]), f"{r['search']:.0%}", f"{r['learning']:.0%}", f"{r['feedback']:.0%}")
+    _console().print(t)
+
+
+def _register_subapps() -> None:
+    """Sub-apps live in their own modules; each imports only typer at module level."""
+    import importlib
+
+    for mod, name in (("race.cli.base", "base"), ("race.cli.rm", "rm"), ("race.cli.grid", "grid")):
+        try:
+            sub = importlib.import_module(mod)
+        except ImportError:
+            continue
+        app.add_typer(sub.app, name=name)
+    for mod in ("race.cli.run_cmds",):
+        try:
+            importlib.import_module(mod).register(app)
+        except ImportError:
+            continue
+
+
+_register_subapps()
+
+
+def main() -> None:
+    try:
+        app()
+    except KeyboardInterrupt:  # pragma: no cover
+        sys.exit(130)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

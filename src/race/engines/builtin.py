@@ -1,0 +1,395 @@
+"""RACE's built-in GRPO engine: a lean loop that charges every phase to the FLOP ledger.
+
+One step reads top to bottom as named stages over one batch:
+
+    prompts -> rollout (shared-prefix prefill + KV-cache decode, G samples per prompt)
+            -> reward -> group-relative advantages (zero-variance groups dropped)
+            -> old-policy log-probs (if num_iterations > 1)
+            -> reference log-probs (if beta != 0; the base with the adapter off)
+            -> clipped policy update, num_iterations passes -> optimizer step
+
+Each stage charges what it executed (padded tensors included) under the run's FLOP
+conventions. Before a step the engine bounds its cost (this step's prompts, completions at
+``max_completion_length``, no group dropped) and stops when the bound does not fit the
+budget, so the ledger total never exceeds the budget. Evaluation is charged to the
+``eval`` phase, never to the budget.
+
+Determinism: every step seeds its own random streams from (seed, step), so a run resumed
+from a checkpoint continues exactly as an uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from race.accounting import (
+    AccountingError,
+    FlopLedger,
+    LoRA,
+    ModelShape,
+    ReportCard,
+    learning_components,
+    rollout_components,
+    steps_in_budget,
+)
+from race.config import RunConfig
+from race.engines.checkpoint import find_checkpoint, load_checkpoint, save_checkpoint
+from race.engines.evaluation import Evaluator
+from race.engines.grpo_math import completion_logprobs, group_advantages, grpo_loss, lr_at
+from race.engines.run_io import MetricsLog, read_run, write_config, write_json_atomic
+from race.engines.sampling import Rollout, decode_completions, encode_prompts, sample
+
+Progress = Callable[[dict[str, Any]], None]
+
+
+class DivergedError(RuntimeError):
+    """The loss became non-finite."""
+
+
+def make_task(cfg: RunConfig) -> Any:
+    from race.tasks import ArithTask
+
+    if cfg.task.name == "arith":
+        return ArithTask.from_settings(cfg.task, seed=0)
+    from race.tasks.files import FileTask
+
+    return FileTask.from_settings(cfg.task)
+
+
+def _verify_fn() -> Callable[[Any, str], bool]:
+    from race.rewards.rule import _verify
+
+    return lambda p, text: _verify(p, text)[0] == 1.0
+
+
+def _shape_of(model: Any) -> ModelShape:
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return ModelShape.from_hf_config(base.config.to_dict(), name=str(getattr(base.config, "_name_or_path", "")) or None)
+
+
+class BuiltinEngine:
+    """The GRPO loop (see module docstring). ``run()`` returns the run.json dict."""
+
+    name = "builtin"
+
+    def __init__(self, cfg: RunConfig, run_dir: Path, progress: Progress | None = None) -> None:
+        self.cfg, self.run_dir, self.progress = cfg, Path(run_dir), progress
+
+    # -- setup ------------------------------------------------------------------------
+    def _setup(self) -> None:
+        from race.models import load_policy, wrap_lora
+        from race.rewards import make_reward
+
+        cfg = self.cfg
+        if cfg.torch_threads:
+            torch.set_num_threads(cfg.torch_threads)
+        torch.manual_seed(cfg.seed)
+        model, tok = load_policy(cfg.model, device=cfg.device, dtype=cfg.dtype,
+                                 attn_implementation=cfg.attn_implementation, build_missing=True)
+        self.device = next(model.parameters()).device
+        self.tok = tok
+        self.shape = _shape_of(model)
+        self.lora = LoRA(cfg.lora.r, tuple(cfg.lora.target_modules)) if cfg.lora is not None else None
+        if self.lora is not None:
+            self.lora.check(self.shape)
+        self.ref_model = None
+        if cfg.lora is not None:
+            model = wrap_lora(model, cfg.lora)
+        elif cfg.beta != 0:
+            self.ref_model = copy.deepcopy(model).eval().requires_grad_(False)
+        self.model = model
+        self.model_params = self.shape.num_params()
+        self.task = make_task(cfg)
+        self.reward = make_reward(cfg.reward, seed=cfg.seed, device=str(self.device), conventions=cfg.conventions,
+                                  task=self.task)
+        params = [p for p in model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(params, lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
+        self.evaluator = Evaluator(self.task, cfg.eval, tokenizer=tok, max_new_tokens=cfg.max_completion_length,
+                                   temperature=cfg.temperature, shape=self.shape, lora=self.lora,
+                                   conventions=cfg.conventions, device=self.device, verify=_verify_fn())
+
+    def _prompts(self, step: int) -> tuple[list[Any], torch.Tensor, torch.Tensor]:
+        cfg = self.cfg
+        problems = self.task.problems("train", cfg.prompts_per_step, seed=cfg.seed * 1_000_003 + step)
+        ids, mask = encode_prompts(self.tok, [p.prompt for p in problems], self.device)
+        if ids.shape[1] > cfg.max_prompt_length:  # keep the end of over-long prompts (TRL does the same)
+            ids, mask = ids[:, -cfg.max_prompt_length:], mask[:, -cfg.max_prompt_length:]
+        return problems, ids, mask
+
+    def step_bound(self, prompt_len: int) -> int:
+        """Upper bound of one step's counted FLOPs: completions at max length, no group dropped."""
+        cfg = self.cfg
+        n = cfg.prompts_per_step * cfg.num_generations
+        T = cfg.max_completion_length
+        comps = rollout_components(self.shape, [prompt_len] * cfg.prompts_per_step, [T] * n, lora=self.lora,
+                                   share_prompt=True, conventions=cfg.conventions)
+        comps.update(self._learning([prompt_len + T] * n, [T] * n))
+        return sum(comps.values()) + self.reward.step_bound(n, prompt_len, T)
+
+    def _learning(self, seq_lens: list[int], completion_lens: list[int]) -> dict[str, int]:
+        cfg = self.cfg
+        return learning_components(self.shape, seq_lens, completion_lens, lora=self.lora,
+                                   num_iterations=cfg.num_iterations, beta=cfg.beta,
+                                   needs_old_logprobs=cfg.needs_old_logprobs, train_logits="completion",
+                                   conventions=cfg.conventions)
+
+    # -- stages -----------------------------------------------------------------------
+    def rollout(self, step: int, ids: torch.Tensor, mask: torch.Tensor) -> Rollout:
+        gen = torch.Generator(device="cpu").manual_seed(self.cfg.seed * 7_919 + step)
+        self.model.eval()
+        return sample(self.model, ids, mask, group=self.cfg.num_generations,
+                      max_new_tokens=self.cfg.max_completion_length, eos_id=self.tok.eos_token_id,
+                      pad_id=self.tok.pad_token_id, temperature=self.cfg.temperature, generator=gen)
+
+    @staticmethod
+    def _select(ro: Rollout, rows: torch.Tensor) -> Rollout:
+        """Keep ``rows`` and trim padding columns no kept row uses (what the update runs on)."""
+        pm, cm = ro.prompt_mask[rows], ro.completion_mask[rows]
+        first = int(pm.any(0).long().argmax())
+        T = int(cm.sum(1).max())
+        return Rollout(prompt_ids=ro.prompt_ids[rows][:, first:], prompt_mask=pm[:, first:],
+                       completion_ids=ro.completion_ids[rows][:, :T], completion_mask=cm[:, :T],
+                       truncated=ro.truncated[rows], n_prompts=len(rows) // ro.group, group=ro.group)
+
+    def _logprobs(self, model: Any, ro: Rollout) -> torch.Tensor:
+        return completion_logprobs(model, ro.prompt_ids, ro.prompt_mask, ro.completion_ids, ro.completion_mask,
+                                   self.cfg.temperature)
+
+    def update(self, batch: Rollout, adv: torch.Tensor, step: int) -> dict[str, float]:
+        """Old/reference log-probs, then ``num_iterations`` clipped policy updates."""
+        from race.models import reference_policy
+
+        cfg = self.cfg
+        timings: dict[str, float] = {}
+        mask = batch.completion_mask.clone()
+        if cfg.mask_truncated_completions:
+            mask[batch.truncated] = 0
+        t0 = time.perf_counter()
+        old = None
+        if cfg.needs_old_logprobs:
+            self.model.eval()
+            with torch.no_grad():
+                old = self._logprobs(self.model, batch)
+        timings["old_logprobs"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        ref = None
+        if cfg.beta != 0:
+            if self.ref_model is not None:
+                with torch.no_grad():
+                    ref = self._logprobs(self.ref_model, batch)
+            else:
+                with reference_policy(self.model) as base:
+                    ref = self._logprobs(base, batch)
+        timings["reference"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        lr = lr_at(step, base_lr=cfg.learning_rate, schedule=cfg.lr_scheduler_type, warmup_steps=cfg.warmup_steps,
+                   total_steps=self.total_steps)
+        for g in self.optimizer.param_groups:
+            g["lr"] = lr
+        self.model.train()
+        stats = None
+        for _ in range(cfg.num_iterations):
+            logp = self._logprobs(self.model, batch)
+            loss, stats = grpo_loss(logp, old if old is not None else logp.detach(), adv, mask,
+                                    epsilon=cfg.epsilon, epsilon_high=cfg.epsilon_high, loss_type=cfg.loss_type,
+                                    max_completion_length=cfg.max_completion_length, beta=cfg.beta, ref_logp=ref)
+            if not torch.isfinite(loss):
+                raise DivergedError(f"non-finite loss ({float(loss)}) at step {step}")
+            self.optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_([p for p in self.model.parameters() if p.requires_grad], cfg.max_grad_norm)
+            self.optimizer.step()
+        timings["update"] = time.perf_counter() - t0
+        assert stats is not None
+        return {"loss": stats.loss, "clip_frac": stats.clip_frac, "kl": stats.kl, "lr": lr, **{
+            f"seconds_{k}": v for k, v in timings.items()}}
+
+    # -- bookkeeping --------------------------------------------------------------------
+    def _evaluate(self, step: int) -> list[dict[str, Any]]:
+        res = self.evaluator.evaluate(self.model)
+        self.ledger.add(step, "eval", "generate", res.flops, tokens=res.tokens, seconds=res.seconds, counted=False)
+        rows = [dict(r, kind="eval", step=step, flops=self.ledger.total) for r in res.rows]
+        self.metrics.append(rows)
+        self.last_eval_step = step
+        self.next_eval_at = self.ledger.total + self.eval_every
+        return rows
+
+    def _checkpoint(self, step: int) -> None:
+        save_checkpoint(self.run_dir, model=self.model, optimizer=self.optimizer, step=step,
+                        meta={"next_eval_at": self.next_eval_at, "last_eval_step": self.last_eval_step,
+                              "run_id": self.cfg.run_id(), "reward_calls": getattr(self.reward, "_calls", 0)})
+
+    def _resume(self) -> int:
+        ckpt = find_checkpoint(self.run_dir)
+        if ckpt is None:
+            for f in ("ledger.jsonl", "metrics.jsonl"):
+                (self.run_dir / f).unlink(missing_ok=True)  # a crash before the first checkpoint: start over
+            return 0
+        meta = load_checkpoint(ckpt, model=self.model, optimizer=self.optimizer)
+        if meta.get("run_id") != self.cfg.run_id():
+            raise RuntimeError(f"{self.run_dir} holds a checkpoint of another run ({meta.get('run_id')}); "
+                               "use a new output directory")
+        if hasattr(self.reward, "set_call_index"):
+            self.reward.set_call_index(int(meta.get("reward_calls", 0)))
+        step = int(meta["step"])
+        self.resumed_from = step
+        self._pending = (float(meta["next_eval_at"]), int(meta["last_eval_step"]))
+        return step
+
+    # -- the run --------------------------------------------------------------------------
+    def run(self) -> dict[str, Any]:
+        cfg, run_dir = self.cfg, self.run_dir
+        run_dir.mkdir(parents=True, exist_ok=True)
+        done = read_run(run_dir)
+        if done is not None and done.get("status") == "complete" and done.get("run_id") == cfg.run_id():
+            return done
+        t_start = time.perf_counter()
+        write_config(run_dir, cfg)
+        self._setup()
+        self.resumed_from = None
+        self._pending = None
+        step = self._resume()
+        self.ledger = FlopLedger(run_dir / "ledger.jsonl", budget=cfg.budget_flops)
+        self.metrics = MetricsLog(run_dir / "metrics.jsonl")
+        if step:
+            self.ledger.truncate_after(step)
+            self.metrics.truncate_after(step)
+        _, ids1, _ = self._prompts(max(step, 0) + 1)
+        first_bound = self.step_bound(ids1.shape[1])
+        try:
+            self.total_steps = steps_in_budget(cfg.budget_flops, first_bound)
+        except AccountingError as e:
+            raise AccountingError(f"run {cfg.name!r}: {e}") from None
+        if cfg.max_steps:
+            self.total_steps = min(self.total_steps, cfg.max_steps)
+        self.eval_every = cfg.eval.every_flops or cfg.budget_flops / cfg.eval.num_points
+        if self._pending is not None:
+            self.next_eval_at, self.last_eval_step = self._pending
+        else:
+            self.last_eval_step = -1
+            self.next_eval_at = 0.0
+            self._evaluate(0)
+        status, stop_reason, error = "complete", "budget", None
+        try:
+            while True:
+                if cfg.max_steps and step >= cfg.max_steps:
+                    stop_reason = "max_steps"
+                    break
+                problems, ids, mask = self._prompts(step + 1)
+                if self.ledger.would_exceed(self.step_bound(ids.shape[1])):
+                    break
+                step += 1
+                self._train_step(step, problems, ids, mask)
+                if self.ledger.total >= self.next_eval_at:
+                    self._evaluate(step)
+                if step % cfg.checkpoint_every == 0:
+                    self._checkpoint(step)
+        except DivergedError as e:
+            status, stop_reason, error = "diverged", "diverged", f"{e}; kept the last good checkpoint"
+        if status == "complete" and self.last_eval_step != step:
+            self._evaluate(step)
+        if status == "complete":
+            self._checkpoint(step)
+        return self._finish(step, status, stop_reason, error, time.perf_counter() - t_start)
+
+    def _train_step(self, step: int, problems: list[Any], ids: torch.Tensor, mask: torch.Tensor) -> None:
+        cfg = self.cfg
+        torch.manual_seed(cfg.seed * 1_000_033 + step)  # LoRA dropout etc.
+        G = cfg.num_generations
+        # 1. rollout
+        t0 = time.perf_counter()
+        ro = self.rollout(step, ids, mask)
+        t_roll = time.perf_counter() - t0
+        roll = rollout_components(self.shape, [ro.prompt_len] * ro.n_prompts, [ro.completion_len] * len(ro.lengths),
+                                  lora=self.lora, share_prompt=True, conventions=cfg.conventions)
+        # 2. reward
+        texts = decode_completions(self.tok, ro)
+        rep_problems = [p for p in problems for _ in range(G)]
+        rw = self.reward.score(rep_problems, texts)
+        rewards = torch.tensor(rw.rewards, dtype=torch.float32)
+        # 3. advantages; groups whose rewards are all equal carry no signal
+        adv, zero_var = group_advantages(rewards, G, scale=cfg.scale_rewards)
+        keep_groups = (~zero_var) if cfg.drop_zero_variance_groups else torch.ones_like(zero_var)
+        rows = keep_groups.repeat_interleave(G).nonzero().squeeze(1)
+        learn: dict[str, int] = {}
+        upd: dict[str, float] = {}
+        n_kept = int(rows.numel())
+        if n_kept:
+            batch = self._select(ro, rows)
+            P, T = batch.prompt_ids.shape[1], batch.completion_ids.shape[1]
+            # 4-6. old/ref log-probs and the update
+            upd = self.update(batch, adv[rows].to(self.device), step)
+            learn = self._learning([P + T] * n_kept, [T] * n_kept)
+        # charge the ledger: what executed
+        seconds = {"rollout/prefill": 0.0, "rollout/decode": t_roll, "reward/score": rw.seconds,
+                   "old_logprobs/forward": upd.get("seconds_old_logprobs", 0.0),
+                   "reference/forward": upd.get("seconds_reference", 0.0),
+                   "update/forward": upd.get("seconds_update", 0.0)}
+        comps = dict(roll)
+        comps.update(rw.components or {})
+        comps.update(learn)
+        tokens = {"rollout/decode": int(ro.lengths.sum()), "rollout/prefill": int(ro.prompt_mask[::G].sum())}
+        if rw.tokens:
+            tokens[next(iter(rw.components), "reward/forward")] = rw.tokens
+        if not rw.components:
+            comps["reward/score"] = 0
+        self.ledger.add_components(step, comps, tokens=tokens, seconds=seconds)
+        trunc = float(ro.truncated.float().mean())
+        row = {"kind": "train", "step": step, "flops": self.ledger.total, "reward_mean": float(rewards.mean()),
+               "reward_std": float(rewards.std()) if len(rewards) > 1 else 0.0,
+               "verified_mean": sum(rw.verified) / max(1, len(rw.verified)),
+               "zero_var_frac": float(zero_var.float().mean()), "trunc_rate": trunc,
+               "completion_len": float(ro.lengths.float().mean()), "kept_sequences": n_kept,
+               **{k: v for k, v in upd.items() if not k.startswith("seconds_")}, **rw.extra}
+        self.metrics.append([row])
+        if self.progress:
+            self.progress({"step": step, "flops": self.ledger.total, "budget": self.cfg.budget_flops, **row})
+
+    def _finish(self, step: int, status: str, stop_reason: str, error: str | None, wall: float) -> dict[str, Any]:
+        cfg = self.cfg
+        if status == "complete":
+            self.model.save_pretrained(self.run_dir / "adapter", safe_serialization=True)
+        card = ReportCard.from_ledger(self.ledger, conventions=cfg.conventions, model=cfg.model,
+                                      model_params=self.model_params,
+                                      lora_rank=cfg.lora.r if cfg.lora is not None else None,
+                                      num_generations=cfg.num_generations, extra={"engine": self.name,
+                                                                                  "reward": cfg.reward})
+        card.write(self.run_dir)
+        evals = self.metrics.evals()
+        first = {r["target"]: r["score"] for r in evals if r["step"] == 0}
+        last_step = max((r["step"] for r in evals), default=0)
+        final = {r["target"]: r["score"] for r in evals if r["step"] == last_step}
+        trains = [r for r in self.metrics.rows if r.get("kind") == "train"]
+
+        def mean(key: str) -> float:
+            return sum(r[key] for r in trains) / len(trains) if trains else 0.0
+
+        phases = {p: 0 for p in ("rollout", "old_logprobs", "reference", "reward", "update", "recompute", "eval")}
+        phases.update(self.ledger.totals_by_phase())
+        out = {
+            "run_id": cfg.run_id(), "name": cfg.name, "engine": self.name, "status": status,
+            "stop_reason": stop_reason, "error": error, "budget_flops": cfg.budget_flops,
+            "total_flops": self.ledger.total, "phase_flops": phases, "steps": step,
+            "wall_s": round(wall, 3),
+            "phase_seconds": {k: round(v, 3) for k, v in self.ledger.seconds_by_phase().items()},
+            "model_params": self.model_params, "non_embedding_params": self.shape.non_embedding_params(),
+            "initial": first, "final": final,
+            "diagnostics": {"zero_var_frac": mean("zero_var_frac"), "trunc_rate": mean("trunc_rate"),
+                            "reward_mean": mean("reward_mean"), "verified_mean": mean("verified_mean")},
+            "resumed_from": self.resumed_from, "conventions": cfg.conventions,
+            "config": cfg.model_dump(mode="json"),
+        }
+        write_json_atomic(self.run_dir / "run.json", out)
+        return out
+
+
+def run_builtin(cfg: RunConfig, run_dir: Path, progress: Progress | None = None) -> dict[str, Any]:
+    if not math.isfinite(cfg.budget_flops):
+        raise ValueError("budget_flops must be finite")
+    return BuiltinEngine(cfg, run_dir, progress).run()

@@ -1,0 +1,71 @@
+"""Resumable checkpoints: trainable weights (safetensors), optimizer state, step.
+
+Written to ``checkpoint.tmp/`` and renamed over ``checkpoint/``, so a crash leaves either
+the old checkpoint or the new one, never a half-written one. Weights load with
+safetensors; the optimizer state loads with ``torch.load(weights_only=True)`` (tensors and
+plain containers only, no pickled code).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import torch
+
+
+def trainable_state(model: Any) -> dict[str, torch.Tensor]:
+    return {n: p.detach().clone().contiguous() for n, p in model.named_parameters() if p.requires_grad}
+
+
+def save_checkpoint(run_dir: Path, *, model: Any, optimizer: Any, step: int, meta: dict[str, Any]) -> None:
+    from safetensors.torch import save_file
+
+    tmp = run_dir / "checkpoint.tmp"
+    final = run_dir / "checkpoint"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir(parents=True)
+    save_file(trainable_state(model), str(tmp / "trainable.safetensors"))
+    torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
+    (tmp / "meta.json").write_text(json.dumps(dict(meta, step=step)))
+    for f in tmp.iterdir():  # make the files durable before the rename
+        with open(f, "rb") as fh:
+            os.fsync(fh.fileno())
+    old = run_dir / "checkpoint.old"
+    if final.exists():
+        if old.exists():
+            shutil.rmtree(old)
+        final.rename(old)
+    tmp.rename(final)
+    if old.exists():
+        shutil.rmtree(old)
+
+
+def find_checkpoint(run_dir: Path) -> Path | None:
+    """The newest complete checkpoint (``checkpoint/``, else a ``checkpoint.old/`` left by
+    a crash between the two renames)."""
+    for name in ("checkpoint", "checkpoint.old"):
+        d = run_dir / name
+        if (d / "meta.json").exists() and (d / "trainable.safetensors").exists():
+            return d
+    return None
+
+
+def load_checkpoint(ckpt: Path, *, model: Any, optimizer: Any) -> dict[str, Any]:
+    from safetensors.torch import load_file
+
+    state = load_file(str(ckpt / "trainable.safetensors"))
+    params = dict(model.named_parameters())
+    missing = [n for n in state if n not in params]
+    if missing:
+        raise RuntimeError(f"checkpoint {ckpt} does not match the model (unknown tensors {missing[:3]}...); "
+                           "delete the run directory to start over")
+    with torch.no_grad():
+        for n, t in state.items():
+            params[n].copy_(t)
+    optimizer.load_state_dict(torch.load(ckpt / "optimizer.pt", weights_only=True))
+    return json.loads((ckpt / "meta.json").read_text())

@@ -1,0 +1,125 @@
+"""A lean sampler: shared-prefix prefill, then a KV-cache decode loop.
+
+Why not ``model.generate``: HF's generate runs logits processors, stopping criteria and
+cache bookkeeping on every step; at pilot-grid scale (tiny models, CPU) that overhead is
+most of a step. This loop does only what GRPO needs:
+
+1. prefill each distinct prompt ONCE (left-padded batch, logits at the last position);
+2. repeat the KV cache G times (``share_prompt``: the G samples share the prefix);
+3. decode: sample (or argmax), append, one 1-token forward per step, until every row has
+   produced EOS or ``max_new_tokens`` tokens exist.
+
+What executes (for the ledger): a prefill of ``n_prompts x P`` (P = padded prompt
+length) with the head at one position per prompt, and ``T - 1`` decode forwards over all
+``n_prompts x G`` rows (T = tokens produced by the longest row: finished rows keep
+running, padded). ``race.accounting.generate_components(shape, [P] * n_prompts,
+[T] * (n_prompts * G), share_prompt=True)`` is exactly that.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+
+@dataclass
+class Rollout:
+    prompt_ids: torch.Tensor  # (B, P) left-padded, B = n_prompts * group, rows grouped by prompt
+    prompt_mask: torch.Tensor  # (B, P) 1 on real prompt tokens
+    completion_ids: torch.Tensor  # (B, T) right-padded with pad after EOS
+    completion_mask: torch.Tensor  # (B, T) 1 up to and including EOS
+    truncated: torch.Tensor  # (B,) bool: no EOS within T tokens
+    n_prompts: int
+    group: int
+
+    @property
+    def prompt_len(self) -> int:
+        return int(self.prompt_ids.shape[1])
+
+    @property
+    def completion_len(self) -> int:
+        """T: tokens produced by the longest row (decode forwards executed = T - 1)."""
+        return int(self.completion_ids.shape[1])
+
+    @property
+    def lengths(self) -> torch.Tensor:  # (B,) real completion lengths (EOS included)
+        return self.completion_mask.sum(1)
+
+
+def encode_prompts(tokenizer: Any, prompts: list[str], device: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    """Left-padded (ids, mask) for a list of prompt strings."""
+    enc = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
+    return enc["input_ids"].to(device), enc["attention_mask"].to(device)
+
+
+def _cache_kwarg(model: Any) -> str:
+    """transformers >= 5.24 names the KV-cache argument ``cache`` (``past_key_values`` is
+    deprecated there); older releases only know ``past_key_values``."""
+    import inspect
+
+    fwd = model.get_base_model().forward if hasattr(model, "get_base_model") else model.forward
+    return "cache" if "cache" in inspect.signature(fwd).parameters else "past_key_values"
+
+
+def _positions(mask: torch.Tensor) -> torch.Tensor:
+    return (mask.long().cumsum(-1) - 1).clamp(min=0)
+
+
+@torch.no_grad()
+def sample(model: Any, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, *, group: int, max_new_tokens: int,
+           eos_id: int, pad_id: int, temperature: float = 1.0, greedy: bool = False,
+           generator: torch.Generator | None = None) -> Rollout:
+    """Sample ``group`` completions for each prompt row (see module docstring)."""
+    if max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens={max_new_tokens}: must be >= 1")
+    n_prompts = prompt_ids.shape[0]
+    cache_kw = _cache_kwarg(model)
+    out = model(input_ids=prompt_ids, attention_mask=prompt_mask, position_ids=_positions(prompt_mask),
+                use_cache=True, logits_to_keep=1)
+    cache = getattr(out, cache_kw)
+    logits = out.logits[:, -1, :]
+    if group > 1:
+        cache.batch_repeat_interleave(group)
+        logits = logits.repeat_interleave(group, dim=0)
+    ids = prompt_ids.repeat_interleave(group, dim=0)
+    mask = prompt_mask.repeat_interleave(group, dim=0)
+    pos = _positions(mask)[:, -1]
+    B = ids.shape[0]
+    done = torch.zeros(B, dtype=torch.bool, device=ids.device)
+    tokens: list[torch.Tensor] = []
+    for t in range(max_new_tokens):
+        if greedy:
+            nxt = logits.argmax(-1)
+        else:
+            probs = torch.softmax(logits.float() / temperature, dim=-1)
+            nxt = torch.multinomial(probs, 1, generator=generator).squeeze(1)
+        nxt = torch.where(done, torch.full_like(nxt, pad_id), nxt)
+        tokens.append(nxt)
+        done = done | (nxt == eos_id)
+        if bool(done.all()) or t == max_new_tokens - 1:
+            break
+        mask = torch.cat([mask, torch.ones(B, 1, dtype=mask.dtype, device=mask.device)], dim=1)
+        pos = pos + 1
+        out = model(input_ids=nxt[:, None], attention_mask=mask, position_ids=pos[:, None], use_cache=True,
+                    **{cache_kw: cache})
+        cache = getattr(out, cache_kw)
+        logits = out.logits[:, -1, :]
+    comp = torch.stack(tokens, dim=1)  # (B, T)
+    is_eos = comp == eos_id
+    has_eos = is_eos.any(1)
+    first_eos = torch.where(has_eos, is_eos.float().argmax(1), torch.full_like(has_eos, comp.shape[1], dtype=torch.long))
+    ar = torch.arange(comp.shape[1], device=comp.device)[None, :]
+    cmask = (ar <= first_eos[:, None]).long()
+    return Rollout(prompt_ids=ids, prompt_mask=mask[:, : prompt_ids.shape[1]], completion_ids=comp,
+                   completion_mask=cmask, truncated=~has_eos, n_prompts=n_prompts, group=group)
+
+
+def decode_completions(tokenizer: Any, rollout: Rollout) -> list[str]:
+    """Completion texts (EOS and padding removed)."""
+    texts = []
+    for row, m in zip(rollout.completion_ids.tolist(), rollout.completion_mask.tolist()):
+        kept = [tok for tok, keep in zip(row, m) if keep and tok != tokenizer.eos_token_id]
+        texts.append(tokenizer.decode(kept, skip_special_tokens=True))
+    return texts
