@@ -79,7 +79,7 @@ def grpo_loss(logp: torch.Tensor, old_logp: torch.Tensor, adv: torch.Tensor, mas
         d = ref_logp - logp
         kl = torch.exp(d) - d - 1
         per_tok = per_tok + beta * kl
-        kl_mean = float((kl * mask).sum() / mask.sum().clamp(min=1))
+        kl_mean = float((kl.detach() * mask).sum() / mask.sum().clamp(min=1))
     if loss_type == "grpo":
         loss = ((per_tok * mask).sum(1) / mask.sum(1).clamp(min=1)).mean()
     elif loss_type in ("bnpo", "dapo"):

@@ -1,0 +1,166 @@
+"""The built-in GRPO engine: budget, ledger == measured FLOPs, determinism, resume, errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from race.accounting import AccountingError
+from race.config import run_config_from_dict
+
+
+def _cfg(model_dir: Path, **over):
+    d = dict(model=str(model_dir), budget_flops=6e9, prompts_per_step=4, num_generations=4,
+             max_completion_length=12, reward="random", learning_rate=1e-3, seed=3, checkpoint_every=2,
+             eval={"n_problems": 8, "n_hard_problems": 4, "n_pass_problems": 4, "pass_k": 2, "num_points": 2},
+             torch_threads=1)
+    d.update(over)
+    return run_config_from_dict(d)
+
+
+def _lines(path: Path) -> list[dict]:
+    return [json.loads(x) for x in path.read_text().splitlines()]
+
+
+def _strip_seconds(rows: list[dict]) -> list[dict]:
+    return [{k: v for k, v in r.items() if not k.startswith("seconds")} for r in rows]
+
+
+def test_run_stays_within_budget_and_writes_the_run_directory(tiny_model_dir, tmp_path):
+    from race.engines import run_engine
+
+    cfg = _cfg(tiny_model_dir, num_iterations=2, beta=0.05)
+    out = run_engine(cfg, tmp_path / "run")
+    assert out["status"] == "complete" and out["stop_reason"] == "budget"
+    assert 0 < out["total_flops"] <= cfg.budget_flops
+    ledger = _lines(tmp_path / "run" / "ledger.jsonl")
+    counted = sum(r["flops"] for r in ledger if r["counted"])
+    assert counted == out["total_flops"]
+    phases = {r["phase"] for r in ledger if r["flops"] > 0}
+    # random rewards give groups with variance: old log-probs (iterations 2), reference (beta) and update run
+    assert {"rollout", "old_logprobs", "reference", "update", "eval"} <= phases
+    assert not any(r["counted"] for r in ledger if r["phase"] == "eval")
+    for f in ("config.yaml", "metrics.jsonl", "report_card.json", "report_card.md", "report_card.tex", "run.json"):
+        assert (tmp_path / "run" / f).exists(), f
+    assert (tmp_path / "run" / "adapter" / "adapter_model.safetensors").exists()
+    evals = [r for r in _lines(tmp_path / "run" / "metrics.jsonl") if r["kind"] == "eval"]
+    assert {r["target"] for r in evals} == {"greedy", "pass@k", "hard"}
+    assert evals[0]["step"] == 0 and evals[-1]["step"] == out["steps"]
+    card = json.loads((tmp_path / "run" / "report_card.json").read_text())
+    assert card["total_flops"] == out["total_flops"] and sum(card["split"].values()) == out["total_flops"]
+
+
+def test_second_call_on_a_complete_run_does_not_train_again(tiny_model_dir, tmp_path):
+    from race.engines import run_engine
+
+    cfg = _cfg(tiny_model_dir, budget_flops=2e9)
+    a = run_engine(cfg, tmp_path / "r")
+    size = (tmp_path / "r" / "ledger.jsonl").stat().st_size
+    b = run_engine(cfg, tmp_path / "r")
+    assert a == b and (tmp_path / "r" / "ledger.jsonl").stat().st_size == size
+
+
+def test_same_seed_same_ledger_and_metrics(tiny_model_dir, tmp_path):
+    from race.engines import run_engine
+
+    cfg = _cfg(tiny_model_dir, budget_flops=3e9)
+    run_engine(cfg, tmp_path / "a")
+    run_engine(cfg, tmp_path / "b")
+    for f in ("ledger.jsonl", "metrics.jsonl"):
+        assert _strip_seconds(_lines(tmp_path / "a" / f)) == _strip_seconds(_lines(tmp_path / "b" / f)), f
+
+
+def test_killed_run_resumes_to_the_same_result(tiny_model_dir, tmp_path, monkeypatch):
+    """Crash after step 3 (checkpoint at step 2): the resumed run drops step 3's records,
+    redoes it, and ends with the ledger and metrics of an uninterrupted run."""
+    from race.engines import builtin, run_engine
+
+    cfg = _cfg(tiny_model_dir, budget_flops=4e9)
+    ref = run_engine(cfg, tmp_path / "ref")
+    assert ref["steps"] >= 4
+
+    real = builtin.BuiltinEngine._train_step
+
+    def crashing(self, step, *a, **k):
+        real(self, step, *a, **k)
+        if step == 3:
+            raise KeyboardInterrupt("simulated kill")
+
+    monkeypatch.setattr(builtin.BuiltinEngine, "_train_step", crashing)
+    with pytest.raises(KeyboardInterrupt):
+        run_engine(cfg, tmp_path / "run")
+    assert not (tmp_path / "run" / "run.json").exists()
+    assert max(r["step"] for r in _lines(tmp_path / "run" / "ledger.jsonl")) == 3
+    monkeypatch.setattr(builtin.BuiltinEngine, "_train_step", real)
+    out = run_engine(cfg, tmp_path / "run")
+    assert out["resumed_from"] == 2
+    for f in ("ledger.jsonl", "metrics.jsonl"):
+        assert _strip_seconds(_lines(tmp_path / "ref" / f)) == _strip_seconds(_lines(tmp_path / "run" / f)), f
+    assert out["total_flops"] == ref["total_flops"] and out["final"] == ref["final"]
+
+
+def test_ledger_equals_measured_flops_under_torch_conventions(tiny_model_dir, tmp_path, monkeypatch):
+    """Each training step's counted ledger FLOPs equal FlopCounterMode's count of that step
+    (rollout, old/reference log-probs, update; eager attention)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from race.engines import builtin, run_engine
+
+    measured: dict[int, int] = {}
+    real = builtin.BuiltinEngine._train_step
+
+    def counted(self, step, *a, **k):
+        with FlopCounterMode(display=False) as fc:
+            real(self, step, *a, **k)
+        measured[step] = fc.get_total_flops()
+
+    monkeypatch.setattr(builtin.BuiltinEngine, "_train_step", counted)
+    cfg = _cfg(tiny_model_dir, budget_flops=4e9, conventions="torch", num_iterations=2, beta=0.1,
+               attn_implementation="eager")
+    run_engine(cfg, tmp_path / "m")
+    ledger = _lines(tmp_path / "m" / "ledger.jsonl")
+    assert len(measured) >= 2
+    for step, flops in measured.items():
+        analytic = sum(r["flops"] for r in ledger if r["step"] == step and r["counted"])
+        assert analytic == flops, (step, analytic, flops)
+
+
+def test_budget_below_one_step_says_what_a_step_costs(tiny_model_dir, tmp_path):
+    from race.engines import run_engine
+
+    with pytest.raises(AccountingError, match="smaller than one step"):
+        run_engine(_cfg(tiny_model_dir, budget_flops=1e6), tmp_path / "x")
+
+
+def test_bad_configs_are_refused_with_the_field_named():
+    from race.config import ConfigError
+
+    with pytest.raises(ConfigError, match="num_generations"):
+        run_config_from_dict({"budget_flops": 1e9, "num_generations": 1})
+    with pytest.raises(ConfigError, match="prompts_per_step"):
+        run_config_from_dict({"budget_flops": 1e9, "prompts_per_step": 0})
+    with pytest.raises(ConfigError, match="budget_flops"):
+        run_config_from_dict({})
+    with pytest.raises(ConfigError, match="unknown field"):
+        run_config_from_dict({"budget_flops": 1e9, "num_generation": 4})
+
+
+def test_non_finite_loss_stops_and_keeps_the_last_checkpoint(tiny_model_dir, tmp_path, monkeypatch):
+    import torch
+
+    from race.engines import grpo_math, run_engine
+
+    real = grpo_math.grpo_loss
+    calls = {"n": 0}
+
+    def poisoned(*a, **k):
+        loss, stats = real(*a, **k)
+        calls["n"] += 1
+        return (loss * torch.tensor(float("nan")) if calls["n"] >= 3 else loss), stats
+
+    monkeypatch.setattr("race.engines.builtin.grpo_loss", poisoned)
+    out = run_engine(_cfg(tiny_model_dir, budget_flops=4e9), tmp_path / "d")
+    assert out["status"] == "diverged" and "non-finite" in out["error"]
+    assert (tmp_path / "d" / "checkpoint" / "trainable.safetensors").exists()
