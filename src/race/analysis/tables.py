@@ -1,0 +1,227 @@
+"""Input tables of the analysis and their schemas.
+
+Three tables feed every analysis function (one row each):
+
+- ``runs``: one row per pilot run (see :data:`RUNS_COLUMNS`).
+- ``evals``: one row per (run_id, evaluation point, target) (see :data:`EVALS_COLUMNS`).
+- ``train``: optional per-step training log (see :data:`TRAIN_COLUMNS`).
+
+An *allocation* is everything that describes how a run spends its budget except the
+budget itself and the seed: ``(model, num_generations, prompts_per_step, num_iterations,
+learning_rate, reward)``. :func:`allocation_key` turns it into one readable string, the
+identifier every other module uses.
+
+A *reward system* is the part of ``reward`` before the first ``":"`` (``"prm:prm-s"`` ->
+``"prm"``), so that a frontier "conditioned on the reward system" can still compare
+reward models of one system (the feedback axis).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+import pandas as pd
+
+ALLOCATION_COLUMNS: tuple[str, ...] = (
+    "model",
+    "num_generations",
+    "prompts_per_step",
+    "num_iterations",
+    "learning_rate",
+    "reward",
+)
+
+RUNS_COLUMNS: dict[str, str] = {
+    "run_id": "run identifier (unique)",
+    "study": "study name",
+    "budget": "FLOP budget of the run (float)",
+    "model": "policy model name",
+    "model_params": "non-embedding parameters of the policy (float)",
+    "num_generations": "completions per prompt (G)",
+    "prompts_per_step": "prompts per optimizer batch",
+    "num_iterations": "updates per generation batch",
+    "learning_rate": "optimizer learning rate",
+    "reward": "reward name, e.g. 'rule', 'prm:prm-s', 'random'",
+    "seed": "random seed",
+    "status": "'complete', 'failed', ...",
+    "total_flops": "FLOPs spent in total",
+    "rollout_flops": "FLOPs of rollout/search",
+    "learning_flops": "FLOPs of updates and log-prob passes",
+    "feedback_flops": "FLOPs of reward/feedback",
+    "steps": "optimizer steps taken",
+    "wall_s": "wall-clock seconds",
+    "zero_var_frac": "share of groups whose rewards are all equal",
+    "trunc_rate": "share of completions that hit the length limit",
+}
+RUNS_OPTIONAL: dict[str, str] = {
+    "proxy_reward_trend": "slope of the proxy (training) reward over the run",
+    "verified_trend": "slope of the verified accuracy over the run",
+}
+#: The columns most analysis functions need from ``runs``.
+RUNS_CORE: tuple[str, ...] = ("run_id", "budget", "seed", "status", "model_params") + ALLOCATION_COLUMNS
+
+EVALS_COLUMNS: dict[str, str] = {
+    "run_id": "run identifier (matches runs.run_id)",
+    "step": "optimizer step of the evaluation",
+    "flops": "cumulative training FLOPs at the evaluation",
+    "target": "'greedy', 'pass@k', 'hard', ...",
+    "score": "score in [0, 1]",
+    "n": "number of evaluation problems",
+}
+EVALS_OPTIONAL: dict[str, str] = {
+    "per_problem": "list of per-problem 0/1 (or fractional) scores, same problems and order "
+    "for every run of a target",
+}
+
+TRAIN_COLUMNS: dict[str, str] = {
+    "run_id": "run identifier",
+    "step": "optimizer step",
+    "flops": "cumulative training FLOPs after the step",
+    "reward_mean": "mean proxy/training reward of the step's completions",
+}
+
+KNOWN_STATUSES = ("complete", "failed", "running", "pending", "stopped")
+
+
+class SchemaError(ValueError):
+    """A table lacks columns (or holds values) the analysis needs."""
+
+
+def require_columns(df: pd.DataFrame, columns: Iterable[str], table: str) -> None:
+    """Raise :class:`SchemaError` naming every column of ``columns`` missing from ``df``."""
+    if not isinstance(df, pd.DataFrame):
+        raise SchemaError(f"{table} must be a pandas DataFrame, got {type(df).__name__}")
+    missing = [c for c in columns if c not in df.columns]
+    if missing:
+        raise SchemaError(
+            f"{table} table is missing column(s): {', '.join(missing)} "
+            f"(has: {', '.join(map(str, df.columns))})"
+        )
+
+
+def _check_unique(df: pd.DataFrame, cols: Sequence[str], table: str) -> None:
+    dup = df.duplicated(subset=list(cols), keep=False)
+    if dup.any():
+        first = df.loc[dup, list(cols)].iloc[0].to_dict()
+        raise SchemaError(f"{table} has duplicate rows for {list(cols)}, e.g. {first}")
+
+
+def validate_runs(runs: pd.DataFrame, columns: Iterable[str] | None = None) -> pd.DataFrame:
+    """Check a runs table: required columns present, run_id unique, budgets positive.
+
+    ``columns`` defaults to the full :data:`RUNS_COLUMNS` schema; pass a subset (e.g.
+    :data:`RUNS_CORE`) when only part of it is needed. Returns ``runs`` unchanged.
+    """
+    require_columns(runs, list(columns) if columns is not None else list(RUNS_COLUMNS), "runs")
+    if "run_id" in runs.columns:
+        _check_unique(runs, ["run_id"], "runs")
+    if "budget" in runs.columns:
+        budget = pd.to_numeric(runs["budget"], errors="coerce")
+        if budget.isna().any() or (budget <= 0).any():
+            raise SchemaError("runs.budget must be positive numbers (FLOPs)")
+    return runs
+
+
+def validate_evals(evals: pd.DataFrame, columns: Iterable[str] | None = None) -> pd.DataFrame:
+    """Check an evals table: required columns present and scores within [0, 1].
+
+    Returns ``evals`` unchanged.
+    """
+    require_columns(evals, list(columns) if columns is not None else list(EVALS_COLUMNS), "evals")
+    if "score" in evals.columns:
+        s = pd.to_numeric(evals["score"], errors="coerce")
+        if s.isna().any() or (s < 0).any() or (s > 1).any():
+            raise SchemaError("evals.score must be numbers in [0, 1]")
+    if "flops" in evals.columns:
+        f = pd.to_numeric(evals["flops"], errors="coerce")
+        if f.isna().any() or (f < 0).any():
+            raise SchemaError("evals.flops must be non-negative numbers")
+    return evals
+
+
+def validate_train(train: pd.DataFrame, columns: Iterable[str] | None = None) -> pd.DataFrame:
+    """Check a per-step train table has the columns the diagnostics read."""
+    require_columns(train, list(columns) if columns is not None else list(TRAIN_COLUMNS), "train")
+    return train
+
+
+def _fmt_number(x: object) -> str:
+    try:
+        v = float(x)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return str(x)
+    if v.is_integer() and abs(v) < 1e15:
+        return str(int(v))
+    return f"{v:g}"
+
+
+def allocation_key(df: pd.DataFrame) -> pd.Series:
+    """One readable string per row naming its allocation.
+
+    ``"{model}|G={num_generations}|P={prompts_per_step}|it={num_iterations}|lr={lr:g}|{reward}"``
+    (everything but budget and seed). Equal allocations give equal keys.
+    """
+    require_columns(df, ALLOCATION_COLUMNS, "runs")
+    parts = [
+        df["model"].astype(str),
+        "G=" + df["num_generations"].map(_fmt_number),
+        "P=" + df["prompts_per_step"].map(_fmt_number),
+        "it=" + df["num_iterations"].map(_fmt_number),
+        "lr=" + df["learning_rate"].map(lambda v: f"{float(v):g}"),
+        df["reward"].astype(str),
+    ]
+    key = parts[0]
+    for p in parts[1:]:
+        key = key + "|" + p
+    return key.rename("allocation")
+
+
+def reward_system(reward: object) -> str:
+    """The reward system of a reward name: text before the first ``":"``."""
+    return str(reward).split(":", 1)[0]
+
+
+def prepare_runs(runs: pd.DataFrame, include_failed: bool = False) -> pd.DataFrame:
+    """Runs with ``allocation`` and ``reward_system`` columns added, sorted by run_id.
+
+    Only ``status == "complete"`` runs are kept unless ``include_failed``.
+    """
+    validate_runs(runs, RUNS_CORE)
+    out = runs.copy()
+    if not include_failed:
+        out = out[out["status"].astype(str) == "complete"]
+    out["budget"] = out["budget"].astype(float)
+    out["model_params"] = out["model_params"].astype(float)
+    out["allocation"] = allocation_key(out)
+    out["reward_system"] = out["reward"].map(reward_system)
+    return out.sort_values("run_id", kind="mergesort").reset_index(drop=True)
+
+
+def allocation_table(runs: pd.DataFrame) -> pd.DataFrame:
+    """Distinct allocations: ``allocation`` key, its columns, model_params and reward_system."""
+    prepared = runs if "allocation" in runs.columns else prepare_runs(runs, include_failed=True)
+    cols = ["allocation", *ALLOCATION_COLUMNS, "model_params", "reward_system"]
+    cols = [c for c in cols if c in prepared.columns]
+    return (
+        prepared[cols]
+        .drop_duplicates("allocation")
+        .sort_values("allocation", kind="mergesort")
+        .reset_index(drop=True)
+    )
+
+
+def per_problem_array(value: object) -> np.ndarray | None:
+    """A per-problem score vector as a float array; ``None`` when absent.
+
+    Accepts a list/tuple/ndarray or a JSON string (as stored in SQLite).
+    """
+    if value is None:
+        return None
+    if isinstance(value, float) and np.isnan(value):
+        return None
+    if isinstance(value, str):
+        value = json.loads(value)
+    arr = np.asarray(value, dtype=float).ravel()
+    return arr if arr.size else None

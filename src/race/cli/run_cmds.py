@@ -1,0 +1,133 @@
+"""`race train` (and the commands that run training: demo, report, validate).
+
+Each command is a few lines over a library call; heavy imports stay inside."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+
+
+def _fail(msg: str) -> None:
+    typer.secho(f"error: {msg}", fg=typer.colors.RED, err=True)
+    raise typer.Exit(2)
+
+
+class MetricsSink:
+    """Mirror the metrics stream to TensorBoard and/or Weights & Biases (offline), the way
+    TRL users are used to. Both are optional: a missing package is a clear error."""
+
+    def __init__(self, kinds: list[str], run_dir: Path, name: str) -> None:
+        self.tb = self.wb = None
+        if "tensorboard" in kinds:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+            except ImportError:
+                raise RuntimeError("log_to: tensorboard needs the tensorboard package (pip install tensorboard)")
+            self.tb = SummaryWriter(str(run_dir / "tensorboard"))
+        if "wandb" in kinds:
+            try:
+                import wandb
+            except ImportError:
+                raise RuntimeError("log_to: wandb needs the wandb package (pip install wandb)")
+            self.wb = wandb.init(project="race", name=name, dir=str(run_dir), mode="offline")
+
+    def log(self, row: dict[str, Any]) -> None:
+        step = int(row.get("step", 0))
+        scalars = {k: v for k, v in row.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        if self.tb is not None:
+            for k, v in scalars.items():
+                self.tb.add_scalar(f"train/{k}", v, step)
+        if self.wb is not None:
+            self.wb.log({f"train/{k}": v for k, v in scalars.items()}, step=step)
+
+    def close(self) -> None:
+        if self.tb is not None:
+            self.tb.close()
+        if self.wb is not None:
+            self.wb.finish()
+
+
+def train(
+    config: Annotated[Path, typer.Argument(help="run YAML file (see configs/)")],
+    budget: Annotated[Optional[float], typer.Option(help="FLOP budget (overrides budget_flops)")] = None,
+    set_: Annotated[Optional[list[str]], typer.Option("--set", help="override a setting: key=value (lora.r=16)")] = None,
+    output_dir: Annotated[Optional[Path], typer.Option(help="run directory (default runs/<name>-<id>)")] = None,
+    quiet: Annotated[bool, typer.Option(help="no progress bar")] = False,
+) -> None:
+    """Train one GRPO run under a FLOP budget; resumes if the run directory has a checkpoint."""
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from race.accounting import AccountingError, fmt_flops
+    from race.config import ConfigError, load_run_config
+
+    overrides = list(set_ or [])
+    if budget is not None:
+        overrides.append(f"budget_flops={budget}")
+    try:
+        cfg = load_run_config(config, overrides)
+    except ConfigError as e:
+        _fail(str(e))
+    run_dir = output_dir or Path(cfg.output_dir or f"runs/{cfg.name}-{cfg.run_id()}")
+    console = Console()
+    console.print(f"[bold]race train[/bold] {cfg.name}: {cfg.model}, engine={cfg.engine}, reward={cfg.reward}, "
+                  f"budget {fmt_flops(cfg.budget_flops)} -> {run_dir}")
+    from race.engines import run_engine
+
+    sink = MetricsSink(list(cfg.log_to), Path(run_dir), cfg.name)
+    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[info]}"),
+                  TimeElapsedColumn(), console=console, disable=quiet) as bar:
+        task = bar.add_task("FLOPs", total=cfg.budget_flops, info="")
+
+        def on_step(d: dict[str, Any]) -> None:
+            sink.log(d)
+            bar.update(task, completed=d["flops"],
+                       info=f"step {d['step']} | {fmt_flops(d['flops'])} / {fmt_flops(d['budget'])} | "
+                            f"reward {d['reward_mean']:.3f} | zero-var {d['zero_var_frac']:.0%}")
+
+        try:
+            out = run_engine(cfg, run_dir, progress=on_step)
+        except (AccountingError, ValueError, FileNotFoundError, RuntimeError) as e:
+            _fail(str(e))
+        finally:
+            sink.close()
+    _print_summary(console, out, Path(run_dir))
+    if out["status"] != "complete":
+        raise typer.Exit(1)
+
+
+def _print_summary(console: Any, out: dict[str, Any], run_dir: Path) -> None:
+    from rich.table import Table
+
+    from race.accounting import fmt_flops
+
+    t = Table(title=f"{out['name']} ({out['status']}, stopped by {out['stop_reason']})")
+    t.add_column("")
+    t.add_column("value", justify="right")
+    t.add_row("steps", str(out["steps"]))
+    t.add_row("FLOPs spent / budget", f"{fmt_flops(out['total_flops'])} / {fmt_flops(out['budget_flops'])}")
+    for ph, v in out["phase_flops"].items():
+        if v:
+            t.add_row(f"  {ph}", fmt_flops(v))
+    for target, score in out["final"].items():
+        t.add_row(f"{target}", f"{out['initial'].get(target, float('nan')):.3f} -> {score:.3f}")
+    t.add_row("wall seconds", f"{out['wall_s']:.1f}")
+    console.print(t)
+    if out.get("error"):
+        console.print(f"[red]{out['error']}[/red]")
+    console.print(f"run directory: {run_dir} (report card: {run_dir / 'report_card.md'})")
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(train)
+    for mod in ("race.cli.study_cmds",):
+        try:
+            __import__(mod, fromlist=["register"]).register(app)
+        except ImportError:
+            pass
+
+
+__all__ = ["register", "train", "MetricsSink"]

@@ -1,0 +1,96 @@
+import dataclasses
+import json
+
+import pytest
+
+from race.analysis import realised_regret, recommend
+
+from analysis_synth import Alloc, make_study
+
+BEST = Alloc("m", 4e6, r0=0.05, a=0.80, b=1.2, c_mid=1e14, num_generations=16)
+MID = dataclasses.replace(BEST, num_generations=8, a=0.60)
+LOW = dataclasses.replace(BEST, num_generations=4, a=0.40)
+PILOTS = [1e14, 3e14, 1e15]
+
+
+@pytest.fixture(scope="module")
+def stable_study():
+    return make_study([BEST, MID, LOW], budgets=PILOTS, n_problems=200, rng=11)
+
+
+def test_stable_recommendation_with_interval_covering_truth(stable_study):
+    runs, evals = stable_study
+    rec = recommend(evals, runs, "greedy", 3e15, n_boot=40, rng=0)
+    assert rec.allocation == BEST.key
+    assert rec.confidence == "stable regime", rec.reasons
+    assert rec.predicted_lo <= float(BEST.truth(3e15)) <= rec.predicted_hi
+    assert rec.win_probability > 0.9 and rec.expected_regret < 0.01
+    assert rec.extrapolation_ratio == pytest.approx(3.0)
+    assert rec.allocation_params["num_generations"] == 16
+    assert list(rec.predictions["allocation"]) == [BEST.key, MID.key, LOW.key]
+    assert rec.runner_up == MID.key
+    d = rec.to_dict()
+    json.dumps(d)  # plain types only
+    assert d["predictions"][0]["allocation"] == BEST.key
+
+
+def test_trend_method_agrees_on_the_choice(stable_study):
+    runs, evals = stable_study
+    rec = recommend(evals, runs, "greedy", 3e15, method="trend", n_boot=100, rng=0)
+    assert rec.allocation == BEST.key and rec.method == "trend"
+    assert rec.predictions["A_identified"].isna().all()
+
+
+def test_target_far_beyond_pilots_is_flagged(stable_study):
+    runs, evals = stable_study
+    rec = recommend(evals, runs, "greedy", 1e17, n_boot=20, rng=0)
+    assert rec.confidence == "extrapolation too far"
+    assert any("100.0x the largest pilot budget" in r for r in rec.reasons)
+
+
+def test_unidentified_asymptote_is_flagged():
+    late = dataclasses.replace(BEST, c_mid=1e16, a=1.0, r0=0.4)  # data end well before C_mid
+    runs, evals = make_study([late, LOW], budgets=PILOTS, n_problems=0, rng=12)
+    rec = recommend(evals, runs, "greedy", 3e15, n_boot=20, rng=0)
+    assert rec.allocation == late.key
+    assert rec.confidence == "extrapolation too far"
+    assert any("unidentified" in r for r in rec.reasons)
+
+
+def test_indistinguishable_allocations_are_unstable():
+    twin = dataclasses.replace(BEST, learning_rate=2e-5)
+    runs, evals = make_study([BEST, twin], budgets=PILOTS, n_problems=200, rng=13)
+    rec = recommend(evals, runs, "greedy", 3e15, n_boot=40, rng=0)
+    assert rec.confidence == "unstable"
+    assert rec.win_probability < 0.8
+    assert any("win probability" in r for r in rec.reasons)
+
+
+def test_reward_system_filter_and_random_excluded():
+    rnd = dataclasses.replace(BEST, reward="random", a=0.95)
+    prm = dataclasses.replace(MID, reward="prm:prm-s", a=0.9)
+    runs, evals = make_study([BEST, rnd, prm], budgets=PILOTS, n_problems=0, rng=14)
+    rec = recommend(evals, runs, "greedy", 3e15, reward_system="rule", n_boot=10, rng=0)
+    assert rec.allocation == BEST.key and len(rec.predictions) == 1
+    rec_all = recommend(evals, runs, "greedy", 3e15, n_boot=10, rng=0)
+    assert rnd.key not in set(rec_all.predictions["allocation"])
+
+
+def test_realised_regret(stable_study):
+    runs, evals = stable_study
+    rec = recommend(evals, runs, "greedy", 3e15, n_boot=40, rng=0)
+    vruns, vevals = make_study([BEST, MID], budgets=[3e15], n_problems=400, rng=21)
+    val = realised_regret(rec, vevals, vruns, n_boot=300, rng=0)
+    assert val.rank == 1 and val.best_rival == MID.key
+    assert val.realised_regret < 0 and not val.regret_tie
+    assert val.prediction_covered
+    json.dumps(val.to_dict())
+
+    # a rival that turns out better at the target budget: positive realised regret
+    better = dataclasses.replace(MID, a=0.95, c_mid=5e13)  # MID's allocation, better than predicted
+    vruns, vevals = make_study([BEST, better], budgets=[3e15], n_problems=400, rng=22)
+    val = realised_regret(rec, vevals, vruns, n_boot=300, rng=0)
+    assert val.best_rival == better.key and val.rank == 2
+    assert val.realised_regret > 0.05 and val.regret_lo > 0
+    with pytest.raises(ValueError, match="target budget"):
+        realised_regret(rec, vevals, vruns.assign(budget=1e14))

@@ -1,0 +1,78 @@
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from race.analysis import (
+    RUNS_COLUMNS,
+    SchemaError,
+    allocation_key,
+    allocation_table,
+    per_problem_array,
+    prepare_runs,
+    reward_system,
+    validate_evals,
+    validate_runs,
+)
+
+from analysis_synth import LARGE, SMALL, make_study
+
+
+def test_validate_runs_names_every_missing_column():
+    runs, _ = make_study([SMALL], budgets=[1e14], n_problems=0)
+    validate_runs(runs)  # complete schema passes
+    with pytest.raises(SchemaError) as err:
+        validate_runs(runs.drop(columns=["budget", "seed", "trunc_rate"]))
+    msg = str(err.value)
+    assert "runs table is missing column(s): budget, seed, trunc_rate" in msg
+
+
+def test_validate_runs_rejects_duplicates_and_bad_budgets():
+    runs, _ = make_study([SMALL], budgets=[1e14], n_problems=0)
+    with pytest.raises(SchemaError, match="duplicate"):
+        validate_runs(pd.concat([runs, runs.iloc[:1]]))
+    with pytest.raises(SchemaError, match="positive"):
+        validate_runs(runs.assign(budget=0.0))
+
+
+def test_validate_evals_checks_columns_and_score_range():
+    _, evals = make_study([SMALL], budgets=[1e14], n_problems=0)
+    validate_evals(evals)
+    with pytest.raises(SchemaError, match="flops"):
+        validate_evals(evals.drop(columns=["flops"]))
+    with pytest.raises(SchemaError, match=r"\[0, 1\]"):
+        validate_evals(evals.assign(score=1.5))
+
+
+def test_allocation_key_ignores_budget_and_seed_only():
+    runs, _ = make_study([SMALL, LARGE], budgets=[1e14, 1e15], n_problems=0)
+    keys = allocation_key(runs)
+    assert keys.nunique() == 2
+    assert set(keys) == {SMALL.key, LARGE.key}
+    changed = runs.assign(learning_rate=np.where(runs["seed"] == 0, 3e-5, 1e-5))
+    assert allocation_key(changed).nunique() == 4
+
+
+def test_reward_system_and_prepare_runs_drop_failed():
+    assert reward_system("prm:prm-s") == "prm"
+    assert reward_system("rule") == "rule"
+    runs, _ = make_study([SMALL], budgets=[1e14], n_problems=0)
+    runs.loc[0, "status"] = "failed"
+    pr = prepare_runs(runs)
+    assert len(pr) == len(runs) - 1 and set(pr["reward_system"]) == {"rule"}
+    assert len(prepare_runs(runs, include_failed=True)) == len(runs)
+    table = allocation_table(runs)
+    assert list(table["allocation"]) == [SMALL.key]
+
+
+def test_per_problem_array_accepts_lists_and_json():
+    assert per_problem_array(None) is None
+    assert per_problem_array(float("nan")) is None
+    np.testing.assert_array_equal(per_problem_array(json.dumps([1, 0, 1])), [1.0, 0.0, 1.0])
+    np.testing.assert_array_equal(per_problem_array((0, 1)), [0.0, 1.0])
+
+
+def test_schema_lists_the_documented_columns():
+    for col in ("run_id", "budget", "model_params", "zero_var_frac", "trunc_rate", "feedback_flops"):
+        assert col in RUNS_COLUMNS
