@@ -4,6 +4,10 @@ Why not ``model.generate``: HF's generate runs logits processors, stopping crite
 cache bookkeeping on every step; at pilot-grid scale (tiny models, CPU) that overhead is
 most of a step. This loop does only what GRPO needs:
 
+Two interchangeable forwards run it: the functional decoder of ``fast_decode`` (default
+for Qwen2/Llama-style models: preallocated KV cache, no per-call overhead) and the HF model
+with its ``DynamicCache`` (any architecture). Both execute the same FLOPs.
+
 1. prefill each distinct prompt ONCE (left-padded batch, logits at the last position);
 2. repeat the KV cache G times (``share_prompt``: the G samples share the prefix);
 3. decode: sample (or argmax), append, one 1-token forward per step, until every row has
@@ -70,24 +74,47 @@ def _positions(mask: torch.Tensor) -> torch.Tensor:
 @torch.no_grad()
 def sample(model: Any, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, *, group: int, max_new_tokens: int,
            eos_id: int, pad_id: int, temperature: float = 1.0, greedy: bool = False,
-           generator: torch.Generator | None = None) -> Rollout:
-    """Sample ``group`` completions for each prompt row (see module docstring)."""
+           generator: torch.Generator | None = None, fast: bool | None = None) -> Rollout:
+    """Sample ``group`` completions for each prompt row (see module docstring).
+
+    ``fast``: use the functional decoder (``race.engines.fast_decode``) instead of the HF
+    forward; default: whenever the architecture supports it. Both execute the same FLOPs."""
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens={max_new_tokens}: must be >= 1")
-    n_prompts = prompt_ids.shape[0]
-    cache_kw = _cache_kwarg(model)
-    out = model(input_ids=prompt_ids, attention_mask=prompt_mask, position_ids=_positions(prompt_mask),
-                use_cache=True, logits_to_keep=1)
-    cache = getattr(out, cache_kw)
-    logits = out.logits[:, -1, :]
-    if group > 1:
-        cache.batch_repeat_interleave(group)
-        logits = logits.repeat_interleave(group, dim=0)
-    ids = prompt_ids.repeat_interleave(group, dim=0)
+    from race.engines.fast_decode import FastDecoder
+
+    n_prompts, P = prompt_ids.shape
+    if fast is None:
+        fast = FastDecoder.supports(model)
     mask = prompt_mask.repeat_interleave(group, dim=0)
     pos = _positions(mask)[:, -1]
-    B = ids.shape[0]
-    done = torch.zeros(B, dtype=torch.bool, device=ids.device)
+    if fast:
+        dec = FastDecoder(model)
+        logits = dec.prefill(prompt_ids, prompt_mask, P + max_new_tokens)
+        dec.expand(group)
+
+        def step(tok: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+            return dec.decode(tok, pos)
+    else:
+        cache_kw = _cache_kwarg(model)
+        out = model(input_ids=prompt_ids, attention_mask=prompt_mask, position_ids=_positions(prompt_mask),
+                    use_cache=True, logits_to_keep=1)
+        state = {"cache": getattr(out, cache_kw), "mask": mask}
+        logits = out.logits[:, -1, :]
+        if group > 1:
+            state["cache"].batch_repeat_interleave(group)
+
+        def step(tok: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+            m = state["mask"]
+            state["mask"] = torch.cat([m, torch.ones(m.shape[0], 1, dtype=m.dtype, device=m.device)], dim=1)
+            o = model(input_ids=tok[:, None], attention_mask=state["mask"], position_ids=pos[:, None], use_cache=True,
+                      **{cache_kw: state["cache"]})
+            state["cache"] = getattr(o, cache_kw)
+            return o.logits[:, -1, :]
+    if group > 1:
+        logits = logits.repeat_interleave(group, dim=0)
+    B = mask.shape[0]
+    done = torch.zeros(B, dtype=torch.bool, device=prompt_ids.device)
     tokens: list[torch.Tensor] = []
     for t in range(max_new_tokens):
         if greedy:
@@ -100,19 +127,15 @@ def sample(model: Any, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, *, g
         done = done | (nxt == eos_id)
         if bool(done.all()) or t == max_new_tokens - 1:
             break
-        mask = torch.cat([mask, torch.ones(B, 1, dtype=mask.dtype, device=mask.device)], dim=1)
         pos = pos + 1
-        out = model(input_ids=nxt[:, None], attention_mask=mask, position_ids=pos[:, None], use_cache=True,
-                    **{cache_kw: cache})
-        cache = getattr(out, cache_kw)
-        logits = out.logits[:, -1, :]
+        logits = step(nxt, pos)
     comp = torch.stack(tokens, dim=1)  # (B, T)
     is_eos = comp == eos_id
     has_eos = is_eos.any(1)
     first_eos = torch.where(has_eos, is_eos.float().argmax(1), torch.full_like(has_eos, comp.shape[1], dtype=torch.long))
     ar = torch.arange(comp.shape[1], device=comp.device)[None, :]
     cmask = (ar <= first_eos[:, None]).long()
-    return Rollout(prompt_ids=ids, prompt_mask=mask[:, : prompt_ids.shape[1]], completion_ids=comp,
+    return Rollout(prompt_ids=prompt_ids.repeat_interleave(group, dim=0), prompt_mask=mask, completion_ids=comp,
                    completion_mask=cmask, truncated=~has_eos, n_prompts=n_prompts, group=group)
 
 
