@@ -1,0 +1,89 @@
+"""Grid throughput: cells per hour with 1 worker, with the chosen local layout, and on Ray.
+
+Runs the same cells three times into fresh study directories and prints them side by
+side, with scaling efficiency = (cells/hour / cells/hour of 1 worker) / workers. Wall
+time includes starting the workers (process pool or Ray), as a user would see it.
+
+    python benchmarks/grid_throughput.py                       # configs/grid-demo.yaml, 4 cells
+    python benchmarks/grid_throughput.py GRID.yaml --cells 8 --workers 2 --threads 1
+    python benchmarks/grid_throughput.py --cell-fn tests/grid/fake_engine.py:run_engine --sleep 0.05
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _measure(spec, cells: list[str], study_dir: Path, **runner) -> tuple[float, int, int]:
+    from race.grid import run_grid
+
+    t0 = time.perf_counter()
+    res = run_grid(spec, study_dir, only=cells, poll_s=0.1, **runner)
+    return time.perf_counter() - t0, res.complete, len(res.failed)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("grid", nargs="?", default=str(ROOT / "configs" / "grid-demo.yaml"))
+    ap.add_argument("--cells", type=int, default=4, help="first N runnable cells of the grid (cheapest budget first)")
+    ap.add_argument("--workers", type=int, default=None, help="local layout: workers (default: the grid file's)")
+    ap.add_argument("--threads", type=int, default=None, help="threads per worker (default: the grid file's)")
+    ap.add_argument("--cell-fn", default=None, help="override the grid's cell function (e.g. the fake engine)")
+    ap.add_argument("--sleep", type=float, default=None, help="RACE_FAKE_STEP_SLEEP for the fake engine")
+    ap.add_argument("--no-ray", action="store_true", help="skip the Ray column")
+    ap.add_argument("--keep", action="store_true", help="keep the study directories")
+    args = ap.parse_args(argv)
+
+    from race.grid import grid_spec_from_dict, load_grid_spec, plan_grid
+
+    spec = load_grid_spec(args.grid)
+    if args.cell_fn:
+        spec = grid_spec_from_dict({**spec.model_dump(), "cell_fn": args.cell_fn, "min_steps": 0}, source=args.grid,
+                                   base_dir=Path(args.grid).resolve().parent)
+    if args.sleep is not None:
+        os.environ["RACE_FAKE_STEP_SLEEP"] = str(args.sleep)
+    workers = args.workers or spec.runner.resolved_workers()
+    threads = args.threads or spec.runner.threads_per_worker
+    cells = [c.cell.run_id for c in plan_grid(spec).runnable][: args.cells]
+    if not cells:
+        print("no runnable cells in the grid")
+        return 1
+
+    layouts = [("local 1 worker", dict(runner="local", workers=1, threads_per_worker=threads), 1),
+               (f"local {workers}x{threads}", dict(runner="local", workers=workers, threads_per_worker=threads), workers)]
+    if not args.no_ray:
+        layouts.append((f"ray {workers}x{threads}", dict(runner="ray", workers=workers, threads_per_worker=threads), workers))
+
+    tmp = Path(tempfile.mkdtemp(prefix="race-grid-bench-"))
+    rows = []
+    try:
+        for name, runner, w in layouts:
+            print(f"running {len(cells)} cells: {name} ...", flush=True)
+            secs, done, failed = _measure(spec, cells, tmp / name.replace(" ", "_"), **runner)
+            rows.append((name, w, secs, done, failed))
+    finally:
+        if not args.keep:
+            shutil.rmtree(tmp, ignore_errors=True)
+        else:
+            print(f"study directories kept under {tmp}")
+
+    base_cph = len(cells) / rows[0][2] * 3600
+    print()
+    print(f"grid {spec.study} ({args.grid}), {len(cells)} cells, cell_fn {spec.cell_fn}, {os.cpu_count()} CPUs")
+    print(f"{'layout':<18}{'workers':>8}{'wall s':>10}{'cells/h':>10}{'speedup':>9}{'efficiency':>12}{'failed':>8}")
+    for name, w, secs, done, failed in rows:
+        cph = len(cells) / secs * 3600
+        print(f"{name:<18}{w:>8}{secs:>10.1f}{cph:>10.0f}{cph / base_cph:>9.2f}{cph / base_cph / w:>12.0%}{failed:>8}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,145 @@
+"""`race report` and `race validate`: a study's report, and the validation stage.
+
+Each command is a few lines over ``race.report``; heavy imports stay inside. The lead's
+``race.cli.run_cmds`` calls :func:`register` to add them to the main app.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+
+
+def _fail(msg: str, code: int = 2) -> None:
+    typer.secho(f"error: {msg}", fg=typer.colors.RED, err=True)
+    raise typer.Exit(code)
+
+
+def _targets(target: str) -> tuple[str, ...]:
+    from race.report import DEFAULT_TARGETS
+
+    return (target, *[t for t in DEFAULT_TARGETS if t != target])
+
+
+def _load(study_dir: Path, target: str, target_budget: float | None) -> Any:
+    from race.report import ReportError, load_study
+
+    try:
+        study = load_study(study_dir, target_budget=target_budget)
+    except ReportError as e:
+        _fail(str(e))
+    present = sorted(study.evals_of(study.pilot_runs)["target"].astype(str).unique())
+    if target not in present:
+        _fail(f"--target {target!r} is not evaluated in study {study.name} (targets: {', '.join(present) or 'none'})")
+    return study
+
+
+def _print_report(paths: Any) -> None:
+    from race.accounting import fmt_flops
+
+    typer.echo(f"report: {paths.html}")
+    typer.echo(f"        {paths.markdown} (figures in {paths.out_dir / 'figures'}), numbers in {paths.json}")
+    if paths.total_flops is not None:
+        typer.echo(f"study total: {fmt_flops(paths.total_flops)}")
+    if paths.headline:
+        typer.echo(paths.headline)
+        typer.echo(f"confidence: {paths.confidence}")
+    for key, why in paths.missing.items():
+        typer.secho(f"  [{key}] not shown: {why}", dim=True)
+
+
+def report(
+    study_dir: Annotated[Path, typer.Argument(help="study directory (holds study.sqlite)")],
+    out: Annotated[Optional[Path], typer.Option(help="output directory (default STUDY_DIR/report)")] = None,
+    target_budget: Annotated[Optional[float], typer.Option(help="FLOPs of the run to plan (default: the validated "
+                                                               "budget, else 10x the largest pilot budget)")] = None,
+    target: Annotated[str, typer.Option(help="primary evaluation target: greedy | pass@k | hard")] = "greedy",
+    n_boot: Annotated[int, typer.Option(min=10, help="bootstrap replicates of scores")] = 500,
+    n_boot_fit: Annotated[int, typer.Option(min=10, help="bootstrap replicates of curve fits")] = 200,
+    seed: Annotated[int, typer.Option(help="random seed of the bootstraps")] = 0,
+) -> None:
+    """Write the study's report (HTML, Markdown, JSON) and print its recommendation."""
+    from race.report import ReportError, build_report
+
+    study = _load(study_dir, target, target_budget)
+    try:
+        paths = build_report(study, out, target_budget=target_budget, targets=_targets(target), rng=seed,
+                             n_boot=n_boot, n_boot_fit=n_boot_fit)
+    except ReportError as e:
+        _fail(str(e))
+    _print_report(paths)
+
+
+def _parse_seeds(seeds: str | None) -> list[int] | None:
+    if not seeds:
+        return None
+    try:
+        out = [int(s) for s in seeds.replace(" ", "").split(",") if s]
+    except ValueError:
+        raise typer.BadParameter(f"{seeds!r}: write comma-separated integers, e.g. 0,1,2", param_hint="--seeds")
+    if not out:
+        raise typer.BadParameter("give at least one seed", param_hint="--seeds")
+    return out
+
+
+def validate(
+    study_dir: Annotated[Path, typer.Argument(help="study directory (holds study.sqlite)")],
+    target_budget: Annotated[Optional[float], typer.Option(help="FLOPs of the validation runs (default 10x the "
+                                                               "largest pilot budget)")] = None,
+    rivals: Annotated[int, typer.Option(min=0, help="strongest rivals to run beside the recommendation")] = 2,
+    seeds: Annotated[Optional[str], typer.Option(help="comma-separated seeds (default: each allocation's pilot "
+                                                      "seeds)")] = None,
+    target: Annotated[str, typer.Option(help="evaluation target the recommendation optimises")] = "greedy",
+    workers: Annotated[Optional[int], typer.Option(min=1, help="cells in flight (default: the study's runner)")] = None,
+    out: Annotated[Optional[Path], typer.Option(help="report directory (default STUDY_DIR/report)")] = None,
+    n_boot: Annotated[int, typer.Option(min=10, help="bootstrap replicates of scores")] = 500,
+    n_boot_fit: Annotated[int, typer.Option(min=10, help="bootstrap replicates of curve fits")] = 200,
+    seed: Annotated[int, typer.Option(help="random seed of the bootstraps")] = 0,
+) -> None:
+    """Run the recommendation and its rivals at the target budget; report realised regret."""
+    from race.accounting import fmt_flops
+    from race.report import ReportError, build_report, validate_study
+
+    seed_list = _parse_seeds(seeds)
+    _load(study_dir, target, target_budget)
+
+    def on_event(ev: Any) -> None:
+        if ev.kind in ("complete", "failed", "retry"):
+            typer.echo(f"  {ev.kind} {ev.run_id} [{ev.label}]" + (f": {ev.message}" if ev.message else ""))
+
+    try:
+        res = validate_study(study_dir, target_budget=target_budget, target=target, rivals=rivals, seeds=seed_list,
+                             workers=workers, n_boot=n_boot, n_boot_fit=n_boot_fit, rng=seed, on_event=on_event)
+    except ReportError as e:
+        _fail(str(e))
+    rec = res.recommendation
+    typer.echo(f"validated at {fmt_flops(res.target_budget)}: {', '.join(res.allocations)}")
+    v = res.result
+    if v is not None:
+        typer.echo(f"recommended {v.allocation}: realised {v.realised_score:.3f} [{v.realised_lo:.3f}, "
+                   f"{v.realised_hi:.3f}], predicted {v.predicted_score:.3f} [{v.predicted_lo:.3f}, "
+                   f"{v.predicted_hi:.3f}]")
+        typer.echo(f"realised regret {v.realised_regret:.3f} [{v.regret_lo:.3f}, {v.regret_hi:.3f}]"
+                   f"{' (a tie)' if v.regret_tie else ''} vs expected regret {v.predicted_regret:.3f}; "
+                   f"best rival {v.best_rival or '-'}; confidence was {rec.confidence}")
+    if res.message:
+        typer.secho(f"note: {res.message}", fg=typer.colors.YELLOW)
+    try:
+        paths = build_report(study_dir, out, target_budget=res.target_budget, targets=_targets(target), rng=seed,
+                             n_boot=n_boot, n_boot_fit=n_boot_fit)
+    except ReportError as e:
+        _fail(str(e))
+    _print_report(paths)
+    if res.status != "complete":
+        raise typer.Exit(1)
+
+
+def register(app: typer.Typer) -> None:
+    """Add `report` and `validate` to the main app."""
+    app.command("report")(report)
+    app.command("validate")(validate)
+
+
+__all__ = ["register", "report", "validate"]

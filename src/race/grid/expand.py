@@ -1,0 +1,115 @@
+"""Grid spec -> cells: the cartesian product of the axes x budgets x seeds.
+
+Order is budget-major (budgets as listed), then the axes' product (axes and values in
+the order the file gives them), then seeds; small budgets first means a partial study
+already covers every allocation at the cheap end. Each cell is a validated
+:class:`~race.config.RunConfig` with ``budget_flops`` and ``seed`` set; its id is
+``RunConfig.run_id()`` (a hash of the resolved spec), so the same cell keeps its id across
+calls, machines and edits of unrelated cells.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from race.config import ConfigError, RunConfig, run_config_from_dict
+from race.grid.spec import GridSpec, GridSpecError
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One run of the grid."""
+
+    index: int
+    run_id: str
+    config: RunConfig
+    allocation: dict[str, Any] = field(default_factory=dict)  # axis path -> value
+
+    @property
+    def budget(self) -> float:
+        return self.config.budget_flops
+
+    @property
+    def seed(self) -> int:
+        return self.config.seed
+
+    @property
+    def label(self) -> str:
+        """``model=tiny-s num_generations=8`` (axis values only)."""
+        return allocation_label(self.allocation)
+
+    def spec_dict(self) -> dict[str, Any]:
+        return self.config.model_dump(mode="json")
+
+
+def allocation_label(allocation: dict[str, Any]) -> str:
+    parts = []
+    for k, v in allocation.items():
+        parts.append(f"{k}={v if isinstance(v, (str, int, float)) else json.dumps(v, sort_keys=True)}")
+    return " ".join(parts) or "(base)"
+
+
+def _set_path(data: dict[str, Any], path: str, value: Any) -> None:
+    keys = path.split(".")
+    node = data
+    for k in keys[:-1]:
+        if not isinstance(node.get(k), dict):
+            node[k] = {}  # e.g. lora: null in base and an axis on lora.r turns LoRA on
+        node = node[k]
+    node[keys[-1]] = copy.deepcopy(value)
+
+
+def cell_data(spec: GridSpec, allocation: dict[str, Any], budget: float, seed: int) -> dict[str, Any]:
+    """The RunConfig dict of one cell (before validation)."""
+    data = copy.deepcopy(spec.base)
+    data.setdefault("name", spec.study)
+    if spec.engine is not None:
+        data["engine"] = spec.engine
+    if spec.eval:
+        ev = data.get("eval") if isinstance(data.get("eval"), dict) else {}
+        data["eval"] = {**ev, **copy.deepcopy(spec.eval)}
+    for path, value in allocation.items():
+        _set_path(data, path, value)
+    data["budget_flops"] = float(budget)
+    data["seed"] = int(seed)
+    return data
+
+
+def expand_grid(spec: GridSpec) -> list[Cell]:
+    """All cells of the grid, validated, with stable distinct ids."""
+    names = list(spec.axes)
+    combos = list(itertools.product(*(spec.axes[n] for n in names))) or [()]
+    cells: list[Cell] = []
+    errors: list[str] = []
+    seen: dict[str, Cell] = {}
+    for budget in spec.budgets:
+        for combo in combos:
+            allocation = dict(zip(names, combo))
+            for seed in spec.seeds:
+                data = cell_data(spec, allocation, budget, seed)
+                where = f"cell [{allocation_label(allocation)} budget={budget:.3g} seed={seed}]"
+                try:
+                    cfg = run_config_from_dict(data, source=where)
+                except ConfigError as e:
+                    errors.append(str(e))
+                    continue
+                rid = cfg.run_id()
+                if rid in seen:
+                    raise GridSpecError(
+                        f"{where} and cell [{seen[rid].label} seed={seen[rid].seed}] expand to the same run "
+                        f"(id {rid}): two axis values resolve to one setting; remove one of them"
+                    )
+                cell = Cell(index=len(cells), run_id=rid, config=cfg, allocation=allocation)
+                seen[rid] = cell
+                cells.append(cell)
+    if errors:
+        more = f"\n  ... and {len(errors) - 3} more invalid cells" if len(errors) > 3 else ""
+        raise GridSpecError(
+            f"grid spec ({spec.source}): {len(errors)} cell(s) are not valid runs; change base: or the axis "
+            "values named below\n" + "\n".join(errors[:3]) + more
+        )
+    return cells

@@ -1,0 +1,211 @@
+"""Dry run: what each cell will cost, which cells are refused, and the totals.
+
+The FLOP prediction comes from ``race.accounting`` through one adapter,
+:func:`predict_cell`; everything else here is bookkeeping over its numbers. A cell whose
+budget buys fewer than ``min_steps`` optimizer steps is refused: a run that cannot take a
+few steps says nothing about its allocation.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from race.config import RunConfig
+from race.grid.expand import Cell, expand_grid
+from race.grid.spec import GridSpec, as_grid_spec
+
+# Wall-time model of one cell on one worker: steps x per-step overhead + FLOPs / rate.
+# Tiny models are overhead-bound (DESIGN.md section 5), so both terms matter. Rough
+# defaults; plan_grid rescales them by what the study's finished runs actually took.
+ASSUMED_FLOPS_PER_SECOND = 5e10
+ASSUMED_SECONDS_PER_STEP = 0.5
+
+
+def default_seconds(steps: float, flops: float) -> float:
+    """Uncalibrated wall-time guess for ``steps`` steps spending ``flops`` FLOPs."""
+    return steps * ASSUMED_SECONDS_PER_STEP + flops / ASSUMED_FLOPS_PER_SECOND
+
+Predictor = Callable[[RunConfig], "dict[str, float] | None"]
+
+
+def _shape(name: str) -> Any:
+    """ModelShape of a tiny-family name, a Qwen2.5 preset, or a local model directory."""
+    from race.accounting import ModelShape
+
+    try:
+        from race.models.family import is_tiny_name, tiny_config_kwargs
+    except ImportError:  # pragma: no cover - models package absent
+        is_tiny_name = None  # type: ignore[assignment]
+    if is_tiny_name is not None and is_tiny_name(name):
+        return ModelShape.from_hf_config({"model_type": "qwen2", **tiny_config_kwargs(name)}, name)
+    if Path(name).is_dir() or name.endswith(".json"):
+        return ModelShape.from_hf_config(name)
+    return ModelShape.from_preset(name)
+
+
+def predict_cell(cfg: RunConfig) -> dict[str, float] | None:
+    """Predicted cost of one run: ``steps, step_flops, rollout, learning, feedback, total,
+    est_seconds``. Phase numbers are totals over the predicted steps (learning = update +
+    old-policy + reference log-probs; feedback = reward); ``None`` when ``race.accounting``
+    is not available.
+
+    This is the grid's only contact with ``race.accounting``. Every sequence is taken at
+    ``max_prompt_length + max_completion_length`` (the step's upper bound, prompts not
+    shared across the group), so ``steps`` is the fewest the budget buys; a judge is taken
+    to write ``max_completion_length`` tokens per verdict.
+    """
+    try:
+        from race.accounting import LoRA, RewardSystem, grpo_step_flops
+    except ImportError:
+        return None
+    shape = _shape(cfg.model)
+    lora = LoRA(rank=cfg.lora.r, targets=tuple(cfg.lora.target_modules)) if cfg.lora else None
+    kind, _, rest = cfg.reward.partition(":")
+    reward = RewardSystem(kind) if not rest else RewardSystem(kind, _shape(rest.split(":")[0]), rest.split(":")[0])
+    n = cfg.prompts_per_step * cfg.num_generations
+    step = grpo_step_flops(
+        shape, [cfg.max_prompt_length] * n, [cfg.max_completion_length] * n,
+        num_generations=cfg.num_generations, lora=lora, num_iterations=cfg.num_iterations, beta=cfg.beta,
+        needs_old_logprobs=cfg.needs_old_logprobs, reward=reward,
+        judge_completion_lens=[cfg.max_completion_length] * n if kind == "judge" else None,
+        recompute=cfg.gradient_checkpointing, conventions=cfg.conventions)
+    rollout = float(step.rollout)
+    learning = float(step.update + step.old_logprobs + step.reference)
+    feedback = float(step.reward)
+    total_step = float(step.total)
+    steps = int(cfg.budget_flops // total_step)
+    if cfg.max_steps is not None:
+        steps = min(steps, cfg.max_steps)
+    return {
+        "steps": steps,
+        "step_flops": total_step,
+        "rollout": rollout * steps,
+        "learning": learning * steps,
+        "feedback": feedback * steps,
+        "total": total_step * steps,
+        "est_seconds": default_seconds(steps, total_step * steps),
+    }
+
+
+@dataclass
+class PlannedCell:
+    cell: Cell
+    prediction: dict[str, float] | None
+    refusal: str | None = None
+
+    def split_pct(self) -> tuple[float, float, float] | None:
+        p = self.prediction
+        if not p or not p["total"]:
+            return None
+        t = p["total"]
+        return 100 * p["rollout"] / t, 100 * p["learning"] / t, 100 * p["feedback"] / t
+
+
+@dataclass
+class GridPlan:
+    spec: GridSpec
+    cells: list[PlannedCell]
+    workers: int
+    time_scale: float = 1.0  # observed / default wall time of the study's finished runs
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def runnable(self) -> list[PlannedCell]:
+        return [c for c in self.cells if c.refusal is None]
+
+    @property
+    def refused(self) -> list[PlannedCell]:
+        return [c for c in self.cells if c.refusal is not None]
+
+    @property
+    def total_budget(self) -> float:
+        return sum(c.cell.budget for c in self.runnable)
+
+    @property
+    def total_predicted_flops(self) -> float | None:
+        if any(c.prediction is None for c in self.runnable):
+            return None
+        return sum(c.prediction["total"] for c in self.runnable)  # type: ignore[index]
+
+    @property
+    def est_wall_s(self) -> float:
+        """Predicted wall time with ``workers`` cells in flight (budget-based where a
+        cell has no prediction)."""
+        secs = [(c.prediction["est_seconds"] if c.prediction else self.time_scale * default_seconds(0, c.cell.budget))
+                for c in self.runnable]
+        return sum(secs) / max(1, self.workers)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "study": self.spec.study,
+            "cells": [
+                {"run_id": c.cell.run_id, "allocation": c.cell.allocation, "budget": c.cell.budget,
+                 "seed": c.cell.seed, "prediction": c.prediction, "refusal": c.refusal}
+                for c in self.cells
+            ],
+            "total_budget": self.total_budget,
+            "total_predicted_flops": self.total_predicted_flops,
+            "est_wall_s": self.est_wall_s,
+            "workers": self.workers,
+            "notes": self.notes,
+        }
+
+
+def _time_scale(study_dir: Path | None) -> tuple[float | None, int]:
+    """Median of observed / default wall time over the study's finished runs."""
+    if study_dir is None or not (Path(study_dir) / "study.sqlite").exists():
+        return None, 0
+    from race.grid.store import Store
+
+    with Store(study_dir) as store:
+        ratios = [r["wall_s"] / default_seconds(r["steps"] or 0, r["total_flops"] or 0.0)
+                  for r in store.completed_summaries() if r.get("wall_s") and (r.get("steps") or r.get("total_flops"))]
+    return (statistics.median(ratios), len(ratios)) if ratios else (None, 0)
+
+
+def plan_grid(spec: "GridSpec | dict | str | Path", predictor: Predictor | None = None,
+              study_dir: str | Path | None = None) -> GridPlan:
+    """Expand the grid and predict every cell. ``predictor`` defaults to
+    :func:`predict_cell`; with ``study_dir`` the wall-time estimate is calibrated on the
+    study's finished runs."""
+    spec = as_grid_spec(spec)
+    notes: list[str] = []
+    scale, n_obs = _time_scale(Path(study_dir) if study_dir else None)
+    if scale:
+        notes.append(f"wall time calibrated on {n_obs} finished run(s) of this study: they took {scale:.3g}x the "
+                     "default guess")
+    else:
+        scale = 1.0
+        notes.append(f"wall time is a rough guess ({ASSUMED_SECONDS_PER_STEP:g} s per step + "
+                     f"{ASSUMED_FLOPS_PER_SECOND:.3g} FLOP/s per worker); `race grid plan --study-dir` calibrates it "
+                     "on finished runs")
+    predict = predictor or predict_cell
+    planned: list[PlannedCell] = []
+    failures: dict[str, int] = {}
+    for cell in expand_grid(spec):
+        try:
+            pred = predict(cell.config)
+        except Exception as e:  # a prediction problem must not hide the plan
+            msg = f"{type(e).__name__}: {e}"
+            msg = msg if len(msg) <= 160 else msg[:157] + "..."
+            failures[msg] = failures.get(msg, 0) + 1
+            pred = None
+        if pred is not None:
+            base = pred["est_seconds"] if "est_seconds" in pred else default_seconds(pred["steps"], pred["total"])
+            pred = {**pred, "est_seconds": scale * base}
+        refusal = None
+        if pred is not None and pred["steps"] < spec.min_steps:
+            need = spec.min_steps * pred["step_flops"]
+            refusal = (f"budget {cell.budget:.3g} buys {int(pred['steps'])} step(s) of {pred['step_flops']:.3g} FLOPs, "
+                       f"fewer than min_steps={spec.min_steps}: raise this budget to >= {need:.3g}, make the step "
+                       "cheaper (smaller model, group or batch), or lower min_steps")
+        planned.append(PlannedCell(cell, pred, refusal))
+    for msg, n in failures.items():
+        notes.append(f"no FLOP prediction for {n} cell(s) ({msg}); min_steps not checked for them")
+    if all(c.prediction is None for c in planned) and not failures:
+        notes.append("no FLOP prediction: race.accounting is not available; min_steps not checked")
+    workers = spec.runner.resolved_workers()
+    return GridPlan(spec=spec, cells=planned, workers=workers, time_scale=scale, notes=notes)

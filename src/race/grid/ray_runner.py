@@ -1,0 +1,79 @@
+"""Ray runner: the same cells as Ray tasks, on a local Ray started for the run or on an
+existing cluster (``ray_address``), with ``cpus_per_cell``/``gpus_per_cell`` resources.
+
+Workers return results to the driver exactly as in the local runner. On a multi-node
+cluster the study directory must be on a filesystem every node sees (run directories
+hold the checkpoints a restarted cell resumes from), and ``race`` (plus a file-path
+``cell_fn``) must be installed/present on every node.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from race.grid.cell import execute_cell, set_threads
+from race.grid.spec import RunnerSettings
+
+
+def ray_cell(cell_fn: str, spec: dict[str, Any], run_dir: str, threads: int, preload_torch: bool) -> dict[str, Any]:
+    """Body of the Ray task."""
+    set_threads(threads, preload_torch)
+    return execute_cell(cell_fn, spec, run_dir)
+
+
+class RayExecutor:
+    """Cells as Ray tasks (``max_retries=0``: the grid driver does the retrying)."""
+
+    def __init__(self, settings: RunnerSettings, cell_fn: str):
+        try:
+            import ray
+        except ImportError as e:
+            raise RuntimeError("runner kind 'ray' needs Ray: pip install 'race-rl[ray]'") from e
+        self._ray = ray
+        self.settings = settings
+        self.cell_fn = cell_fn
+        self._started = False
+        if not ray.is_initialized():
+            ray.init(address=settings.ray_address, include_dashboard=False, log_to_driver=False)
+            self._started = True
+        cpus = ray.cluster_resources().get("CPU", 1.0)
+        self.capacity = settings.workers or max(1, int(cpus // settings.cpus_per_cell))
+        self._task = ray.remote(ray_cell).options(
+            num_cpus=settings.cpus_per_cell, num_gpus=settings.gpus_per_cell, max_retries=0)
+        where = settings.ray_address or ("local Ray (started here)" if self._started else "existing Ray session")
+        self.description = (f"ray: {where}, {self.capacity} cell(s) in flight x {settings.cpus_per_cell:g} CPU"
+                            + (f" + {settings.gpus_per_cell:g} GPU" if settings.gpus_per_cell else ""))
+        self._inflight: set[Any] = set()
+
+    def submit(self, spec: dict[str, Any], run_dir: str) -> Any:
+        ref = self._task.remote(self.cell_fn, spec, run_dir, self.settings.threads_per_worker,
+                                self.settings.preload_torch)
+        self._inflight.add(ref)
+        return ref
+
+    def wait(self, handles: list[Any], timeout: float) -> list[tuple[Any, dict[str, Any]]]:
+        if not handles:
+            return []
+        ready, _ = self._ray.wait(handles, num_returns=1, timeout=timeout)
+        if ready:  # collect everything else already done too
+            ready, _ = self._ray.wait(handles, num_returns=len(handles), timeout=0)
+        out = []
+        for ref in ready:
+            self._inflight.discard(ref)
+            try:
+                out.append((ref, self._ray.get(ref)))
+            except Exception as e:  # worker crash, OOM kill, node loss
+                out.append((ref, {"ok": False, "error": f"Ray task failed: {type(e).__name__}: {e}"}))
+        return out
+
+    def close(self, cancel: bool = False) -> None:
+        if cancel:
+            for ref in list(self._inflight):
+                try:
+                    self._ray.cancel(ref, force=True)
+                except Exception:
+                    pass
+        self._inflight.clear()
+        if self._started:
+            self._ray.shutdown()
+            self._started = False

@@ -1,0 +1,233 @@
+"""The grid driver: plan, lock, schedule cells on a runner, store results.
+
+Workers (local processes or Ray tasks) run cells and return their results; this driver
+alone writes the study store. It skips cells already complete, restarts cells a dead
+driver left ``running`` (their run directories keep checkpoints, so they resume),
+retries a failing cell up to ``max_retries`` times, then marks it ``failed`` with its
+error and goes on with the rest.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter, deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Protocol
+
+from race.grid.expand import Cell
+from race.grid.lock import StudyLock
+from race.grid.plan import GridPlan, PlannedCell, Predictor, plan_grid
+from race.grid.spec import GridSpec, RunnerSettings, as_grid_spec
+from race.grid.store import FINISHED, Store
+
+
+class Executor(Protocol):
+    capacity: int
+    description: str
+
+    def submit(self, spec: dict[str, Any], run_dir: str) -> Any: ...
+    def wait(self, handles: list[Any], timeout: float) -> list[tuple[Any, dict[str, Any]]]: ...
+    def close(self, cancel: bool = False) -> None: ...
+
+
+def make_executor(settings: RunnerSettings, cell_fn: str) -> Executor:
+    if settings.kind == "ray":
+        from race.grid.ray_runner import RayExecutor
+
+        return RayExecutor(settings, cell_fn)
+    from race.grid.local import LocalExecutor
+
+    return LocalExecutor(settings, cell_fn)
+
+
+@dataclass
+class GridProgress:
+    total: int
+    complete: int = 0
+    failed: int = 0
+    running: int = 0
+    refused: int = 0
+    flops_done: float = 0.0  # counted FLOPs of finished cells
+    flops_planned: float = 0.0  # sum of the budgets of runnable cells
+    elapsed_s: float = 0.0
+    eta_s: float | None = None
+    runner: str = ""
+
+    @property
+    def pending(self) -> int:
+        return self.total - self.complete - self.failed - self.running
+
+
+@dataclass
+class GridEvent:
+    kind: str  # start | started | complete | retry | failed | tick | finish
+    progress: GridProgress
+    run_id: str | None = None
+    label: str | None = None
+    message: str | None = None
+
+
+@dataclass
+class GridResult:
+    study: str
+    study_dir: Path
+    total: int
+    complete: int
+    failed: list[str]
+    refused: list[PlannedCell]
+    skipped_complete: int
+    restarted: list[str]
+    ran: int
+    elapsed_s: float
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed
+
+
+def default_study_dir(spec: GridSpec) -> Path:
+    return Path("studies") / spec.study
+
+
+class _Driver:
+    def __init__(self, spec: GridSpec, plan: GridPlan, store: Store, study_dir: Path,
+                 on_event: Callable[[GridEvent], None] | None, poll_s: float, cells: list[Cell]):
+        self.spec, self.plan, self.store, self.study_dir = spec, plan, store, study_dir
+        self.on_event = on_event or (lambda ev: None)
+        self.poll_s = poll_s
+        self.t0 = time.monotonic()
+        self.session_flops = 0.0
+        self.cells = {c.run_id: c for c in cells}
+        self.progress = GridProgress(total=len(self.cells), refused=len(plan.refused),
+                                     flops_planned=sum(c.budget for c in self.cells.values()))
+
+    def _emit(self, kind: str, cell: Cell | None = None, message: str | None = None) -> None:
+        p = self.progress
+        p.elapsed_s = time.monotonic() - self.t0
+        remaining = sum(c.budget for rid, c in self.cells.items() if self._status.get(rid) not in FINISHED + ("failed",))
+        p.eta_s = remaining / (self.session_flops / p.elapsed_s) if self.session_flops > 0 else None
+        self.on_event(GridEvent(kind, p, cell.run_id if cell else None, cell.label if cell else None, message))
+
+    def run(self, make: Callable[[], Executor], retry_failed: bool) -> tuple[int, list[str]]:
+        """Schedule every cell still to do; the executor is started only if there is one."""
+        rows = {r["run_id"]: r for r in self.store.runs()}
+        self._status = {rid: rows[rid]["status"] for rid in self.cells}
+        todo_status = ("pending", "failed") if retry_failed else ("pending",)
+        queue = deque(c for rid, c in self.cells.items() if self._status[rid] in todo_status)
+        p = self.progress
+        p.complete = sum(1 for s in self._status.values() if s in FINISHED)
+        p.failed = sum(1 for s in self._status.values() if s == "failed" and not retry_failed)
+        p.flops_done = sum(rows[rid]["total_flops"] or 0.0 for rid in self.cells if self._status[rid] in FINISHED)
+        executor = make() if queue else None
+        p.runner = executor.description if executor else "nothing to run"
+        self._emit("start")
+        clean = False
+        try:
+            ran = self._loop(executor, queue) if executor else 0
+            clean = True
+        finally:
+            if executor is not None:
+                executor.close(cancel=not clean)
+        self._emit("finish")
+        return ran, [rid for rid, s in self._status.items() if s == "failed"]
+
+    def _loop(self, executor: Executor, queue: "deque[Cell]") -> int:
+        p = self.progress
+        tries: Counter[str] = Counter()
+        inflight: dict[Any, Cell] = {}
+        ran = 0
+        while queue or inflight:
+            while queue and len(inflight) < executor.capacity:
+                cell = queue.popleft()
+                self.store.mark_running(cell.run_id)
+                handle = executor.submit(cell.spec_dict(), str(self.study_dir / "runs" / cell.run_id))
+                inflight[handle] = cell
+                self._status[cell.run_id] = "running"
+                p.running += 1
+                self._emit("started", cell)
+            for handle, outcome in executor.wait(list(inflight), timeout=self.poll_s):
+                cell = inflight.pop(handle)
+                p.running -= 1
+                ran += 1
+                if outcome.get("ok"):
+                    try:
+                        status = self.store.ingest(cell.run_id, outcome["result"])
+                    except (KeyError, ValueError, TypeError) as e:
+                        outcome = {"ok": False, "error": f"cell results could not be stored: {type(e).__name__}: {e}"}
+                    else:
+                        flops = float(outcome["result"]["run"].get("total_flops") or 0.0)
+                        self.session_flops += flops
+                        p.flops_done += flops
+                        p.complete += 1
+                        self._status[cell.run_id] = status
+                        self._emit("complete", cell, None if status == "complete" else status)
+                        continue
+                tries[cell.run_id] += 1
+                error = str(outcome.get("error") or "unknown error")
+                if tries[cell.run_id] <= self.spec.max_retries:
+                    self.store.mark_pending(cell.run_id, error)
+                    self._status[cell.run_id] = "pending"
+                    queue.append(cell)
+                    self._emit("retry", cell, f"attempt {tries[cell.run_id]} failed: {_last_line(error)}")
+                else:
+                    self.store.mark_failed(cell.run_id, error)
+                    self._status[cell.run_id] = "failed"
+                    p.failed += 1
+                    self._emit("failed", cell, _last_line(error))
+            self._emit("tick")
+        return ran
+
+
+def _last_line(error: str) -> str:
+    first = error.strip().splitlines()[0] if error.strip() else error
+    return first[:300]
+
+
+def run_grid(spec: "GridSpec | dict | str | Path", study_dir: str | Path | None = None, *,
+             runner: str | None = None, workers: int | None = None, threads_per_worker: int | None = None,
+             ray_address: str | None = None, retry_failed: bool = False,
+             on_event: Callable[[GridEvent], None] | None = None, predictor: Predictor | None = None,
+             only: "list[str] | set[str] | None" = None, poll_s: float = 0.5) -> GridResult:
+    """Run (or resume) a grid into ``study_dir`` (default ``studies/<study>``).
+
+    Keyword settings override the grid file's ``runner``. Cells already complete are
+    skipped; cells failed in an earlier session are skipped unless ``retry_failed``.
+    ``only`` restricts the session to those run ids (the whole grid is still registered).
+    Raises :class:`~race.grid.lock.StudyLockedError` when another driver runs the study.
+    """
+    spec = as_grid_spec(spec).with_runner(kind=runner, workers=workers, threads_per_worker=threads_per_worker,
+                                          ray_address=ray_address)
+    sdir = Path(study_dir) if study_dir is not None else default_study_dir(spec)
+    sdir = sdir.resolve()
+    plan = plan_grid(spec, predictor=predictor, study_dir=sdir)
+    notes = list(plan.notes)
+    selected = [pc.cell for pc in plan.runnable]
+    if only is not None:
+        unknown = set(only) - {c.run_id for c in selected}
+        if unknown:
+            raise ValueError(f"only= names run ids that are not runnable cells of this grid: {sorted(unknown)}")
+        selected = [c for c in selected if c.run_id in set(only)]
+    with StudyLock(sdir), Store(sdir) as store:
+        store.register_study(spec.study, spec.model_dump_json())
+        store.add_cells(spec.study, [pc.cell for pc in plan.runnable])
+        chosen = {c.run_id for c in selected}
+        restarted = [rid for rid in store.reset_running() if rid in chosen]
+        if restarted:
+            notes.append(f"restarting {len(restarted)} cell(s) left running by a previous driver (they resume "
+                         "from their checkpoints)")
+        statuses = {r["run_id"]: r["status"] for r in store.runs()}
+        skipped = sum(1 for c in selected if statuses[c.run_id] in FINISHED)
+        old_failed = sum(1 for c in selected if statuses[c.run_id] == "failed")
+        if old_failed and not retry_failed:
+            notes.append(f"{old_failed} cell(s) failed in an earlier session; pass retry_failed (--retry-failed) "
+                         "to run them again")
+        driver = _Driver(spec, plan, store, sdir, on_event, poll_s, selected)
+        t0 = time.monotonic()
+        ran, failed = driver.run(lambda: make_executor(spec.runner, spec.cell_fn), retry_failed)
+    return GridResult(study=spec.study, study_dir=sdir, total=len(selected),
+                      complete=sum(1 for c in selected if driver._status[c.run_id] in FINISHED),
+                      failed=failed, refused=plan.refused, skipped_complete=skipped, restarted=restarted,
+                      ran=ran, elapsed_s=time.monotonic() - t0,
+                      notes=notes)

@@ -1,0 +1,289 @@
+"""The grid file: a pilot study as data.
+
+A grid file names a study, the FLOP budgets, the settings every cell shares (``base``),
+the axes to sweep (RunConfig field paths -> lists of values) and the seeds; the grid
+expands to ``axes x budgets x seeds`` runs (``race.grid.expand``). It also says how to
+run them (``runner``), how often to retry a failing cell, and which function runs a
+cell (``cell_fn``, default the RACE engine).
+
+```yaml
+study: demo
+budgets: [3e11, 1e12, 3e12]
+base: {task: {name: arith}, eval: {n_problems: 200}}
+axes:
+  model: [tiny-xs, tiny-s, tiny-m]
+  num_generations: [4, 8]
+seeds: [0, 1]
+runner: {kind: local, workers: 2, threads_per_worker: 1}
+```
+
+Files load with ``yaml.safe_load``; every error names the field and what to change.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
+
+from race.config import RunConfig
+
+DEFAULT_CELL_FN = "race.engines:run_engine"
+MIN_PILOT_SPAN = 10.0
+
+# Run settings the grid owns: budgets and seeds have their own keys; output_dir is the
+# run directory the grid assigns.
+_GRID_OWNED = {"budget_flops": "budgets", "seed": "seeds", "output_dir": "the study directory"}
+
+
+class GridSpecError(ValueError):
+    """A grid file is wrong; the message says which field and what to change."""
+
+
+class RunnerSettings(BaseModel):
+    """How cells are executed. ``local``: a process pool of ``workers`` processes with
+    ``threads_per_worker`` torch/BLAS threads each (2 x 1 on a 2-core machine).
+    ``ray``: Ray tasks with ``cpus_per_cell``/``gpus_per_cell`` resources on ``ray_address``
+    (an existing cluster) or a local Ray started for the run."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["local", "ray"] = "local"
+    workers: int | None = Field(None, ge=1, description="cells in flight; local default 2, ray default cluster CPUs / cpus_per_cell")
+    threads_per_worker: int = Field(1, ge=1)
+    ray_address: str | None = None
+    cpus_per_cell: float = Field(1.0, gt=0)
+    gpus_per_cell: float = Field(0.0, ge=0)
+    max_cells_per_worker: int | None = Field(None, ge=1, description="recycle a local worker process after this many cells")
+    preload_torch: bool = Field(True, description="import torch in each worker to set its thread count up front")
+
+    def resolved_workers(self) -> int:
+        return self.workers if self.workers is not None else 2
+
+
+class GridSpec(BaseModel):
+    """A validated grid file. Use :func:`load_grid_spec` or :func:`grid_spec_from_dict`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    study: str
+    budgets: list[float] = Field(..., min_length=1)
+    require_budget_span: bool = True
+    base: dict[str, Any] = Field(default_factory=dict)
+    axes: dict[str, list[Any]] = Field(default_factory=dict)
+    seeds: list[int] = Field(default_factory=lambda: [0], min_length=1)
+    eval: dict[str, Any] | None = None
+    engine: Literal["builtin", "trl"] | None = None
+    runner: RunnerSettings = Field(default_factory=RunnerSettings)
+    max_retries: int = Field(2, ge=0, description="extra attempts for a failing cell before it is marked failed")
+    min_steps: int = Field(1, ge=0, description="plan refuses cells whose budget buys fewer optimizer steps")
+    cell_fn: str = DEFAULT_CELL_FN
+
+    _source: str = PrivateAttr("dict")
+
+    # -- field checks ------------------------------------------------------------------
+    @field_validator("study")
+    @classmethod
+    def _study(cls, v: str) -> str:
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", v):
+            raise ValueError(f"study={v!r}: use letters, digits, '.', '_' or '-' (it names the study directory)")
+        return v
+
+    @field_validator("budgets")
+    @classmethod
+    def _budgets(cls, v: list[float]) -> list[float]:
+        bad = [b for b in v if not (math.isfinite(b) and b > 0)]
+        if bad:
+            raise ValueError(f"budgets must be positive FLOP counts, got {bad}")
+        if len(set(v)) != len(v):
+            raise ValueError(f"budgets has duplicates {v}: list each budget once")
+        return v
+
+    @field_validator("seeds")
+    @classmethod
+    def _seeds(cls, v: list[int]) -> list[int]:
+        if len(set(v)) != len(v):
+            raise ValueError(f"seeds has duplicates {v}: list each seed once")
+        return v
+
+    @field_validator("runner", mode="before")
+    @classmethod
+    def _runner_shorthand(cls, v: Any) -> Any:
+        return {"kind": v} if isinstance(v, str) else v
+
+    @field_validator("eval", mode="before")
+    @classmethod
+    def _eval_shorthand(cls, v: Any) -> Any:
+        return {"targets": v} if isinstance(v, list) else v
+
+    @field_validator("axes", mode="before")
+    @classmethod
+    def _axes_lists(cls, v: Any) -> Any:
+        if not isinstance(v, dict):
+            return v
+        for key, values in v.items():
+            if not isinstance(values, list):
+                raise ValueError(f"axes.{key} must be a list of values, e.g. {key}: [{values!r}, ...]")
+        return v
+
+    @field_validator("axes")
+    @classmethod
+    def _axes(cls, v: dict[str, list[Any]]) -> dict[str, list[Any]]:
+        for key, values in v.items():
+            _check_field_path(key, where="axes")
+            if not values:
+                raise ValueError(f"axes.{key} is empty: give at least one value or remove the axis")
+            blobs = [json.dumps(x, sort_keys=True) for x in values]
+            if len(set(blobs)) != len(blobs):
+                raise ValueError(f"axes.{key} has duplicate values {values}: list each value once")
+        return v
+
+    @field_validator("base")
+    @classmethod
+    def _base(cls, v: dict[str, Any]) -> dict[str, Any]:
+        for key in v:
+            _check_field_path(key, where="base")
+        return v
+
+    @field_validator("cell_fn")
+    @classmethod
+    def _cell_fn(cls, v: str) -> str:
+        if ":" not in v or not v.split(":", 1)[0] or not v.rsplit(":", 1)[1].isidentifier():
+            raise ValueError(f"cell_fn={v!r}: write 'package.module:function' or 'path/to/file.py:function'")
+        return v
+
+    @model_validator(mode="after")
+    def _span(self) -> "GridSpec":
+        lo, hi = min(self.budgets), max(self.budgets)
+        if self.require_budget_span and hi / lo < MIN_PILOT_SPAN:
+            raise ValueError(
+                f"budgets span only {hi / lo:.3g}x ({lo:.3g} .. {hi:.3g} FLOPs): a pilot grid needs budgets "
+                f"spanning at least {MIN_PILOT_SPAN:g}x to see how the best allocation moves with budget; add a "
+                f"budget of {lo * MIN_PILOT_SPAN:.3g} or more, or set require_budget_span: false for a study "
+                "that is not a pilot grid"
+            )
+        overlap = set(self.axes) & {k for k in _flatten_keys(self.base)}
+        if overlap:
+            raise ValueError(f"{sorted(overlap)} set in both base and axes: keep each setting in one place")
+        return self
+
+    # -- helpers -----------------------------------------------------------------------
+    @property
+    def source(self) -> str:
+        return self._source
+
+    def with_runner(self, **changes: Any) -> "GridSpec":
+        """A copy with runner settings changed (None values are ignored)."""
+        data = self.runner.model_dump()
+        data.update({k: v for k, v in changes.items() if v is not None})
+        new = self.model_copy(update={"runner": RunnerSettings.model_validate(data)})
+        new._source = self._source
+        return new
+
+
+def _flatten_keys(d: dict[str, Any], prefix: str = "") -> list[str]:
+    out = []
+    for k, v in d.items():
+        path = f"{prefix}{k}"
+        out.append(path)
+        if isinstance(v, dict):
+            out.extend(_flatten_keys(v, path + "."))
+    return out
+
+
+def _check_field_path(path: str, where: str) -> None:
+    """Raise ValueError unless ``path`` (dotted) names a RunConfig field."""
+    parts = path.split(".")
+    if parts[0] in _GRID_OWNED:
+        raise ValueError(f"{where}.{path}: the grid sets {parts[0]} itself; use the grid's {_GRID_OWNED[parts[0]]} instead")
+    model: type[BaseModel] | None = RunConfig
+    for i, part in enumerate(parts):
+        if model is None:
+            raise ValueError(f"{where}.{path}: {'.'.join(parts[:i])} is not a section with sub-fields")
+        fields = model.model_fields
+        if part not in fields:
+            raise ValueError(
+                f"{where}.{path}: unknown run setting {part!r}"
+                + (f" in {'.'.join(parts[:i])}" if i else "")
+                + f"; choose from {sorted(fields)}"
+            )
+        model = _submodel(fields[part].annotation)
+
+
+def _submodel(annotation: Any) -> type[BaseModel] | None:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in getattr(annotation, "__args__", ()) or ():
+        if isinstance(arg, type) and issubclass(arg, BaseModel):
+            return arg
+    return None
+
+
+def _format_errors(err: ValidationError, source: str) -> str:
+    lines = [f"invalid grid spec ({source}):"]
+    for e in err.errors():
+        loc = ".".join(str(p) for p in e["loc"]) or "(top level)"
+        msg = e["msg"].removeprefix("Value error, ")
+        if e["type"] == "extra_forbidden":
+            msg = ("unknown grid setting; grid keys are " + ", ".join(sorted(GridSpec.model_fields))
+                   if len(e["loc"]) == 1 else "unknown setting (check the spelling)")
+            if len(e["loc"]) == 1 and e["loc"][0] in RunConfig.model_fields:
+                msg += f"; run settings such as {e['loc'][0]!r} go under base: or axes:"
+        elif e["type"] == "missing":
+            msg = "required field is missing"
+        lines.append(f"  - {msg}" if msg.startswith(f"{loc}.") else f"  - {loc}: {msg}")
+    return "\n".join(lines)
+
+
+def _resolve_cell_fn(cell_fn: str, base_dir: Path | None) -> str:
+    """Make a relative ``file.py:function`` path absolute (grid file's folder, then cwd)."""
+    target, func = cell_fn.rsplit(":", 1)
+    if not target.endswith(".py") or Path(target).is_absolute():
+        return cell_fn
+    for root in ([base_dir] if base_dir else []) + [Path.cwd()]:
+        cand = (root / target).resolve()
+        if cand.exists():
+            return f"{cand}:{func}"
+    raise GridSpecError(f"cell_fn={cell_fn!r}: file {target} not found next to the grid file or in {Path.cwd()}")
+
+
+def grid_spec_from_dict(data: dict[str, Any], source: str = "dict", base_dir: Path | None = None) -> GridSpec:
+    """Validate a grid spec and check that every cell expands to a valid RunConfig."""
+    if not isinstance(data, dict):
+        raise GridSpecError(f"{source}: the top level must be a mapping of grid settings, got {type(data).__name__}")
+    try:
+        spec = GridSpec.model_validate(data)
+    except ValidationError as e:
+        raise GridSpecError(_format_errors(e, source)) from None
+    spec.cell_fn = _resolve_cell_fn(spec.cell_fn, base_dir)
+    spec._source = source
+    from race.grid.expand import expand_grid  # validates every cell
+
+    expand_grid(spec)
+    return spec
+
+
+def load_grid_spec(path: str | Path) -> GridSpec:
+    """Load a grid file (YAML, ``yaml.safe_load``) and validate it."""
+    import yaml
+
+    p = Path(path)
+    if not p.exists():
+        raise GridSpecError(f"grid file not found: {p}")
+    try:
+        data = yaml.safe_load(p.read_text())
+    except yaml.YAMLError as e:
+        raise GridSpecError(f"{p}: not valid YAML: {e}") from None
+    return grid_spec_from_dict(data or {}, source=str(p), base_dir=p.resolve().parent)
+
+
+def as_grid_spec(spec: "GridSpec | dict[str, Any] | str | Path") -> GridSpec:
+    if isinstance(spec, GridSpec):
+        return spec
+    if isinstance(spec, dict):
+        return grid_spec_from_dict(spec)
+    return load_grid_spec(spec)

@@ -1,0 +1,244 @@
+"""The study store: one SQLite file per study (``<study_dir>/study.sqlite``), WAL mode.
+
+Only the grid driver writes it; workers hand their results back to the driver. A run's
+rows (ledger, evals, train metrics) and its ``complete`` status are written in one
+transaction, so a crash at any point leaves either the whole run or none of it, and
+re-ingesting a run replaces its rows instead of adding to them.
+
+Schema changes go through :data:`MIGRATIONS` (version -> statements); the
+``schema_version`` table records where a file stands and :func:`migrate` brings it up.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+STORE_FILE = "study.sqlite"
+STATUSES = ("pending", "running", "complete", "failed", "diverged")
+FINISHED = ("complete", "diverged")
+
+MIGRATIONS: dict[int, list[str]] = {
+    1: [
+        """CREATE TABLE studies (
+             name TEXT PRIMARY KEY, spec_json TEXT NOT NULL,
+             created_at REAL NOT NULL, updated_at REAL NOT NULL)""",
+        f"""CREATE TABLE runs (
+             run_id TEXT PRIMARY KEY, study TEXT NOT NULL, position INTEGER NOT NULL,
+             spec_json TEXT NOT NULL, allocation_json TEXT NOT NULL, label TEXT NOT NULL,
+             engine TEXT, model TEXT, num_generations INTEGER, prompts_per_step INTEGER,
+             num_iterations INTEGER, learning_rate REAL, reward TEXT, lora_r INTEGER,
+             budget REAL NOT NULL, seed INTEGER NOT NULL,
+             status TEXT NOT NULL DEFAULT 'pending' CHECK (status IN {STATUSES!r}),
+             attempts INTEGER NOT NULL DEFAULT 0, error TEXT,
+             started_at REAL, finished_at REAL, wall_s REAL,
+             total_flops REAL, steps INTEGER, model_params INTEGER,
+             final_json TEXT, run_json TEXT)""",
+        "CREATE INDEX runs_status ON runs(status)",
+        """CREATE TABLE ledger (
+             run_id TEXT NOT NULL REFERENCES runs(run_id), step INTEGER NOT NULL,
+             phase TEXT NOT NULL, component TEXT NOT NULL, flops REAL NOT NULL,
+             tokens INTEGER, seconds REAL, counted INTEGER NOT NULL)""",
+        "CREATE INDEX ledger_run ON ledger(run_id, step)",
+        """CREATE TABLE evals (
+             run_id TEXT NOT NULL REFERENCES runs(run_id), step INTEGER NOT NULL,
+             flops REAL NOT NULL, target TEXT NOT NULL, score REAL NOT NULL,
+             n INTEGER, per_problem_json TEXT)""",
+        "CREATE INDEX evals_run ON evals(run_id, step)",
+        """CREATE TABLE train_metrics (
+             run_id TEXT NOT NULL REFERENCES runs(run_id), step INTEGER NOT NULL,
+             flops REAL NOT NULL, metrics_json TEXT NOT NULL)""",
+        "CREATE INDEX train_run ON train_metrics(run_id, step)",
+    ],
+}
+SCHEMA_VERSION = max(MIGRATIONS)
+
+
+class StoreError(RuntimeError):
+    """The study store cannot be used as asked; the message says why and what to do."""
+
+
+def migrate(conn: sqlite3.Connection) -> int:
+    """Bring the schema to :data:`SCHEMA_VERSION`; return the version found before."""
+    conn.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
+    row = conn.execute("SELECT MAX(version) FROM schema_version").fetchone()
+    current = row[0] or 0
+    if current > SCHEMA_VERSION:
+        raise StoreError(f"study store has schema version {current}, but this RACE knows up to "
+                         f"{SCHEMA_VERSION}: upgrade RACE to read it")
+    for version in range(current + 1, SCHEMA_VERSION + 1):
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            for stmt in MIGRATIONS[version]:
+                conn.execute(stmt)
+            conn.execute("INSERT INTO schema_version(version) VALUES (?)", (version,))
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+    return current
+
+
+def _num(x: Any) -> float | None:
+    return None if x is None else float(x)
+
+
+class Store:
+    """A study's SQLite store. Use as a context manager or call :meth:`close`."""
+
+    def __init__(self, study_dir: str | Path, create: bool = True):
+        self.study_dir = Path(study_dir)
+        self.path = self.study_dir / STORE_FILE
+        if not self.path.exists() and not create:
+            raise StoreError(f"no study store at {self.path}: run `race grid run` first, or check the study directory")
+        self.study_dir.mkdir(parents=True, exist_ok=True)
+        self.conn = sqlite3.connect(self.path, timeout=60, isolation_level=None, check_same_thread=False)
+        self.conn.row_factory = sqlite3.Row
+        self.conn.execute("PRAGMA busy_timeout = 60000")
+        self.conn.execute("PRAGMA journal_mode = WAL")
+        self.conn.execute("PRAGMA synchronous = FULL")
+        self.conn.execute("PRAGMA foreign_keys = ON")
+        migrate(self.conn)
+
+    # -- plumbing ----------------------------------------------------------------------
+    def close(self) -> None:
+        self.conn.close()
+
+    def __enter__(self) -> "Store":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        self.conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield self.conn
+        except BaseException:
+            self.conn.execute("ROLLBACK")
+            raise
+        self.conn.execute("COMMIT")
+
+    def integrity_check(self) -> str:
+        return self.conn.execute("PRAGMA integrity_check").fetchone()[0]
+
+    def schema_version(self) -> int:
+        return self.conn.execute("SELECT MAX(version) FROM schema_version").fetchone()[0]
+
+    # -- study and cells ---------------------------------------------------------------
+    def study_name(self) -> str | None:
+        row = self.conn.execute("SELECT name FROM studies").fetchone()
+        return row[0] if row else None
+
+    def register_study(self, name: str, spec_json: str) -> None:
+        """Record the study; refuse a directory that holds a different study."""
+        existing = self.study_name()
+        if existing is not None and existing != name:
+            raise StoreError(f"{self.study_dir} holds study {existing!r}, but the grid file names {name!r}: "
+                             "pass another --study-dir, or rename the study in the grid file")
+        now = time.time()
+        with self.transaction() as c:
+            c.execute("INSERT INTO studies(name, spec_json, created_at, updated_at) VALUES (?,?,?,?) "
+                      "ON CONFLICT(name) DO UPDATE SET spec_json=excluded.spec_json, updated_at=excluded.updated_at",
+                      (name, spec_json, now, now))
+
+    def add_cells(self, study: str, cells: Iterable[Any]) -> int:
+        """Insert cells as ``pending`` (cells already present keep their state). Returns how
+        many were new."""
+        rows = []
+        for cell in cells:
+            cfg = cell.config
+            rows.append((cell.run_id, study, cell.index, json.dumps(cell.spec_dict(), sort_keys=True),
+                         json.dumps(cell.allocation, sort_keys=True), cell.label, cfg.engine, cfg.model,
+                         cfg.num_generations, cfg.prompts_per_step, cfg.num_iterations, cfg.learning_rate,
+                         cfg.reward, cfg.lora.r if cfg.lora else None, cfg.budget_flops, cfg.seed))
+        with self.transaction() as c:
+            known = {r[0] for r in c.execute("SELECT run_id FROM runs")}
+            c.executemany(
+                "INSERT OR IGNORE INTO runs(run_id, study, position, spec_json, allocation_json, label, engine, model, "
+                "num_generations, prompts_per_step, num_iterations, learning_rate, reward, lora_r, budget, seed) "
+                "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", rows)
+            # keep positions in line with the current grid file's order
+            c.executemany("UPDATE runs SET position=? WHERE run_id=?", [(r[2], r[0]) for r in rows])
+        return sum(1 for r in rows if r[0] not in known)
+
+    def reset_running(self) -> list[str]:
+        """Cells left ``running`` by a driver that died go back to ``pending``."""
+        with self.transaction() as c:
+            ids = [r[0] for r in c.execute("SELECT run_id FROM runs WHERE status='running'")]
+            c.execute("UPDATE runs SET status='pending' WHERE status='running'")
+        return ids
+
+    def mark_running(self, run_id: str) -> None:
+        with self.transaction() as c:
+            c.execute("UPDATE runs SET status='running', attempts=attempts+1, started_at=?, error=NULL "
+                      "WHERE run_id=?", (time.time(), run_id))
+
+    def mark_pending(self, run_id: str, error: str | None = None) -> None:
+        with self.transaction() as c:
+            c.execute("UPDATE runs SET status='pending', error=? WHERE run_id=?", (error, run_id))
+
+    def mark_failed(self, run_id: str, error: str) -> None:
+        with self.transaction() as c:
+            c.execute("UPDATE runs SET status='failed', error=?, finished_at=? WHERE run_id=?",
+                      (error, time.time(), run_id))
+
+    # -- results -----------------------------------------------------------------------
+    def ingest(self, run_id: str, result: dict[str, Any]) -> str:
+        """Write a finished run: its ledger, evals and train rows and its summary, replacing
+        any rows it had, in one transaction. Returns the stored status."""
+        run = result["run"]
+        status = "diverged" if run.get("status") == "diverged" else "complete"
+        ledger = [(run_id, int(r["step"]), str(r["phase"]), str(r.get("component", "")), float(r["flops"]),
+                   None if r.get("tokens") is None else int(r["tokens"]), _num(r.get("seconds")),
+                   int(bool(r.get("counted", True)))) for r in result.get("ledger", [])]
+        evals = [(run_id, int(r["step"]), float(r["flops"]), str(r["target"]), float(r["score"]),
+                  None if r.get("n") is None else int(r["n"]),
+                  None if r.get("per_problem") is None else json.dumps(list(r["per_problem"])))
+                 for r in result.get("evals", [])]
+        train = [(run_id, int(r["step"]), float(r["flops"]),
+                  json.dumps({k: v for k, v in r.items() if k not in ("kind", "step", "flops")}, sort_keys=True))
+                 for r in result.get("train", [])]
+        wall = run.get("wall_s", result.get("wall_s"))
+        with self.transaction() as c:
+            if c.execute("SELECT 1 FROM runs WHERE run_id=?", (run_id,)).fetchone() is None:
+                raise StoreError(f"run {run_id} is not a cell of this study")
+            for table in ("ledger", "evals", "train_metrics"):
+                c.execute(f"DELETE FROM {table} WHERE run_id=?", (run_id,))
+            c.executemany("INSERT INTO ledger VALUES (?,?,?,?,?,?,?,?)", ledger)
+            c.executemany("INSERT INTO evals VALUES (?,?,?,?,?,?,?)", evals)
+            c.executemany("INSERT INTO train_metrics VALUES (?,?,?,?)", train)
+            c.execute(
+                "UPDATE runs SET status=?, error=?, finished_at=?, wall_s=?, total_flops=?, steps=?, model_params=?, "
+                "final_json=?, run_json=? WHERE run_id=?",
+                (status, run.get("error") if status == "diverged" else None, time.time(), _num(wall),
+                 _num(run.get("total_flops")), run.get("steps"), run.get("model_params"),
+                 json.dumps(run.get("final")), json.dumps(run, sort_keys=True), run_id))
+        return status
+
+    # -- queries -----------------------------------------------------------------------
+    def runs(self, status: str | None = None) -> list[dict[str, Any]]:
+        q = "SELECT * FROM runs" + (" WHERE status=?" if status else "") + " ORDER BY position, run_id"
+        return [dict(r) for r in self.conn.execute(q, (status,) if status else ())]
+
+    def counts(self) -> dict[str, int]:
+        out = {s: 0 for s in STATUSES}
+        for s, n in self.conn.execute("SELECT status, COUNT(*) FROM runs GROUP BY status"):
+            out[s] = n
+        return out
+
+    def completed_summaries(self) -> list[dict[str, Any]]:
+        return [dict(r) for r in self.conn.execute(
+            "SELECT run_id, total_flops, steps, wall_s FROM runs WHERE status='complete'")]
+
+    def rows(self, table: str) -> list[dict[str, Any]]:
+        if table not in ("ledger", "evals", "train_metrics", "runs", "studies"):
+            raise StoreError(f"unknown table {table!r}")
+        order = {"ledger": "run_id, step, rowid", "evals": "run_id, step, rowid", "train_metrics": "run_id, step, rowid",
+                 "runs": "position, run_id", "studies": "name"}[table]
+        return [dict(r) for r in self.conn.execute(f"SELECT * FROM {table} ORDER BY {order}")]

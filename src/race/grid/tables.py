@@ -1,0 +1,158 @@
+"""Reading a study: status, analysis tables (pandas) and export to Parquet/CSV.
+
+:func:`load_tables` gives the analysis module its inputs: ``runs`` (one row per cell,
+allocation + outcome + FLOP split) and ``evals`` (one row per evaluation point), plus
+``ledger`` and ``train``. Readers never take the study lock; WAL lets them read while a
+driver writes.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from race.grid.lock import StudyLock
+from race.grid.store import FINISHED, STATUSES, Store
+
+RUN_COLUMNS = ["run_id", "study", "budget", "model", "model_params", "num_generations", "prompts_per_step",
+               "num_iterations", "learning_rate", "reward", "seed", "status", "total_flops", "rollout_flops",
+               "learning_flops", "feedback_flops", "steps", "wall_s", "zero_var_frac", "trunc_rate"]
+EXTRA_RUN_COLUMNS = ["lora_r", "engine", "allocation", "attempts", "error"]
+EVAL_COLUMNS = ["run_id", "step", "flops", "target", "score", "n", "per_problem"]
+LEDGER_COLUMNS = ["run_id", "step", "phase", "component", "flops", "tokens", "seconds", "counted"]
+LEARNING_PHASES = ("update", "old_logprobs", "reference")
+_AXIS_COLUMNS = {"model", "num_generations", "prompts_per_step", "num_iterations", "learning_rate", "reward",
+                 "lora.r", "engine"}
+
+
+@dataclass
+class StudyStatus:
+    study: str | None
+    study_dir: Path
+    counts: dict[str, int]
+    cells: list[dict[str, Any]]
+    flops_done: float
+    flops_planned: float
+    driver: dict[str, Any] | None = None  # the live driver (pid, host, since), if any
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+
+def study_status(study_dir: str | Path) -> StudyStatus:
+    """Counts by status and one row per cell (no lock needed)."""
+    with Store(study_dir, create=False) as store:
+        runs = store.runs()
+        counts = store.counts()
+        name = store.study_name()
+    cells = [{"run_id": r["run_id"], "label": r["label"], "budget": r["budget"], "seed": r["seed"],
+              "status": r["status"], "attempts": r["attempts"], "wall_s": r["wall_s"], "total_flops": r["total_flops"],
+              "steps": r["steps"], "error": (r["error"] or "").strip().splitlines()[0][:200] if r["error"] else None}
+             for r in runs]
+    return StudyStatus(study=name, study_dir=Path(study_dir), counts=counts, cells=cells,
+                       flops_done=sum(r["total_flops"] or 0.0 for r in runs if r["status"] in FINISHED),
+                       flops_planned=sum(r["budget"] for r in runs), driver=StudyLock.holder(study_dir))
+
+
+def _phase_flops(run: dict[str, Any], ledger_sums: dict[str, float]) -> dict[str, float]:
+    phases = run.get("phase_flops")
+    return {k: float(v) for k, v in phases.items()} if isinstance(phases, dict) else ledger_sums
+
+
+def _axis_value(v: Any) -> Any:
+    return v if v is None or isinstance(v, (str, int, float, bool)) else json.dumps(v, sort_keys=True)
+
+
+def load_tables(study_dir: str | Path) -> dict[str, "Any"]:
+    """``{"runs", "evals", "ledger", "train"}`` as pandas DataFrames."""
+    import pandas as pd
+
+    with Store(study_dir, create=False) as store:
+        runs = store.runs()
+        ledger = store.rows("ledger")
+        evals = store.rows("evals")
+        train = store.rows("train_metrics")
+        study = store.study_name()
+
+    sums: dict[str, dict[str, float]] = {}
+    for r in ledger:
+        if r["counted"]:
+            d = sums.setdefault(r["run_id"], {})
+            d[r["phase"]] = d.get(r["phase"], 0.0) + r["flops"]
+    extra_axes: list[str] = []
+    for r in runs:
+        for path in json.loads(r["allocation_json"]):
+            if path not in _AXIS_COLUMNS and path.replace(".", "_") not in extra_axes:
+                extra_axes.append(path.replace(".", "_"))
+    records = []
+    for r in runs:
+        run = json.loads(r["run_json"]) if r["run_json"] else {}
+        done = r["status"] in FINISHED
+        ph = _phase_flops(run, sums.get(r["run_id"], {})) if done else {}
+        diag = run.get("diagnostics") or {}
+        counted = sum(ph.get(k, 0.0) for k in ("rollout", "reward", *LEARNING_PHASES))
+        total = run.get("total_flops", counted) if done else None
+        rec = {
+            "run_id": r["run_id"], "study": r["study"] or study, "budget": r["budget"], "model": r["model"],
+            "model_params": run.get("model_params"), "num_generations": r["num_generations"],
+            "prompts_per_step": r["prompts_per_step"], "num_iterations": r["num_iterations"],
+            "learning_rate": r["learning_rate"], "reward": r["reward"], "seed": r["seed"], "status": r["status"],
+            "total_flops": total,
+            "rollout_flops": ph.get("rollout") if done else None,
+            "learning_flops": sum(ph.get(k, 0.0) for k in LEARNING_PHASES) if done else None,
+            "feedback_flops": ph.get("reward") if done else None,
+            "steps": run.get("steps"), "wall_s": r["wall_s"],
+            "zero_var_frac": diag.get("zero_var_frac"), "trunc_rate": diag.get("trunc_rate"),
+            "lora_r": r["lora_r"], "engine": r["engine"], "allocation": r["label"], "attempts": r["attempts"],
+            "error": r["error"],
+        }
+        alloc = json.loads(r["allocation_json"])
+        for path in alloc:
+            if path.replace(".", "_") in extra_axes:
+                rec[path.replace(".", "_")] = _axis_value(alloc[path])
+        records.append(rec)
+    runs_df = pd.DataFrame.from_records(records, columns=RUN_COLUMNS + EXTRA_RUN_COLUMNS + extra_axes)
+    for col in ("budget", "model_params", "total_flops", "rollout_flops", "learning_flops", "feedback_flops",
+                "wall_s", "zero_var_frac", "trunc_rate", "learning_rate"):
+        runs_df[col] = pd.to_numeric(runs_df[col], errors="coerce").astype("float64")
+    for col in ("steps", "lora_r"):
+        runs_df[col] = runs_df[col].astype("Int64")
+
+    evals_df = pd.DataFrame.from_records(
+        [{**{k: e[k] for k in ("run_id", "step", "flops", "target", "score", "n")},
+          "per_problem": json.loads(e["per_problem_json"]) if e["per_problem_json"] else []} for e in evals],
+        columns=EVAL_COLUMNS)
+    evals_df["n"] = evals_df["n"].astype("Int64")
+    ledger_df = pd.DataFrame.from_records(ledger, columns=LEDGER_COLUMNS)
+    ledger_df["counted"] = ledger_df["counted"].astype(bool)
+    train_df = pd.DataFrame.from_records(
+        [{"run_id": t["run_id"], "step": t["step"], "flops": t["flops"], **json.loads(t["metrics_json"])} for t in train])
+    if train_df.empty:
+        train_df = pd.DataFrame(columns=["run_id", "step", "flops"])
+    return {"runs": runs_df, "evals": evals_df, "ledger": ledger_df, "train": train_df}
+
+
+def export_study(study_dir: str | Path, out_dir: str | Path | None = None, fmt: str = "parquet") -> list[Path]:
+    """Write runs, evals, ledger and train tables as Parquet or CSV; returns the files."""
+    if fmt not in ("parquet", "csv"):
+        raise ValueError(f"export format {fmt!r}: choose parquet or csv")
+    tables = load_tables(study_dir)
+    out = Path(out_dir) if out_dir is not None else Path(study_dir) / "export"
+    out.mkdir(parents=True, exist_ok=True)
+    files = []
+    for name, df in tables.items():
+        path = out / f"{name}.{fmt}"
+        if fmt == "parquet":
+            df.to_parquet(path, index=False)
+        else:
+            if "per_problem" in df.columns:
+                df = df.assign(per_problem=df["per_problem"].map(json.dumps))
+            df.to_csv(path, index=False)
+        files.append(path)
+    return files
+
+
+__all__ = ["StudyStatus", "study_status", "load_tables", "export_study", "RUN_COLUMNS", "EVAL_COLUMNS", "STATUSES"]

@@ -1,0 +1,177 @@
+"""``build_report``: a study in, ``report.html`` + ``report.md`` (+ PNGs) + ``report.json`` out.
+
+Sections, in order: study summary, compute report card, recommendation, validation,
+frontier, compute split, isoFLOP profiles, learning curves, regimes and rank stability,
+diagnostics, FLOPs vs seconds, how to read. Each section degrades on its own: a missing
+ingredient (one budget, fewer than 3 sizes, no random control, failed cells, ...) turns
+into a note in its place, never an exception. Only a study that cannot be read, or has no
+complete pilot run, raises :class:`~race.report.study.ReportError`.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from race.analysis import prepare_runs
+
+from .doc import Context, Section, guarded
+from .fmt import fmt_flops, jsonable, short_labels
+from .render import render_html, render_markdown
+from .sections_decision import (
+    diagnostics_section,
+    method_section,
+    recommendation_section,
+    regimes_section,
+    validation_section,
+)
+from .sections_study import (
+    card_section,
+    curves_section,
+    frontier_section,
+    isoflop_section,
+    seconds_section,
+    split_section,
+    summary_section,
+)
+from .study import ReportError, StudyData, default_target_budget, load_study
+
+DEFAULT_TARGETS = ("greedy", "pass@k", "hard")
+
+
+@dataclass
+class ReportPaths:
+    """Where the report went, and its headline."""
+
+    out_dir: Path
+    html: Path
+    markdown: Path
+    json: Path
+    figures: dict[str, Path] = field(default_factory=dict)
+    headline: str | None = None
+    confidence: str | None = None
+    total_flops: float | None = None
+    target_budget: float | None = None
+    missing: dict[str, str] = field(default_factory=dict)
+
+
+def _targets(evals: pd.DataFrame, wanted: Sequence[str]) -> tuple[list[str], list[str]]:
+    present = list(dict.fromkeys(evals["target"].astype(str)))
+    chosen = [t for t in dict.fromkeys(wanted) if t in present]
+    notes = []
+    missing = [t for t in wanted if t not in present]
+    if missing:
+        notes.append(f"evaluation target(s) {', '.join(missing)} not in the study's evaluations "
+                     f"(present: {', '.join(present) or 'none'})")
+    if not chosen:
+        chosen = present
+    return chosen, notes
+
+
+def make_context(study: StudyData, *, target_budget: float | None, targets: Sequence[str], rng: int,
+                 n_boot: int, n_boot_fit: int) -> Context:
+    runs = study.pilot_runs
+    evals = study.evals_of(runs)
+    chosen, notes = _targets(evals, targets)
+    if not chosen:
+        raise ReportError(f"study {study.name} has no evaluation rows for its complete pilot runs")
+    tb = float(target_budget) if target_budget is not None else default_target_budget(study, chosen[0])
+    if not tb > 0:
+        raise ReportError(f"target budget must be a positive number of FLOPs, got {target_budget!r}")
+    prepared = prepare_runs(runs)
+    keys = list(prepared["allocation"])
+    if len(study.validation_runs):
+        keys += list(prepare_runs(study.validation_runs, include_failed=True)["allocation"])
+    return Context(study=study, target_budget=tb, targets=chosen, rng=int(rng), n_boot=int(n_boot),
+                   n_boot_fit=int(n_boot_fit), labels=short_labels(keys), runs=runs, evals=evals,
+                   prepared=prepared, notes=notes)
+
+
+BUILDERS = (
+    ("summary", "Study", summary_section),
+    ("card", "Compute report card", card_section),
+    ("recommendation", "Recommendation", recommendation_section),
+    ("validation", "Validation at the target budget", validation_section),
+    ("frontier", "Allocation frontier", frontier_section),
+    ("split", "Compute split per allocation", split_section),
+    ("isoflop", "IsoFLOP profiles", isoflop_section),
+    ("curves", "Learning curves", curves_section),
+    ("regimes", "Regimes and rank stability", regimes_section),
+    ("diagnostics", "Diagnostics", diagnostics_section),
+    ("seconds", "FLOPs and wall-clock seconds", seconds_section),
+    ("method", "How to read this report", method_section),
+)
+
+
+def analyse(ctx: Context) -> list[Section]:
+    """Every section of the report, in order (each guarded on its own)."""
+    return [guarded(key, title, lambda fn=fn: fn(ctx)) for key, title, fn in BUILDERS]
+
+
+def build_report(source: "str | Path | Mapping[str, pd.DataFrame] | StudyData", out_dir: str | Path | None = None,
+                 *, target_budget: float | None = None, targets: Sequence[str] = DEFAULT_TARGETS, rng: int = 0,
+                 n_boot: int = 500, n_boot_fit: int = 200) -> ReportPaths:
+    """Write ``report.html``, ``report.md`` (with ``figures/*.png``) and ``report.json``.
+
+    ``source``: a study directory, a dict of tables (``runs``, ``evals``, optional
+    ``train``, ``ledger``, ``validations``) or a loaded :class:`StudyData`. ``out_dir``
+    defaults to ``<study_dir>/report``. ``target_budget`` defaults to the latest validated
+    target budget, else 10x the largest pilot budget. ``targets[0]`` is the primary target
+    (recommendation, isoFLOP, learning curves, diagnostics); the frontier and regimes use
+    every target present. ``n_boot``: bootstrap replicates of scores; ``n_boot_fit``: of
+    curve fits (the recommendation).
+    """
+    study = source if isinstance(source, StudyData) else load_study(source, target_budget=target_budget)
+    if out_dir is None:
+        if study.study_dir is None:
+            raise ReportError("out_dir is required when the study is given as tables")
+        out_dir = study.study_dir / "report"
+    out = Path(out_dir)
+    ctx = make_context(study, target_budget=target_budget, targets=targets, rng=rng, n_boot=n_boot,
+                       n_boot_fit=n_boot_fit)
+    sections = analyse(ctx)
+    fig_dir = out / "figures"
+    fig_dir.mkdir(parents=True, exist_ok=True)
+    figures: dict[str, Path] = {}
+    for s in sections:
+        for f in s.figures:
+            path = fig_dir / f"{f.key}.png"
+            path.write_bytes(f.png)
+            figures[f.key] = path
+    rec = ctx.cache.get("rec")
+    total = ctx.cache.get("total_flops")
+    title = f"RACE report: {study.name}"
+    subtitle = (f"{len(ctx.prepared)} complete pilot runs, {ctx.prepared['allocation'].nunique()} allocations, "
+                f"{ctx.prepared['budget'].nunique()} budgets"
+                + (f"; study total {fmt_flops(total)}" if total is not None else "")
+                + f"; target budget {fmt_flops(ctx.target_budget)}; primary target {ctx.primary}")
+    generated = time.strftime("%Y-%m-%d %H:%M:%S %Z")
+    footer = f"Generated by RACE on {generated} from {study.source}."
+    html_path, md_path, json_path = out / "report.html", out / "report.md", out / "report.json"
+    html_path.write_text(render_html(title, subtitle, sections, footer), encoding="utf-8")
+    md_path.write_text(render_markdown(title, subtitle, sections, {k: f"figures/{p.name}" for k, p in figures.items()},
+                                       footer), encoding="utf-8")
+    missing = {s.key: s.missing for s in sections if s.missing}
+    payload: dict[str, Any] = {
+        "title": title, "study": study.name, "source": study.source, "generated": generated,
+        "options": {"target_budget": ctx.target_budget, "targets": ctx.targets, "rng": ctx.rng, "n_boot": ctx.n_boot,
+                    "n_boot_fit": ctx.n_boot_fit},
+        "headline": {"recommendation": rec.allocation if rec else None,
+                     "text": next((s.data.get("headline") for s in sections if s.key == "recommendation"), None),
+                     "confidence": rec.confidence if rec else None, "total_flops": total},
+        "sections": {s.key: {"title": s.title, "missing": s.missing, "data": s.data} for s in sections},
+        "figures": {k: f"figures/{p.name}" for k, p in figures.items()},
+    }
+    json_path.write_text(json.dumps(jsonable(payload), indent=2, allow_nan=False), encoding="utf-8")
+    return ReportPaths(out_dir=out, html=html_path, markdown=md_path, json=json_path, figures=figures,
+                       headline=payload["headline"]["text"], confidence=rec.confidence if rec else None,
+                       total_flops=total, target_budget=ctx.target_budget, missing=missing)
+
+
+__all__ = ["build_report", "ReportPaths", "make_context", "analyse", "DEFAULT_TARGETS", "BUILDERS"]

@@ -1,0 +1,131 @@
+"""The report as data: sections made of blocks, rendered to HTML and Markdown alike.
+
+A :class:`Section` is a title, a list of blocks (text, key-value rows, tables, figures,
+notes) and ``data`` (the section's numbers, written to ``report.json``). A section that
+cannot be shown says why in ``missing`` ("needs >= 3 model sizes", ...) instead of
+failing the report. :class:`Context` holds what several sections share (the pilot
+tables, targets, regimes, the recommendation), computed once.
+"""
+
+from __future__ import annotations
+
+import traceback
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import pandas as pd
+
+from .study import StudyData
+
+
+@dataclass
+class Text:
+    text: str
+    strong: bool = False
+
+
+@dataclass
+class KeyValues:
+    rows: list[tuple[str, str]]
+
+
+@dataclass
+class Table:
+    header: list[str]
+    rows: list[list[str]]
+    caption: str = ""
+
+
+@dataclass
+class Figure:
+    key: str
+    png: bytes
+    caption: str
+
+
+@dataclass
+class Note:
+    text: str
+    level: str = "info"  # info | warn
+
+
+@dataclass
+class Callout:
+    """The headline box: a title, lines, and a label (e.g. the confidence) with its tone."""
+
+    title: str
+    lines: list[str]
+    label: str = ""
+    tone: str = "neutral"  # good | caution | bad | neutral
+
+
+Block = Text | KeyValues | Table | Figure | Note | Callout
+
+
+@dataclass
+class Section:
+    key: str
+    title: str
+    blocks: list[Block] = field(default_factory=list)
+    data: dict[str, Any] = field(default_factory=dict)
+    missing: str | None = None
+
+    def add(self, *blocks: Block | None) -> "Section":
+        self.blocks.extend(b for b in blocks if b is not None)
+        return self
+
+    @property
+    def figures(self) -> list[Figure]:
+        return [b for b in self.blocks if isinstance(b, Figure)]
+
+
+@dataclass
+class Context:
+    """Shared inputs and cached results of the report's analysis."""
+
+    study: StudyData
+    target_budget: float
+    targets: list[str]
+    rng: int
+    n_boot: int
+    n_boot_fit: int
+    labels: dict[str, str]
+    runs: pd.DataFrame  # pilot runs, every status
+    evals: pd.DataFrame  # evaluation rows of the pilot runs
+    prepared: pd.DataFrame  # complete pilot runs with allocation keys
+    notes: list[str] = field(default_factory=list)
+    cache: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def primary(self) -> str:
+        return self.targets[0]
+
+    def cached(self, key: str, fn: Callable[[], Any]) -> Any:
+        if key not in self.cache:
+            self.cache[key] = fn()
+        return self.cache[key]
+
+    def label(self, key: str) -> str:
+        return self.labels.get(key, key)
+
+
+def guarded(key: str, title: str, build: Callable[[], Section]) -> Section:
+    """Run a section builder; an unexpected error becomes the section's ``missing`` note
+    (with the traceback in ``data``) so one broken section never loses the report."""
+    try:
+        return build()
+    except Exception as e:  # noqa: BLE001 - the report must render; the error is shown, not hidden
+        return Section(key, title, missing=f"could not be computed ({type(e).__name__}: {e})",
+                       data={"error": traceback.format_exc()})
+
+
+def figure(key: str, caption: str, make: Callable[[], bytes]) -> Figure | Note:
+    """A figure block, or a warning note when drawing it fails."""
+    try:
+        return Figure(key, make(), caption)
+    except Exception as e:  # noqa: BLE001
+        return Note(f"figure {key!r} could not be drawn ({type(e).__name__}: {e})", "warn")
+
+
+__all__ = ["Text", "KeyValues", "Table", "Figure", "Note", "Callout", "Block", "Section", "Context", "guarded",
+           "figure"]

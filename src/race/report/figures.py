@@ -1,0 +1,378 @@
+"""Report figures: one function per figure, analysis outputs in, PNG bytes out.
+
+matplotlib is imported inside the functions and used through ``matplotlib.figure.Figure``
+with the Agg canvas (no pyplot state, no display needed). Every function takes the
+DataFrames the :mod:`race.analysis` functions return and returns ``bytes`` (a PNG);
+:func:`to_png` turns any Figure into PNG bytes.
+"""
+
+from __future__ import annotations
+
+import io
+from typing import Any, Mapping
+
+import numpy as np
+import pandas as pd
+
+from .fmt import fmt_flops, is_num, short_labels
+
+DPI = 100
+AXIS_COLORS = {"size": "#4e79a7", "search": "#f28e2b", "learning": "#59a14f", "feedback": "#b07aa1",
+               "mixed": "#9c755f", "tie": "#d9d9d9", "none": "#ffffff"}
+PHASE_COLORS = {"rollout": "#4e79a7", "wasted": "#a0cbe8", "learning": "#59a14f", "feedback": "#b07aa1",
+                "other": "#bab0ac"}
+
+
+def _figure(width: float, height: float) -> Any:
+    """A Figure on its own Agg canvas (no pyplot, no global backend switch)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width, height), dpi=DPI)
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def to_png(fig: Any) -> bytes:
+    """PNG bytes of a matplotlib Figure."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=DPI, bbox_inches="tight", facecolor="white")
+    return buf.getvalue()
+
+
+def _colors(n: int) -> list[Any]:
+    import matplotlib
+
+    cmap = matplotlib.colormaps["tab10" if n <= 10 else "tab20"]
+    return [cmap(i % cmap.N) for i in range(max(n, 1))]
+
+
+def _grid(n: int, max_cols: int = 3) -> tuple[int, int]:
+    cols = min(n, max_cols)
+    return (n + cols - 1) // cols, cols
+
+
+def _compact(x: float, unit: str = "") -> str:
+    """1e15 -> '1 P' + unit, 3e6 -> '3 M' (tick labels: plain text, no mathtext)."""
+    for suffix, scale in (("E", 1e18), ("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(x) >= scale:
+            return f"{x / scale:g} {suffix}{unit}"
+    return f"{x:g} {unit}".rstrip()
+
+
+def _log_axis(ax: Any, axis: str = "x", unit: str = "", limits: tuple[float, float] | None = None) -> None:
+    """Log scale with plain-text major labels (1 PFLOP, 10 PFLOP, ...) and no minor ticks
+    (cheap to lay out); ``limits`` fixes the axis range."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullLocator
+
+    getattr(ax, f"set_{axis}scale")("log")
+    a = ax.xaxis if axis == "x" else ax.yaxis
+    if limits is not None:
+        (ax.set_xlim if axis == "x" else ax.set_ylim)(*limits)
+    lo, hi = limits or (ax.dataLim.intervalx if axis == "x" else ax.dataLim.intervaly)
+    decades = np.log10(hi / lo) if lo > 0 and hi > 0 else 3.0
+    subs = (1.0,) if decades >= 2 else (1.0, 2.0, 5.0)
+    a.set_major_locator(LogLocator(base=10, subs=subs, numticks=12))
+    a.set_major_formatter(FuncFormatter(lambda v, _pos: _compact(v, unit)))
+    a.set_minor_locator(NullLocator())
+
+
+def _legend(ax: Any, **kw: Any) -> None:
+    handles, labels = ax.get_legend_handles_labels()
+    if handles:
+        ax.legend(handles, labels, fontsize=8, frameon=False, **kw)
+
+
+def frontier_figure(winners: pd.DataFrame, envelope: pd.DataFrame | None = None,
+                    controls: pd.DataFrame | None = None) -> bytes:
+    """Best score vs budget (log FLOPs), one panel per target, one line per condition.
+
+    ``winners``: :func:`race.analysis.regimes` rows (``target, condition, budget, score,
+    lo, hi``), several targets concatenated. ``envelope`` (optional):
+    :func:`race.analysis.frontier_envelope` rows with a ``target`` column (``condition``
+    in place of the reward system), drawn thin. ``controls`` (optional): ``target,
+    budget, score`` of random-reward controls.
+    """
+    targets = list(dict.fromkeys(winners["target"]))
+    rows, cols = _grid(len(targets))
+    fig = _figure(4.2 * cols, 3.4 * rows)
+    conds = list(dict.fromkeys(winners["condition"].fillna("all")))
+    color = dict(zip(conds, _colors(len(conds))))
+    for i, target in enumerate(targets):
+        ax = fig.add_subplot(rows, cols, i + 1)
+        w = winners[winners["target"] == target]
+        for cond, g in w.groupby(w["condition"].fillna("all"), sort=False):
+            g = g.sort_values("budget")
+            lo = (g["score"] - g["lo"]).clip(lower=0).to_numpy(float)
+            hi = (g["hi"] - g["score"]).clip(lower=0).to_numpy(float)
+            ax.errorbar(g["budget"], g["score"], yerr=np.vstack([lo, hi]), marker="o", capsize=3,
+                        color=color[cond], lw=2, label=f"{cond} (best allocation)")
+        if envelope is not None and len(envelope):
+            e = envelope[envelope["target"] == target]
+            for cond, g in e.groupby(e["condition"].fillna("all"), sort=False):
+                g = g.sort_values("flops")
+                ax.step(g["flops"], g["score"], where="post", lw=0.9, ls="--", alpha=0.8,
+                        color=color.get(cond, "grey"), label=f"{cond} envelope over compute")
+        if controls is not None and len(controls):
+            c = controls[controls["target"] == target]
+            if len(c):
+                ax.scatter(c["budget"], c["score"], marker="x", color="black", zorder=5, label="random-reward control")
+        _log_axis(ax, "x", "FLOP")
+        ax.set_xlabel("FLOP budget")
+        ax.set_ylabel(f"{target} score")
+        ax.set_title(f"Frontier: {target}", fontsize=10)
+        ax.grid(alpha=0.3)
+        if i == 0:
+            _legend(ax, loc="best")
+    fig.tight_layout()
+    return to_png(fig)
+
+
+def compute_split_figure(split: pd.DataFrame, labels: Mapping[str, str] | None = None) -> bytes:
+    """Stacked horizontal bars: share of FLOPs in rollout (wasted part hatched), learning
+    and feedback, one bar per allocation. ``split``: :func:`race.analysis.waste_table`
+    by allocation (``allocation, rollout_share, learning_share, feedback_share,
+    wasted_share``)."""
+    split = split.sort_values("allocation", ascending=False).reset_index(drop=True)
+    labels = dict(labels) if labels else short_labels(split["allocation"])
+    fig = _figure(7.0, 1.2 + 0.38 * len(split))
+    ax = fig.add_subplot(1, 1, 1)
+    y = np.arange(len(split))
+    roll = split["rollout_share"].fillna(0).to_numpy(float)
+    wasted = np.minimum(split["wasted_share"].fillna(0).to_numpy(float), roll)
+    learn = split["learning_share"].fillna(0).to_numpy(float)
+    feed = split["feedback_share"].fillna(0).to_numpy(float)
+    other = np.clip(1 - roll - learn - feed, 0, None)
+    left = np.zeros(len(split))
+    for vals, name, kw in ((roll - wasted, "rollout (search)", {"color": PHASE_COLORS["rollout"]}),
+                           (wasted, "rollout in zero-variance groups (wasted)",
+                            {"color": PHASE_COLORS["wasted"], "hatch": "//", "edgecolor": "white"}),
+                           (learn, "learning (update + log-probs)", {"color": PHASE_COLORS["learning"]}),
+                           (feed, "feedback (reward)", {"color": PHASE_COLORS["feedback"]}),
+                           (other, "other", {"color": PHASE_COLORS["other"]})):
+        if vals.sum() <= 1e-9 and name == "other":
+            continue
+        ax.barh(y, vals, left=left, height=0.7, label=name, **kw)
+        left += vals
+    ax.set_yticks(y, [labels.get(a, a) for a in split["allocation"]], fontsize=8)
+    ax.set_xlim(0, max(1.0, float(left.max()) if len(left) else 1.0))
+    ax.xaxis.set_major_formatter(_pct_formatter())
+    ax.set_xlabel("share of the run's FLOPs (mean over runs)")
+    ax.set_title("Where the compute goes, per allocation", fontsize=10)
+    ax.legend(fontsize=8, frameon=False, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    fig.tight_layout()
+    return to_png(fig)
+
+
+def _pct_formatter() -> Any:
+    from matplotlib.ticker import PercentFormatter
+
+    return PercentFormatter(1.0, decimals=0)
+
+
+def isoflop_figure(table: pd.DataFrame) -> bytes:
+    """Score vs model parameters (log) per budget, fitted parabola in ln N and its vertex
+    with the bootstrap interval, one panel per condition with >= 3 sizes; the axis spans
+    the sizes tried (x3 each side). ``table``: :func:`race.analysis.isoflop_table`."""
+    table = table[table.groupby(table["condition"].fillna("all"))["n_sizes"].transform("max") >= 3]
+    if table.empty:
+        raise ValueError("no budget has >= 3 model sizes: nothing to fit")
+    conds = list(dict.fromkeys(table["condition"].fillna("all")))
+    rows, cols = _grid(len(conds), 2)
+    fig = _figure(5.2 * cols, 3.8 * rows)
+    budgets = sorted(table["budget"].unique())
+    color = dict(zip(budgets, _colors(len(budgets))))
+    for i, cond in enumerate(conds):
+        ax = fig.add_subplot(rows, cols, i + 1)
+        for _, r in table[table["condition"].fillna("all") == cond].sort_values("budget").iterrows():
+            c = color[r["budget"]]
+            sizes, scores = np.asarray(r["sizes"], float), np.asarray(r["scores"], float)
+            ax.plot(sizes, scores, "o", color=c, label=f"budget {fmt_flops(r['budget'])}")
+            coef = r["coef"]
+            if isinstance(coef, (list, tuple, np.ndarray)) and len(coef) == 3:
+                xs = np.linspace(np.log(sizes.min()) - 0.3, np.log(sizes.max()) + 0.3, 100)
+                ax.plot(np.exp(xs), np.polyval(coef, xs), "-", color=c, lw=1.2, alpha=0.8)
+            if is_num(r["opt_params"]) and is_num(r["opt_score"]):
+                lo = r["ci_low"] if is_num(r["ci_low"]) else r["opt_params"]
+                hi = r["ci_high"] if is_num(r["ci_high"]) else r["opt_params"]
+                ax.errorbar([r["opt_params"]], [r["opt_score"]],
+                            xerr=[[max(r["opt_params"] - lo, 0)], [max(hi - r["opt_params"], 0)]],
+                            fmt="*", ms=12, color=c, mec="black", capsize=4)
+        tried = np.concatenate([np.asarray(v, float) for v in table.loc[table["condition"].fillna("all") == cond, "sizes"]])
+        _log_axis(ax, "x", limits=(tried.min() / 3, tried.max() * 3))  # an optimum far off the grid is named in the notes
+        ax.set_xlabel("policy parameters (non-embedding)")
+        ax.set_ylabel("best score at that size")
+        ax.set_title(f"IsoFLOP profiles: {cond} (star: optimum, bar: 95% interval)", fontsize=10)
+        ax.grid(alpha=0.3)
+        _legend(ax, loc="best")
+    fig.tight_layout()
+    return to_png(fig)
+
+
+def learning_curves_figure(curves: pd.DataFrame, labels: Mapping[str, str] | None = None,
+                           max_panels: int = 6) -> bytes:
+    """Score vs cumulative training FLOPs, one panel per budget: each seed a thin line,
+    the seed mean (interpolated on a common FLOP grid) bold, one color per allocation.
+    ``curves``: :func:`race.analysis.learning_curves` for one target (with ``runs``)."""
+    budgets = sorted(curves["budget"].unique())[-max_panels:]
+    allocs = sorted(curves["allocation"].unique())
+    labels = dict(labels) if labels else short_labels(allocs)
+    color = dict(zip(allocs, _colors(len(allocs))))
+    rows, cols = _grid(len(budgets))
+    fig = _figure(4.3 * cols, 3.3 * rows + 0.5)
+    for i, b in enumerate(budgets):
+        ax = fig.add_subplot(rows, cols, i + 1)
+        cb = curves[curves["budget"] == b]
+        for alloc, ga in cb.groupby("allocation", sort=True):
+            grid = np.linspace(0.0, float(ga["flops"].max()), 60)
+            interp = []
+            for _, gr in ga.groupby("run_id", sort=True):
+                gr = gr.sort_values("flops")
+                ax.plot(gr["flops"], gr["score"], lw=0.7, alpha=0.45, color=color[alloc])
+                ok = grid <= gr["flops"].max() * (1 + 1e-9)
+                interp.append(np.where(ok, np.interp(grid, gr["flops"], gr["score"]), np.nan))
+            with np.errstate(all="ignore"):
+                mean = np.nanmean(np.vstack(interp), axis=0) if interp else grid * np.nan
+            ax.plot(grid, mean, lw=2.2, color=color[alloc], label=labels.get(alloc, alloc) if i == 0 else None)
+        ax.set_title(f"budget {fmt_flops(b)}", fontsize=10)
+        ax.set_xlabel("training FLOPs")
+        ax.set_ylabel("score")
+        ax.ticklabel_format(axis="x", style="sci", scilimits=(0, 0))
+        ax.grid(alpha=0.3)
+    handles, labs = fig.axes[0].get_legend_handles_labels() if fig.axes else ([], [])
+    if handles:
+        fig.legend(handles, labs, loc="lower center", ncol=min(4, len(labs)), fontsize=8, frameon=False,
+                   bbox_to_anchor=(0.5, 0.0))
+    fig.tight_layout(rect=(0, 0.04 + 0.03 * ((len(labs) - 1) // 4 if handles else 0), 1, 1))
+    return to_png(fig)
+
+
+def _axis_category(axes: str, tie: bool, compared: Any) -> str:
+    if compared is None or (isinstance(compared, float) and np.isnan(compared)):
+        return "none"
+    if tie:
+        return "tie"
+    parts = [a for a in str(axes).split("+") if a]
+    return parts[0] if len(parts) == 1 else "mixed" if parts else "none"
+
+
+def regime_heatmap(reg: pd.DataFrame) -> bytes:
+    """Budgets (rows) x conditions (columns: target / reward system); a cell's color is
+    the axis along which the winner beats the runner-up (grey: a tie within the noise),
+    annotated with the axis and the winner's win probability. ``reg``:
+    :func:`race.analysis.regimes` rows of one or more targets (``target`` column)."""
+    from matplotlib.patches import Patch
+
+    reg = reg.assign(column=reg["target"].astype(str) + "\n" + reg["condition"].fillna("all").astype(str))
+    columns = list(dict.fromkeys(reg["column"]))
+    budgets = sorted(reg["budget"].unique(), reverse=True)
+    fig = _figure(1.2 + 1.7 * len(columns), 0.9 + 0.62 * len(budgets) + 0.6)
+    ax = fig.add_subplot(1, 1, 1)
+    used = set()
+    for yi, b in enumerate(budgets):
+        for xi, col in enumerate(columns):
+            cell = reg[(reg["budget"] == b) & (reg["column"] == col)]
+            if cell.empty:
+                cat, text = "none", "-"
+            else:
+                r = cell.iloc[0]
+                cat = _axis_category(r["axes"], bool(r["tie"]), r["compared_to"])
+                what = {"none": "only one", "tie": "tie"}.get(cat, str(r["axes"]).replace("+", "+\n"))
+                text = f"{what}\np={r['win_prob']:.2f}"
+            used.add(cat)
+            ax.add_patch(_rect(xi, yi, AXIS_COLORS[cat]))
+            ax.text(xi + 0.5, yi + 0.5, text, ha="center", va="center", fontsize=8)
+    ax.set_xlim(0, len(columns))
+    ax.set_ylim(len(budgets), 0)
+    ax.set_xticks(np.arange(len(columns)) + 0.5, columns, fontsize=8)
+    ax.set_yticks(np.arange(len(budgets)) + 0.5, [fmt_flops(b) for b in budgets], fontsize=8)
+    ax.set_ylabel("FLOP budget")
+    ax.set_title("Winning axis per budget (p = win probability)", fontsize=10)
+    ax.tick_params(length=0)
+    names = {"none": "only one allocation", "tie": "tie (within noise)", "mixed": "several axes"}
+    handles = [Patch(facecolor=AXIS_COLORS[k], edgecolor="grey", label=names.get(k, k)) for k in AXIS_COLORS if k in used]
+    ax.legend(handles=handles, fontsize=8, frameon=False, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    fig.tight_layout()
+    return to_png(fig)
+
+
+def _rect(x: float, y: float, color: str) -> Any:
+    from matplotlib.patches import Rectangle
+
+    return Rectangle((x, y), 1, 1, facecolor=color, edgecolor="white", lw=2)
+
+
+def flops_seconds_figure(runs: pd.DataFrame, phase_costs: pd.DataFrame | None = None) -> bytes:
+    """Left: each run's counted FLOPs against its wall seconds (log-log), one color per
+    model; equal FLOPs need not cost equal time. Right (when ``phase_costs`` is given:
+    ``phase, flops, seconds``): each phase's share of FLOPs beside its share of seconds."""
+    r = runs[(runs["total_flops"] > 0) & (runs["wall_s"] > 0)]
+    panels = 2 if phase_costs is not None and len(phase_costs) else 1
+    fig = _figure(4.8 * panels, 3.6)
+    ax = fig.add_subplot(1, panels, 1)
+    models = sorted(r["model"].astype(str).unique())
+    color = dict(zip(models, _colors(len(models))))
+    for m, g in r.groupby(r["model"].astype(str), sort=True):
+        ax.scatter(g["wall_s"], g["total_flops"], color=color[m], label=m, s=22, alpha=0.8)
+    _log_axis(ax, "x", "s")
+    _log_axis(ax, "y", "FLOP")
+    ax.set_xlabel("wall seconds")
+    ax.set_ylabel("counted FLOPs")
+    ax.set_title("FLOPs vs wall seconds, per run", fontsize=10)
+    ax.grid(alpha=0.3)
+    _legend(ax, loc="best")
+    if panels == 2:
+        ax2 = fig.add_subplot(1, 2, 2)
+        pc = phase_costs.reset_index(drop=True)
+        x = np.arange(len(pc))
+        f_share = pc["flops"] / max(pc["flops"].sum(), 1e-300)
+        s_share = pc["seconds"] / max(pc["seconds"].sum(), 1e-300)
+        ax2.bar(x - 0.2, f_share, width=0.4, label="share of FLOPs", color="#4e79a7")
+        ax2.bar(x + 0.2, s_share, width=0.4, label="share of seconds", color="#e15759")
+        ax2.set_xticks(x, pc["phase"], fontsize=8, rotation=20)
+        ax2.yaxis.set_major_formatter(_pct_formatter())
+        ax2.set_title("Per phase: FLOPs vs seconds", fontsize=10)
+        ax2.grid(alpha=0.3, axis="y")
+        _legend(ax2, loc="best")
+    fig.tight_layout()
+    return to_png(fig)
+
+
+def predictions_figure(predictions: pd.DataFrame, chosen: str, labels: Mapping[str, str] | None = None,
+                       realised: pd.DataFrame | None = None, top: int = 8) -> bytes:
+    """Predicted score at the target budget with its interval for the leading candidates
+    (``predictions`` of :class:`race.analysis.Recommendation`: ``allocation, score, lo,
+    hi``); the chosen one in bold. ``realised`` (``allocation, score, lo, hi``): validation
+    scores, drawn as diamonds beside the predictions."""
+    pred = predictions.head(top).iloc[::-1].reset_index(drop=True)
+    keys = list(pred["allocation"]) + ([] if realised is None else list(realised["allocation"]))
+    labels = dict(labels) if labels else short_labels(keys)
+    fig = _figure(8.0, 0.9 + 0.42 * len(pred))
+    ax = fig.add_subplot(1, 1, 1)
+    y = np.arange(len(pred))
+    for i, r in pred.iterrows():
+        c = "#e15759" if r["allocation"] == chosen else "#4e79a7"
+        ax.errorbar([r["score"]], [i], xerr=[[max(r["score"] - r["lo"], 0)], [max(r["hi"] - r["score"], 0)]],
+                    fmt="o", color=c, capsize=3, label="predicted (95% interval)" if i == len(pred) - 1 else None)
+    if realised is not None and len(realised):
+        pos = {a: i for i, a in enumerate(pred["allocation"])}
+        first = True
+        for _, r in realised.iterrows():
+            if r["allocation"] not in pos:
+                continue
+            i = pos[r["allocation"]] + 0.25
+            ax.errorbar([r["score"]], [i], xerr=[[max(r["score"] - r["lo"], 0)], [max(r["hi"] - r["score"], 0)]],
+                        fmt="D", color="black", ms=5, capsize=2, label="realised at the target budget" if first else None)
+            first = False
+    ax.set_yticks(y, [("» " if a == chosen else "") + labels.get(a, a) for a in pred["allocation"]], fontsize=8)
+    ax.set_xlabel("score at the target budget")
+    ax.set_title("Predicted score at the target budget (red: recommended)", fontsize=10)
+    ax.grid(alpha=0.3, axis="x")
+    ax.set_ylim(-0.6, len(pred) - 0.4)
+    _legend(ax, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    fig.tight_layout()
+    return to_png(fig)
+
+
+__all__ = ["to_png", "frontier_figure", "compute_split_figure", "isoflop_figure", "learning_curves_figure",
+           "regime_heatmap", "flops_seconds_figure", "predictions_figure", "AXIS_COLORS"]

@@ -1,0 +1,267 @@
+"""Report sections that decide: regimes and rank stability, the recommendation, its
+validation, and the diagnostics that say when to distrust a gain."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from race.analysis import (
+    Recommendation,
+    overoptimisation,
+    rank_stability,
+    random_control,
+    realised_regret,
+    recommend,
+    regime_changes,
+    waste_table,
+)
+
+from . import figures as F
+from .doc import Callout, Context, KeyValues, Note, Section, Table, Text, figure
+from .fmt import fmt_flops, fmt_interval, fmt_num, fmt_pct, fmt_prob, fmt_score, is_num, jsonable, text_or
+from .sections_study import target_regimes
+
+TONES = {"stable regime": "good", "unstable": "caution", "extrapolation too far": "bad"}
+
+
+def recommend_for(evals: pd.DataFrame, runs: pd.DataFrame, target: str, target_budget: float, *,
+                  n_boot: int = 200, rng: int = 0) -> tuple[Recommendation, list[str]]:
+    """:func:`race.analysis.recommend` with the saturating-curve method, falling back to the
+    log-budget trend when the curves cannot be fitted. Returns (recommendation, notes)."""
+    try:
+        return recommend(evals, runs, target, target_budget, method="curve", n_boot=n_boot, rng=rng), []
+    except (ValueError, np.linalg.LinAlgError, FloatingPointError) as e:
+        if "no complete non-random runs" in str(e):
+            raise
+        rec = recommend(evals, runs, target, target_budget, method="trend", n_boot=n_boot, rng=rng)
+        return rec, [f"saturating curves could not be fitted ({e}); the prediction uses the log-budget trend"]
+
+
+def headline(rec: Recommendation) -> str:
+    return (f"Run {rec.allocation} at {fmt_flops(rec.target_budget)}: predicted {rec.target} score "
+            f"{fmt_score(rec.predicted_score)} {fmt_interval(rec.predicted_lo, rec.predicted_hi)} "
+            f"({rec.level:.0%} interval), expected regret {rec.expected_regret:.3f}, "
+            f"win probability {rec.win_probability:.2f}.")
+
+
+def regimes_section(ctx: Context) -> Section:
+    sec = Section("regimes", "Regimes and rank stability")
+    reg = pd.concat([target_regimes(ctx, t) for t in ctx.targets], ignore_index=True)
+    sec.add(Text("At each budget the winning allocation is compared with the runner-up: the axis along which they "
+                 "differ (size, search, learning, feedback) is the one that wins there, if the difference is "
+                 "beyond the noise (its 95% interval excludes 0); otherwise it is a tie. The win probability is the "
+                 "share of bootstrap replicates in which the winner scores highest."),
+            figure("regime_heatmap", "Winning axis per budget", lambda: F.regime_heatmap(reg)))
+    sec.add(Table(["target", "reward system", "budget", "winner", "win prob.", "vs", "difference [95%]", "verdict",
+                   "winning axis"],
+                  [[r.target, str(r.condition), fmt_flops(r.budget), r.winner, fmt_prob(r.win_prob),
+                    text_or(r.compared_to),
+                    f"{fmt_score(r.diff)} {fmt_interval(r.diff_lo, r.diff_hi)}" if is_num(r.diff) else "-",
+                    "only one allocation" if text_or(r.compared_to, "") == "" else ("tie" if r.tie else "decisive"),
+                    r.detail or "-"] for r in reg.itertuples()]))
+    changes = []
+    for t in ctx.targets:
+        ch = regime_changes(reg[reg["target"] == t], ctx.prepared)
+        changes.append(ch.assign(target=t))
+    ch = pd.concat(changes, ignore_index=True)
+    if len(ch):
+        sec.add(Table(["target", "reward system", "from budget", "to budget", "new winner", "changed axes", "decisive"],
+                      [[r.target, str(r.condition), fmt_flops(r.from_budget), fmt_flops(r.to_budget), r.to_winner,
+                        r.axes or "-", "yes" if r.decisive else "no (within noise)"] for r in ch.itertuples()],
+                      "Regime changes (the winner moves between consecutive budgets)"))
+    else:
+        sec.add(Text("The winner does not change between consecutive budgets."))
+    rs = rank_stability(ctx.evals, ctx.runs, ctx.primary)
+    if rs.empty:
+        sec.add(Note("rank stability needs >= 2 budgets", "warn"))
+    else:
+        sec.add(Table(["reward system", "budget", "next budget", "Kendall tau", "common allocations",
+                       "pairwise decision accuracy vs largest", "pairs"],
+                      [[str(r.condition), fmt_flops(r.budget), fmt_flops(r.next_budget), fmt_prob(r.kendall_tau),
+                        str(r.n_common), fmt_prob(r.pda_vs_largest), str(r.n_pairs)] for r in rs.itertuples()],
+                      f"Rank stability of allocations across budgets ({ctx.primary})"))
+        low = rs[rs["kendall_tau"] < 0.5]
+        if len(low):
+            sec.add(Note(f"rankings still move between budgets (Kendall tau < 0.5 at {len(low)} step(s)): "
+                         "small-budget winners may not stay winners", "warn"))
+    sec.data = {"regimes": jsonable(reg), "changes": jsonable(ch), "rank_stability": jsonable(rs)}
+    return sec
+
+
+def recommendation_section(ctx: Context) -> Section:
+    sec = Section("recommendation", f"Recommendation for {fmt_flops(ctx.target_budget)}")
+    rec, notes = recommend_for(ctx.evals, ctx.runs, ctx.primary, ctx.target_budget, n_boot=ctx.n_boot_fit,
+                               rng=ctx.rng)
+    ctx.cache["rec"] = rec
+    sec.add(Callout("Recommended allocation", [headline(rec)] + [f"- {r}" for r in rec.reasons],
+                    label=rec.confidence, tone=TONES.get(rec.confidence, "neutral")))
+    for n in notes:
+        sec.add(Note(n, "warn"))
+    params = [(k, fmt_num(v) if k == "model_params" else str(v)) for k, v in rec.allocation_params.items()]
+    sec.add(KeyValues([("allocation", rec.allocation), *params,
+                       ("method", f"{rec.method} ({'saturating fit per allocation' if rec.method == 'curve' else 'log-budget trend'}), "
+                                  f"target {rec.target}"),
+                       ("extrapolation", f"{rec.extrapolation_ratio:.3g}x the largest pilot budget "
+                                         f"{fmt_flops(rec.largest_pilot_budget)}"),
+                       ("runner-up", str(rec.runner_up or "-"))]))
+    try:
+        res = validation_result(ctx)[0]
+    except Exception:  # noqa: BLE001 - the validation section reports its own error
+        res = None
+    realised = res.table if res is not None else None
+    sec.add(figure("predictions", "Predicted score at the target budget",
+                   lambda: F.predictions_figure(rec.predictions, rec.allocation, ctx.labels, realised)))
+    pred = rec.predictions.head(10)
+    sec.add(Table(["allocation", "predicted score [95%]", "P(best)", "expected regret", "asymptote identified"],
+                  [[r.allocation, f"{fmt_score(r.score)} {fmt_interval(r.lo, r.hi)}", fmt_prob(r.p_best),
+                    f"{r.expected_regret:.3f}", {True: "yes", False: "no"}.get(r.A_identified, "-")]
+                   for r in pred.itertuples()], "Candidates (best 10)"))
+    sec.data = {"recommendation": jsonable(rec.to_dict()), "notes": notes, "headline": headline(rec)}
+    return sec
+
+
+def validation_result(ctx: Context) -> tuple[object, str | None, list[str]]:
+    """(ValidationResult or None, why it is missing, warnings), computed once."""
+    if "validation" in ctx.cache:
+        return ctx.cache["validation"]
+    st = ctx.study
+    rec: Recommendation | None = ctx.cache.get("rec")
+    entry = st.validation_for(ctx.target_budget, ctx.primary)
+    how = (f"run `race validate {st.study_dir or 'STUDY_DIR'} --target-budget {ctx.target_budget:.3g}` to train the "
+           "recommendation and its strongest rivals at the target budget and measure the realised regret")
+    vruns = st.validation_runs
+    warns = []
+    if entry is not None and entry.get("status") not in (None, "complete"):
+        warns.append(f"the validation recorded for this budget is {entry.get('status')!r}: "
+                     f"{entry.get('message') or 'some cells did not finish'}")
+    out: tuple[object, str | None, list[str]]
+    if vruns.empty and entry is None:
+        out = (None, f"not validated yet: {how}", warns)
+    elif rec is None:
+        out = (None, "there is no recommendation to validate (see the recommendation section)", warns)
+    else:
+        try:
+            res = realised_regret(rec, st.evals_of(vruns), vruns, n_boot=ctx.n_boot, rng=ctx.rng)
+            out = (res, None, warns)
+        except ValueError as e:
+            out = (None, f"{e}; {how}", warns)
+    ctx.cache["validation"] = out
+    return out
+
+
+def validation_section(ctx: Context) -> Section:
+    sec = Section("validation", "Validation at the target budget")
+    res, missing, warns = validation_result(ctx)
+    for w in warns:
+        sec.add(Note(w, "warn"))
+    if res is None:
+        sec.missing = missing
+        return sec
+    verdict = ("a rival did better beyond the noise" if res.realised_regret > 0 and not res.regret_tie
+               else "within the noise of the best rival" if res.regret_tie else "the recommendation did best")
+    sec.add(Callout("Realised regret", [
+        f"{res.allocation} scored {fmt_score(res.realised_score)} {fmt_interval(res.realised_lo, res.realised_hi)} at "
+        f"{fmt_flops(res.target_budget)}; predicted {fmt_score(res.predicted_score)} "
+        f"{fmt_interval(res.predicted_lo, res.predicted_hi)} ({'inside' if res.prediction_covered else 'outside'} "
+        "the predicted interval).",
+        f"Best rival: {res.best_rival or '-'} ({fmt_score(res.best_rival_score)}). Realised regret "
+        f"{fmt_score(res.realised_regret)} {fmt_interval(res.regret_lo, res.regret_hi)} vs expected regret "
+        f"{res.predicted_regret:.3f}: {verdict}; the recommendation ranked {res.rank} of {len(res.table)}."],
+        label="regret " + ("tie" if res.regret_tie else fmt_score(res.realised_regret)),
+        tone="good" if res.regret_tie or not is_num(res.realised_regret) or res.realised_regret <= 0 else "bad"))
+    sec.add(Table(["allocation", "realised score [95%]", "runs", "predicted"],
+                  [[r.allocation, f"{fmt_score(r.score)} {fmt_interval(r.lo, r.hi)}", str(r.n_runs),
+                    fmt_score(r.predicted)] for r in res.table.itertuples()], "Validated allocations"))
+    sec.data = {"validation": jsonable(res.to_dict())}
+    return sec
+
+
+def diagnostics_section(ctx: Context) -> Section:
+    sec = Section("diagnostics", "Diagnostics")
+    runs = ctx.runs.copy()
+    data: dict = {}
+    # wasted rollouts and truncation
+    if runs[["zero_var_frac", "trunc_rate"]].astype(float).isna().all().all():
+        sec.add(Note("no zero-variance or truncation statistics recorded (runs.zero_var_frac, runs.trunc_rate)"))
+    else:
+        for c in ("zero_var_frac", "trunc_rate"):
+            runs[c] = runs[c].astype(float)
+        wt = waste_table(runs)
+        p = ctx.prepared
+        wasted = float((p["zero_var_frac"].astype(float) * p["rollout_flops"]).sum())
+        total = float(p["total_flops"].sum())
+        trunc = float(p["trunc_rate"].astype(float).mean())
+        sec.add(Text(f"Wasted rollouts: {fmt_pct(p['zero_var_frac'].astype(float).mean())} of groups had "
+                     f"zero reward variance on average; the rollouts spent on them ({fmt_flops(wasted)}) are "
+                     f"{fmt_pct(wasted / total if total else np.nan)} of all pilot FLOPs. Mean truncation rate: "
+                     f"{fmt_pct(trunc)}."), )
+        if is_num(trunc) and trunc > 0.1:
+            sec.add(Note("over 10% of completions hit the length limit: raise max_completion_length or the scores "
+                         "measure truncation", "warn"))
+        sec.add(Table(["budget", "allocation", "zero-variance groups", "wasted rollout FLOPs", "wasted share",
+                       "truncation"],
+                      [[fmt_flops(r.budget), r.allocation, fmt_pct(r.zero_var_frac), fmt_flops(r.wasted_rollout_flops),
+                        fmt_pct(r.wasted_share), fmt_pct(r.trunc_rate)] for r in wt.itertuples()],
+                      "Zero-variance share and truncation per budget and allocation"))
+        data["waste"] = jsonable(wt)
+        data["wasted_share"] = wasted / total if total else None
+        data["trunc_rate"] = trunc
+    # over-optimisation
+    has_trend = {"proxy_reward_trend", "verified_trend"} <= set(runs.columns)
+    train = ctx.study.train
+    has_train = train is not None and "reward_mean" in train.columns
+    prm = ctx.prepared["reward"].astype(str).str.startswith("prm")
+    if not has_trend and not has_train:
+        sec.add(Note("over-optimisation not checked: no per-step training log (train table with reward_mean)"))
+    else:
+        oo = overoptimisation(runs, train if has_train else None, ctx.evals, target=ctx.primary)
+        flagged = oo[oo["overoptimised"]]
+        scope = ("process-RM runs: " + str(int(prm.sum()))) if prm.any() else "no process-RM runs in the study"
+        sec.add(Text(f"Over-optimisation (proxy reward rising while verified {ctx.primary} accuracy falls): "
+                     f"{len(flagged)} of {len(oo)} runs flagged ({scope})."))
+        if len(flagged):
+            sec.add(Note(f"{len(flagged)} run(s) over-optimise the reward: their training reward rises while "
+                         "verified accuracy falls", "warn"),
+                    Table(["run", "allocation", "budget", "proxy slope", "verified slope"],
+                          [[r.run_id, r.allocation, fmt_flops(r.budget), f"{r.proxy_slope:+.3f}",
+                            f"{r.verified_slope:+.3f}"] for r in flagged.itertuples()]))
+        data["overoptimisation"] = jsonable(oo)
+    # random-reward control
+    rc = random_control(ctx.evals, ctx.runs, ctx.primary, n_boot=ctx.n_boot, rng=ctx.rng)
+    if rc.empty:
+        sec.add(Note("no random-reward control (reward: random): add one per model size to expose false gains "
+                     "(format learning, evaluation noise)", "warn"))
+    else:
+        n_beat = int(rc["beats_control"].sum())
+        if n_beat == 0:
+            sec.add(Note("nothing beats the random-reward control beyond noise: the gains may be false", "warn"))
+        else:
+            sec.add(Text(f"Random-reward control: {n_beat} of {len(rc)} (budget, allocation) cells beat it beyond "
+                         "the noise."))
+        sec.add(Table(["budget", "allocation", "score", "control", "difference [95%]", "beats control"],
+                      [[fmt_flops(r.budget), r.allocation, fmt_score(r.score), fmt_score(r.control_score),
+                        f"{fmt_score(r.diff)} {fmt_interval(r.lo, r.hi)}", "yes" if r.beats_control else "no"]
+                       for r in rc.itertuples()], f"Against the random-reward control ({ctx.primary})"))
+    data["random_control"] = jsonable(rc)
+    sec.data = data
+    return sec
+
+
+def method_section(ctx: Context) -> Section:
+    sec = Section("method", "How to read this report")
+    sec.add(Text("RACE is a diagnostic: it identifies allocation regimes from cheap pilot runs before an expensive "
+                 "run; it does not promise held-out improvement. Intervals are 95% bootstrap intervals over seeds "
+                 "(whole runs) and evaluation problems, never over checkpoints of one run; differences whose "
+                 "interval covers 0 are ties. Confidence labels: 'stable regime' (the choice wins in most bootstrap "
+                 "replicates, leads at the largest pilot budget and rankings agree across the two largest budgets), "
+                 "'unstable' (one of those fails), 'extrapolation too far' (the target budget is more than 10x the "
+                 "largest pilot budget, or the chosen curve's asymptote is not identified by the data)."),
+            KeyValues([("bootstrap replicates", f"{ctx.n_boot} (scores), {ctx.n_boot_fit} (curve fits)"),
+                       ("random seed", str(ctx.rng)), ("FLOPs", "model FLOPs counted in the budget (see each run's "
+                                                        "report card for the conventions)")]))
+    return sec
+
+
+__all__ = ["regimes_section", "recommendation_section", "validation_section", "diagnostics_section", "method_section",
+           "recommend_for", "headline"]

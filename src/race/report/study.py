@@ -1,0 +1,199 @@
+"""A study as the report sees it: its tables, split into pilot runs and validation runs.
+
+A study comes from a study directory (``race.grid.load_tables``) or from tables passed in
+directly (``{"runs": ..., "evals": ..., "train"?: ..., "ledger"?: ...}`` in the analysis
+schema). Validation runs are the runs ``race validate`` ran at a target budget; it records
+them in ``<study_dir>/validation.json`` (:data:`VALIDATION_FILE`):
+
+```json
+{"validations": [{"target": "greedy", "target_budget": 3e13, "allocations": ["..."],
+                  "run_ids": ["..."], "seeds": [0, 1], "status": "complete",
+                  "recommendation": {...}, "result": {...}, "updated_at": 1760000000.0}]}
+```
+
+Runs named there (or, for tables without that file, runs whose budget equals an explicit
+target budget above every other budget) are kept out of the pilot analysis and used only
+to measure realised regret.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+import pandas as pd
+
+VALIDATION_FILE = "validation.json"
+FINISHED = ("complete", "diverged")
+BUDGET_RTOL = 0.05
+
+
+class ReportError(ValueError):
+    """The study cannot be reported on (no such study, no complete runs, ...)."""
+
+
+def _close(a: float, b: float, rtol: float = BUDGET_RTOL) -> bool:
+    return abs(a - b) <= rtol * max(abs(a), abs(b))
+
+
+@dataclass
+class StudyData:
+    """Tables of one study. ``runs``/``evals`` hold every run; ``pilot_*`` and
+    ``validation_*`` the two parts (validation tables may be empty)."""
+
+    name: str
+    source: str
+    study_dir: Path | None
+    runs: pd.DataFrame
+    evals: pd.DataFrame
+    train: pd.DataFrame | None
+    ledger: pd.DataFrame | None
+    validations: list[dict[str, Any]] = field(default_factory=list)
+    validation_ids: set[str] = field(default_factory=set)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def pilot_runs(self) -> pd.DataFrame:
+        return self.runs[~self.runs["run_id"].isin(self.validation_ids)].reset_index(drop=True)
+
+    @property
+    def validation_runs(self) -> pd.DataFrame:
+        return self.runs[self.runs["run_id"].isin(self.validation_ids)].reset_index(drop=True)
+
+    @property
+    def pilot_complete(self) -> pd.DataFrame:
+        r = self.pilot_runs
+        return r[r["status"].astype(str) == "complete"].reset_index(drop=True)
+
+    def evals_of(self, runs: pd.DataFrame) -> pd.DataFrame:
+        return self.evals[self.evals["run_id"].isin(set(runs["run_id"]))].reset_index(drop=True)
+
+    def largest_pilot_budget(self) -> float:
+        return float(self.pilot_complete["budget"].max())
+
+    def validation_for(self, target_budget: float, target: str | None = None) -> dict[str, Any] | None:
+        """The latest recorded validation at ``target_budget`` (and ``target``, if given)."""
+        hits = [v for v in self.validations if _close(float(v.get("target_budget", 0.0)), target_budget)
+                and (target is None or v.get("target") == target)]
+        return hits[-1] if hits else None
+
+
+def read_validations(study_dir: str | Path) -> list[dict[str, Any]]:
+    """Entries of ``<study_dir>/validation.json`` (empty when there is none)."""
+    path = Path(study_dir) / VALIDATION_FILE
+    if not path.exists():
+        return []
+    try:
+        data = json.loads(path.read_text())
+    except ValueError as e:
+        raise ReportError(f"{path} is not valid JSON ({e}); fix or delete it") from None
+    entries = data.get("validations", []) if isinstance(data, dict) else []
+    return [e for e in entries if isinstance(e, dict)]
+
+
+def write_validation(study_dir: str | Path, entry: dict[str, Any]) -> Path:
+    """Add (or replace: same target and target budget) one validation entry, atomically."""
+    path = Path(study_dir) / VALIDATION_FILE
+    entries = [e for e in read_validations(study_dir)
+               if not (e.get("target") == entry.get("target")
+                       and _close(float(e.get("target_budget", 0.0)), float(entry["target_budget"])))]
+    entries.append({**entry, "updated_at": time.time()})
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps({"validations": entries}, indent=2, default=_json_default, allow_nan=False))
+    os.replace(tmp, path)
+    return path
+
+
+def _json_default(o: Any) -> Any:
+    if isinstance(o, np.generic):
+        return o.item()
+    if isinstance(o, (set, tuple)):
+        return list(o)
+    if isinstance(o, Path):
+        return str(o)
+    raise TypeError(f"{type(o).__name__} is not JSON serialisable")
+
+
+def _clean_runs(runs: pd.DataFrame) -> pd.DataFrame:
+    runs = runs.copy()
+    # race.grid's runs table carries the grid label as "allocation"; the analysis builds its own key
+    if "allocation" in runs.columns:
+        runs = runs.rename(columns={"allocation": "label"})
+    if "status" not in runs.columns:
+        runs["status"] = "complete"
+    runs["run_id"] = runs["run_id"].astype(str)
+    return runs
+
+
+def load_study(source: "str | Path | Mapping[str, pd.DataFrame]", *,
+               target_budget: float | None = None) -> StudyData:
+    """Read a study directory or wrap a dict of tables (see the module docstring)."""
+    validations: list[dict[str, Any]] = []
+    study_dir: Path | None = None
+    if isinstance(source, Mapping):
+        tables = dict(source)
+        if "runs" not in tables or "evals" not in tables:
+            raise ReportError("tables must hold at least 'runs' and 'evals' DataFrames")
+        validations = list(tables.get("validations") or [])
+        origin = "tables"
+    else:
+        study_dir = Path(source)
+        if not study_dir.is_dir():
+            raise ReportError(f"no such study directory: {study_dir}")
+        from race.grid import StoreError, load_tables
+
+        try:
+            tables = load_tables(study_dir)
+        except StoreError as e:
+            raise ReportError(str(e)) from None
+        validations = read_validations(study_dir)
+        origin = str(study_dir)
+    runs = _clean_runs(tables["runs"])
+    evals = tables["evals"].copy()
+    if runs.empty:
+        raise ReportError(f"study {origin} has no runs")
+    train = tables.get("train")
+    ledger = tables.get("ledger")
+    name = str(runs["study"].dropna().iloc[0]) if "study" in runs.columns and runs["study"].notna().any() else (
+        study_dir.name if study_dir is not None else "study")
+    data = StudyData(name=name, source=origin, study_dir=study_dir, runs=runs, evals=evals,
+                     train=train if isinstance(train, pd.DataFrame) and not train.empty else None,
+                     ledger=ledger if isinstance(ledger, pd.DataFrame) and not ledger.empty else None,
+                     validations=validations)
+    ids = {str(r) for v in validations for r in v.get("run_ids", [])}
+    budgets = runs["budget"].astype(float)
+    for v in validations:
+        tb = float(v.get("target_budget", 0.0))
+        ids |= set(runs.loc[[_close(b, tb) for b in budgets], "run_id"])
+    if target_budget is not None and not ids:
+        at_target = np.array([_close(b, target_budget) for b in budgets])
+        if at_target.any() and (~at_target).any() and target_budget > budgets[~at_target].max():
+            ids |= set(runs.loc[at_target, "run_id"])
+            data.notes.append(f"{int(at_target.sum())} run(s) at the target budget {target_budget:.3g} are treated "
+                              "as validation runs")
+    data.validation_ids = ids
+    if data.pilot_complete.empty:
+        counts = runs["status"].astype(str).value_counts().to_dict()
+        raise ReportError(f"study {data.name} ({origin}) has no complete pilot runs (status counts: {counts}); "
+                          "run the grid first (`race grid run`)")
+    return data
+
+
+def default_target_budget(study: StudyData, target: str | None = None) -> float:
+    """The latest validated target budget if any, else 10x the largest pilot budget."""
+    for v in reversed(study.validations):
+        if target is None or v.get("target") == target:
+            tb = float(v.get("target_budget", 0.0))
+            if tb > 0 and math.isfinite(tb):
+                return tb
+    return 10.0 * study.largest_pilot_budget()
+
+
+__all__ = ["StudyData", "ReportError", "load_study", "read_validations", "write_validation",
+           "default_target_budget", "VALIDATION_FILE"]

@@ -1,0 +1,179 @@
+"""The validation stage: run the recommendation and its strongest rivals at the target
+budget, into the same study store, and measure the realised regret.
+
+The grid runs cells of a grid file; it has no call for "run these RunConfigs into this
+study". The adapter here builds, for each allocation to validate, a one-budget grid
+spec whose ``base`` is the stored RunConfig of one of that allocation's pilot runs (minus
+budget, seed and output directory) and runs it with :func:`race.grid.run_grid` (same
+cell function, runner and retry settings as the study's grid). ``run_grid`` records the
+spec it ran as the study's grid file, so the study's original spec is put back
+afterwards. The validation is recorded in ``<study_dir>/validation.json`` (see
+:mod:`race.report.study`) before the runs start and updated when they end.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from race.analysis import Recommendation, ValidationResult, prepare_runs, realised_regret
+
+from .fmt import jsonable
+from .sections_decision import recommend_for
+from .study import ReportError, StudyData, default_target_budget, load_study, write_validation
+
+GRID_OWNED = ("budget_flops", "seed", "output_dir")
+
+
+@dataclass
+class ValidationOutcome:
+    """What ``validate_study`` ran and what it found."""
+
+    study_dir: Path
+    target: str
+    target_budget: float
+    recommendation: Recommendation
+    allocations: list[str]
+    run_ids: list[str]
+    seeds: dict[str, list[int]]
+    failed: list[str] = field(default_factory=list)
+    refused: list[str] = field(default_factory=list)
+    result: ValidationResult | None = None
+    message: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def status(self) -> str:
+        return "complete" if self.result is not None and not self.failed and not self.refused else "incomplete"
+
+
+def choose_allocations(rec: Recommendation, rivals: int) -> list[str]:
+    """The recommendation, then the ``rivals`` candidates with the highest predicted score."""
+    others = [a for a in rec.predictions["allocation"] if a != rec.allocation]
+    return [rec.allocation, *others[: max(0, int(rivals))]]
+
+
+def _stored(study_dir: Path) -> tuple[str | None, dict[str, Any] | None, dict[str, dict[str, Any]]]:
+    """(study name, the study's grid spec, run_id -> stored RunConfig dict)."""
+    from race.grid import Store, StoreError
+
+    try:
+        with Store(study_dir, create=False) as store:
+            name = store.study_name()
+            studies = store.rows("studies")
+            runs = {r["run_id"]: json.loads(r["spec_json"]) for r in store.runs()}
+    except StoreError as e:
+        raise ReportError(str(e)) from None
+    spec = next((json.loads(s["spec_json"]) for s in studies if s["name"] == name), None)
+    return name, spec, runs
+
+
+def validation_grids(study: StudyData, allocations: Sequence[str], target_budget: float,
+                     seeds: Sequence[int] | None = None, workers: int | None = None) -> list[dict[str, Any]]:
+    """One grid-spec dict per allocation: its stored RunConfig at ``target_budget``."""
+    assert study.study_dir is not None
+    name, grid, configs = _stored(study.study_dir)
+    grid = grid or {}
+    prepared = prepare_runs(study.pilot_runs)
+    out = []
+    for alloc in allocations:
+        rows = prepared[prepared["allocation"] == alloc].sort_values(["budget", "run_id"])
+        if rows.empty:
+            raise ReportError(f"allocation {alloc} has no complete pilot run to copy its settings from")
+        template = configs.get(str(rows["run_id"].iloc[-1]))
+        if template is None:
+            raise ReportError(f"run {rows['run_id'].iloc[-1]} has no stored run config in the study store")
+        use_seeds = sorted({int(s) for s in (seeds if seeds else rows["seed"].unique())})
+        runner = dict(grid.get("runner") or {})
+        if workers is not None:
+            runner["workers"] = workers
+        out.append({
+            "study": name or study.name, "budgets": [float(target_budget)], "require_budget_span": False,
+            "base": {k: v for k, v in template.items() if k not in GRID_OWNED}, "seeds": use_seeds,
+            "runner": runner, "max_retries": grid.get("max_retries", 2), "min_steps": grid.get("min_steps", 1),
+            "cell_fn": grid.get("cell_fn") or "race.engines:run_engine",
+        })
+    return out
+
+
+def _restore_spec(study_dir: Path, name: str | None, spec: dict[str, Any] | None) -> None:
+    if name is None or spec is None:
+        return
+    from race.grid import Store
+
+    with Store(study_dir, create=False) as store:
+        store.register_study(name, json.dumps(spec))
+
+
+def validate_study(study_dir: str | Path, *, target_budget: float | None = None, target: str = "greedy",
+                   rivals: int = 2, seeds: Sequence[int] | None = None, workers: int | None = None,
+                   n_boot: int = 1000, n_boot_fit: int = 200, rng: int = 0,
+                   on_event: Callable[[Any], None] | None = None) -> ValidationOutcome:
+    """Recommend for ``target_budget`` (default: as the report), run the recommendation and
+    ``rivals`` rivals there (``seeds``: default each allocation's pilot seeds), store the
+    runs in the study and compute the realised regret (also written to validation.json)."""
+    from race.grid import GridSpecError, StudyLockedError, expand_grid, grid_spec_from_dict, run_grid
+
+    sdir = Path(study_dir)
+    study = load_study(sdir)
+    pilot_evals = study.evals_of(study.pilot_runs)
+    if target not in set(pilot_evals["target"].astype(str)):
+        raise ReportError(f"target {target!r} is not evaluated in study {study.name} "
+                          f"(targets: {sorted(pilot_evals['target'].astype(str).unique())})")
+    tb = float(target_budget) if target_budget is not None else default_target_budget(study, target)
+    if not tb > study.largest_pilot_budget():
+        raise ReportError(f"target budget {tb:.3g} is not above the largest pilot budget "
+                          f"{study.largest_pilot_budget():.3g}: validation runs must be new, larger runs")
+    rec, notes = recommend_for(pilot_evals, study.pilot_runs, target, tb, n_boot=n_boot_fit, rng=rng)
+    allocs = choose_allocations(rec, rivals)
+    grids = validation_grids(study, allocs, tb, seeds, workers)
+    specs, run_ids = [], []
+    try:
+        for g in grids:
+            spec = grid_spec_from_dict(g, source=f"validation of {study.name}")
+            specs.append(spec)
+            run_ids += [c.run_id for c in expand_grid(spec)]
+    except GridSpecError as e:
+        raise ReportError(f"cannot build the validation runs: {e}") from None
+    out = ValidationOutcome(study_dir=sdir, target=target, target_budget=tb, recommendation=rec, allocations=allocs,
+                            run_ids=run_ids, seeds={a: list(g["seeds"]) for a, g in zip(allocs, grids)}, notes=notes)
+    entry = {"target": target, "target_budget": tb, "allocations": allocs, "run_ids": run_ids, "seeds": out.seeds,
+             "recommendation": {k: v for k, v in rec.to_dict().items() if k != "predictions"},
+             "started_at": time.time()}
+    write_validation(sdir, {**entry, "status": "running"})
+    name, original, _ = _stored(sdir)
+    try:
+        for spec in specs:
+            res = run_grid(spec, sdir, on_event=on_event)
+            out.failed += res.failed
+            out.refused += [f"{c.cell.run_id}: {c.refusal}" for c in res.refused]
+    except StudyLockedError as e:
+        write_validation(sdir, {**entry, "status": "interrupted", "message": str(e)})
+        raise ReportError(f"study {study.name} is being run by another driver ({e}); validate when it has "
+                          "finished") from None
+    finally:
+        _restore_spec(sdir, name, original)
+    out.result, out.message = _measure(sdir, rec, n_boot, rng)
+    if out.failed or out.refused:
+        out.message = "; ".join(filter(None, [f"{len(out.failed)} validation cell(s) failed" if out.failed else None,
+                                              f"{len(out.refused)} refused" if out.refused else None, out.message]))
+    write_validation(sdir, {**entry, "status": out.status, "failed": out.failed, "refused": out.refused,
+                            "message": out.message,
+                            "result": jsonable(out.result.to_dict()) if out.result is not None else None})
+    return out
+
+
+def _measure(study_dir: Path, rec: Recommendation, n_boot: int, rng: int) -> tuple[ValidationResult | None, str | None]:
+    study = load_study(study_dir)
+    vruns = study.validation_runs
+    try:
+        return realised_regret(rec, study.evals_of(vruns), vruns, n_boot=n_boot, rng=rng), None
+    except ValueError as e:
+        return None, f"realised regret not measured: {e}"
+
+
+__all__ = ["ValidationOutcome", "validate_study", "validation_grids", "choose_allocations"]

@@ -1,0 +1,81 @@
+"""The compute report card: JSON, Markdown and LaTeX contents; the split sums to the total."""
+
+from __future__ import annotations
+
+import json
+
+from race.accounting import FlopLedger, ReportCard, fmt_flops
+
+
+def _card(budget=2e12) -> ReportCard:
+    led = FlopLedger(budget=budget)
+    for step in range(2):
+        led.add(step, "rollout", "prefill", 100_000_000_000, tokens=50, seconds=1.0)
+        led.add(step, "rollout", "decode", 300_000_000_000, tokens=200, seconds=3.0)
+        led.add(step, "update", "forward", 100_000_000_000)
+        led.add(step, "update", "backward", 200_000_000_000)
+        led.add(step, "reference", "forward", 50_000_000_000)
+        led.add(step, "reward", "forward", 250_000_000_000)
+        led.add(step, "recompute", "forward", 80_000_000_000)
+    return ReportCard.from_ledger(led, conventions="torch", model="qwen2.5_0.5b", model_params=494_032_768,
+                                  lora_rank=16, num_generations=8)
+
+
+def test_split_sums_to_total():
+    card = _card()
+    assert card.total_flops == 2 * 1_000_000_000_000
+    assert card.split == {"search": 800_000_000_000, "learning": 700_000_000_000, "feedback": 500_000_000_000}
+    assert sum(card.split.values()) == card.total_flops
+    assert sum(card.shares.values()) == 1.0
+    assert card.hardware_flops == {"recompute": 160_000_000_000}
+    assert card.steps == 2 and card.tokens == 500
+
+
+def test_json():
+    d = json.loads(_card().to_json())
+    assert d["total_flops"] == 2_000_000_000_000
+    assert sum(d["split"].values()) == d["total_flops"]
+    assert d["shares"] == {"search": 0.4, "learning": 0.35, "feedback": 0.25}
+    assert d["phase_flops"]["rollout"] == 800_000_000_000 and "recompute" not in d["phase_flops"]
+    assert d["conventions"]["name"] == "torch" and d["conventions"]["attention"] == "full"
+    assert "full-square attention" in d["conventions_text"]
+    assert d["lora_rank"] == 16 and d["num_generations"] == 8 and d["budget_flops"] == 2e12
+    assert d["seconds"] == {"rollout": 8.0, "update": 0.0, "reference": 0.0, "reward": 0.0, "recompute": 0.0}
+
+
+def test_markdown():
+    md = _card().to_markdown()
+    assert md.startswith("# Compute report card")
+    assert "| Total FLOPs (model, counted) | 2 TFLOP |" in md
+    assert "| Budget | 2 TFLOP (100.0% used) |" in md
+    assert "| search | 800 GFLOP (40.0%) |" in md
+    assert "| learning | 700 GFLOP (35.0%) |" in md
+    assert "| feedback | 500 GFLOP (25.0%) |" in md
+    assert "| Not counted: recompute | 160 GFLOP |" in md
+    assert "| Model | qwen2.5_0.5b (494,032,768 parameters) |" in md
+    assert "| LoRA rank | 16 |" in md and "| Group size | 8 |" in md and "| Steps | 2 |" in md
+    assert "conventions=torch" in md
+
+
+def test_latex_escapes():
+    tex = _card().to_latex()
+    assert tex.startswith("\\begin{tabular}{ll}") and tex.rstrip().endswith("\\end{tabular}")
+    assert "qwen2.5\\_0.5b" in tex
+    assert "40.0\\%" in tex
+    assert "search & 800 GFLOP (40.0\\%) \\\\" in tex
+
+
+def test_full_finetune_and_write(tmp_path):
+    card = ReportCard(total_flops=10, phase_flops={"update": 10}, model="m")
+    assert "| LoRA rank | full fine-tuning |" in card.to_markdown()
+    card.write(tmp_path / "out")
+    assert json.loads((tmp_path / "out" / "report_card.json").read_text())["split"]["learning"] == 10
+    assert (tmp_path / "out" / "report_card.md").read_text() == card.to_markdown()
+    assert (tmp_path / "out" / "report_card.tex").read_text() == card.to_latex()
+
+
+def test_fmt_flops():
+    assert fmt_flops(1.23e15) == "1.23 PFLOP"
+    assert fmt_flops(4.56e18) == "4.56 EFLOP"
+    assert fmt_flops(999) == "999 FLOP"
+    assert fmt_flops(2.5e6) == "2.5 MFLOP"

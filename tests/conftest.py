@@ -1,0 +1,64 @@
+"""Shared fixtures for the whole test suite.
+
+- Every test session gets its own RACE cache (``$RACE_CACHE``) in a temporary directory
+  and runs with ``HF_HUB_OFFLINE=1``, so no test writes to the user's cache or touches
+  the network.
+- ``char_tokenizer``: the character tokenizer.
+- ``tiny_model_dir``: a randomly initialised ``tiny-xs`` (seed 0) and its tokenizer saved
+  with safetensors to a session directory -- a complete local HF model directory that
+  ``race.models.load_policy`` (or ``AutoModelForCausalLM.from_pretrained``) can read.
+- ``tiny_policy``: ``(model, tokenizer)`` loaded from it on CPU in fp32 with eager
+  attention. Session-scoped and shared: tests must not modify it in place (deepcopy it).
+
+Heavy libraries are imported inside the fixtures, so collecting tests stays fast.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _race_cache(tmp_path_factory: pytest.TempPathFactory):
+    """Point ``$RACE_CACHE`` at a fresh session directory (restored afterwards)."""
+    old = os.environ.get("RACE_CACHE")
+    path = tmp_path_factory.mktemp("race-cache")
+    os.environ["RACE_CACHE"] = str(path)
+    yield path
+    if old is None:
+        os.environ.pop("RACE_CACHE", None)
+    else:
+        os.environ["RACE_CACHE"] = old
+
+
+@pytest.fixture(scope="session")
+def char_tokenizer():
+    from race.models.tokenizer import build_char_tokenizer
+
+    return build_char_tokenizer()
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory, char_tokenizer):
+    """Directory holding a random-init ``tiny-xs`` (seed 0) + tokenizer, safetensors."""
+    from race.models.family import build_tiny_model
+
+    path = tmp_path_factory.mktemp("tiny-xs-random")
+    model = build_tiny_model("tiny-xs", seed=0)
+    model.save_pretrained(path, safe_serialization=True)
+    char_tokenizer.save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="session")
+def tiny_policy(tiny_model_dir):
+    """``(model, tokenizer)`` loaded from :func:`tiny_model_dir` (CPU, fp32, eager)."""
+    from race.models.loading import load_policy
+
+    return load_policy(tiny_model_dir, device="cpu", dtype="float32", attn_implementation="eager")

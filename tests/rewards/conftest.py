@@ -1,0 +1,51 @@
+"""Reward-model fixtures: RACE's RMs with reduced recipes (a few optimizer steps, random
+init) built once per session into the session cache, so tests stay fast. The registered
+recipes are swapped for the session and restored afterwards."""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from race.rewards import training  # noqa: E402
+
+#: What the tests build instead of the real recipes (seconds, not minutes).
+FAST = {name: dataclasses.replace(r, steps=4, batch_size=8, warmup_steps=1, n_eval=16, init="scratch")
+        for name, r in training.RM_RECIPES.items()}
+
+
+@pytest.fixture(autouse=True)
+def _quiet():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        warnings.simplefilter("ignore", UserWarning)
+        yield
+
+
+@pytest.fixture(scope="session", autouse=True)
+def fast_recipes():
+    """Swap in the fast recipes for the whole session (restored afterwards)."""
+    saved = dict(training.RM_RECIPES)
+    training.RM_RECIPES.update(FAST)
+    torch.set_num_threads(1)
+    yield FAST
+    training.RM_RECIPES.clear()
+    training.RM_RECIPES.update(saved)
+
+
+@pytest.fixture(scope="session")
+def built_rms(fast_recipes, _race_cache):
+    """prm-xs and orm-xs built (fast recipes) into the session cache."""
+    return {n: training.build_rm(n) for n in ("prm-xs", "orm-xs")}
+
+
+@pytest.fixture(scope="session")
+def arith():
+    from race.tasks import ArithTask
+
+    return ArithTask()
