@@ -157,6 +157,9 @@ class RunConfig(_Strict):
 
     @model_validator(mode="after")
     def _combos(self) -> "RunConfig":
+        if self.engine == "trl" and "drop_zero_variance_groups" not in self.model_fields_set:
+            # TRL trains on zero-variance groups (and spends their FLOPs); follow it by default.
+            self.__dict__["drop_zero_variance_groups"] = False
         if self.epsilon_high is not None and self.epsilon_high < self.epsilon:
             raise ValueError(f"epsilon_high ({self.epsilon_high}) < epsilon ({self.epsilon}): set epsilon_high >= epsilon or null")
         return self

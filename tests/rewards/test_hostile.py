@@ -47,11 +47,7 @@ def problems():
     return [arith, text, frac]
 
 
-RULE_BUG = pytest.mark.xfail(strict=True, reason=(
-    "race.rewards.rule._verify uses `verify_final_answer(...)` (a Verification, always truthy) as the "
-    "outcome for question/answer problems, so every completion scores 1; fix: `.correct`"))
-RULES = [pytest.param(spec, kind, marks=RULE_BUG if kind == "text" and spec != "math" else ())
-         for spec in ("rule", "rule:partial", "rule:outcome+format", "math") for kind in ("arith", "text")]
+RULES = [(spec, kind) for spec in ("rule", "rule:partial", "rule:outcome+format", "math") for kind in ("arith", "text")]
 
 
 @pytest.mark.parametrize("spec, kind", RULES)

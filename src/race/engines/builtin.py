@@ -107,7 +107,7 @@ class BuiltinEngine:
         self.model_params = self.shape.num_params()
         self.task = make_task(cfg)
         self.reward = make_reward(cfg.reward, seed=cfg.seed, device=str(self.device), conventions=cfg.conventions,
-                                  task=self.task)
+                                  task=self.task, tokenizer=tok)
         params = [p for p in model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(params, lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
         self.evaluator = Evaluator(self.task, cfg.eval, tokenizer=tok, max_new_tokens=cfg.max_completion_length,
@@ -327,7 +327,8 @@ class BuiltinEngine:
             upd = self.update(batch, adv[rows].to(self.device), step)
             learn = self._learning([P + T] * n_kept, [T] * n_kept)
         # charge the ledger: what executed
-        seconds = {"rollout/prefill": 0.0, "rollout/decode": t_roll, "reward/score": rw.seconds,
+        reward_key = next(iter(rw.components), "reward/score")
+        seconds = {"rollout/prefill": 0.0, "rollout/decode": t_roll, reward_key: rw.seconds,
                    "old_logprobs/forward": upd.get("seconds_old_logprobs", 0.0),
                    "reference/forward": upd.get("seconds_reference", 0.0),
                    "update/forward": upd.get("seconds_update", 0.0)}
@@ -336,7 +337,7 @@ class BuiltinEngine:
         comps.update(learn)
         tokens = {"rollout/decode": int(ro.lengths.sum()), "rollout/prefill": int(ro.prompt_mask[::G].sum())}
         if rw.tokens:
-            tokens[next(iter(rw.components), "reward/forward")] = rw.tokens
+            tokens[reward_key] = rw.tokens
         if not rw.components:
             comps["reward/score"] = 0
         self.ledger.add_components(step, comps, tokens=tokens, seconds=seconds)
@@ -370,6 +371,9 @@ class BuiltinEngine:
         def mean(key: str) -> float:
             return sum(r[key] for r in trains) / len(trains) if trains else 0.0
 
+        from race.rewards.diagnostics import overoptimisation
+
+        over = overoptimisation(trains, evals) if cfg.reward.split(":")[0] in ("orm", "prm", "judge") else None
         phases = {p: 0 for p in ("rollout", "old_logprobs", "reference", "reward", "update", "recompute", "eval")}
         phases.update(self.ledger.totals_by_phase())
         out = {
@@ -381,7 +385,8 @@ class BuiltinEngine:
             "model_params": self.model_params, "non_embedding_params": self.shape.non_embedding_params(),
             "initial": first, "final": final,
             "diagnostics": {"zero_var_frac": mean("zero_var_frac"), "trunc_rate": mean("trunc_rate"),
-                            "reward_mean": mean("reward_mean"), "verified_mean": mean("verified_mean")},
+                            "reward_mean": mean("reward_mean"), "verified_mean": mean("verified_mean"),
+                            "overoptimisation": over},
             "resumed_from": self.resumed_from, "conventions": cfg.conventions,
             "config": cfg.model_dump(mode="json"),
         }

@@ -123,10 +123,24 @@ def _hub_error(name: str, err: Exception) -> FileNotFoundError:
 
 
 def load_tokenizer(source: str, **kwargs: Any) -> Any:
-    """Tokenizer from a directory or hub name, with left padding and a pad token."""
-    from transformers import AutoTokenizer
+    """Tokenizer from a directory or hub name, with left padding and a pad token.
 
-    tok = AutoTokenizer.from_pretrained(source, **kwargs)
+    A plain ``tokenizers`` tokenizer saved by RACE (``tokenizer_class`` TokenizersBackend /
+    PreTrainedTokenizerFast, as the character tokenizer saves) is loaded as exactly that:
+    ``AutoTokenizer`` would pick the config's model-type class (Qwen2Tokenizer for a Qwen2
+    config), whose byte-level pre-tokenizer silently drops spaces, newlines and unknown
+    characters."""
+    import json
+
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+    path = Path(source)
+    cfg_file = path / "tokenizer_config.json"
+    cls = json.loads(cfg_file.read_text()).get("tokenizer_class") if cfg_file.is_file() else None
+    if cls in ("TokenizersBackend", "PreTrainedTokenizerFast") and (path / "tokenizer.json").is_file():
+        tok = PreTrainedTokenizerFast.from_pretrained(str(path), **kwargs)
+    else:
+        tok = AutoTokenizer.from_pretrained(source, **kwargs)
     tok.padding_side = "left"
     if tok.pad_token is None:
         if tok.eos_token is None:

@@ -78,16 +78,6 @@ def load_rm_tokenizer(path: Path) -> Any:
     pre-tokenizer silently drops spaces, newlines and unknown characters."""
     from race.models.loading import load_tokenizer
 
-    cfg_file = path / "tokenizer_config.json"
-    cls = json.loads(cfg_file.read_text()).get("tokenizer_class") if cfg_file.is_file() else None
-    if cls in ("TokenizersBackend", "PreTrainedTokenizerFast") and (path / "tokenizer.json").is_file():
-        from transformers import PreTrainedTokenizerFast
-
-        tok = PreTrainedTokenizerFast.from_pretrained(str(path))
-        tok.padding_side = "left"
-        if tok.pad_token is None:
-            tok.pad_token = tok.eos_token
-        return tok
     return load_tokenizer(str(path))
 
 

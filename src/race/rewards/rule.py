@@ -20,7 +20,7 @@ def _verify(problem: Any, completion: str) -> tuple[float, float, float]:
     from race.tasks.files import TextProblem
 
     if isinstance(problem, TextProblem):
-        ok = 1.0 if verify_final_answer(problem, completion) else 0.0
+        ok = 1.0 if verify_final_answer(problem, completion).correct else 0.0
         return ok, ok, ok
     v = verify(problem, completion)
     return (1.0 if v.correct else 0.0), partial_credit(v), (1.0 if v.format_ok else 0.0)
