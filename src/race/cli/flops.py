@@ -30,11 +30,11 @@ def resolve_shape(spec: str) -> ModelShape:
     if p.exists():
         return ModelShape.from_hf_config(p)
     if spec.startswith("tiny-"):
-        try:
-            from race.models.tiny import tiny_shape  # torch-free helper of the tiny family
-        except ImportError as e:  # pragma: no cover - models package missing
-            raise AccountingError(f"tiny model {spec!r} needs race.models: {e}") from None
-        return tiny_shape(spec)
+        from race.models.family import TINY_FAMILY, tiny_config_kwargs  # torch-free
+
+        if spec not in TINY_FAMILY:
+            raise AccountingError(f"unknown tiny model {spec!r}; the family is {', '.join(TINY_FAMILY)}")
+        return ModelShape.from_hf_config(dict(tiny_config_kwargs(spec), model_type="qwen2"), name=spec)
     try:
         return preset_shape(spec)
     except AccountingError:
@@ -52,6 +52,11 @@ def resolve_reward(spec: str) -> RewardSystem:
     if kind not in ("orm", "prm", "judge") or not rest:
         raise AccountingError(f"--reward {spec!r}: use rule, random, orm:MODEL, prm:MODEL or judge:MODEL")
     model = rest.split(":", 1)[0] if kind == "prm" and not Path(rest).exists() else rest
+    if kind in ("orm", "prm") and not Path(model).exists() and not model.startswith("qwen"):
+        from race.rewards.training import RM_RECIPES, shape_of_rm  # RACE's own reward models (torch-free)
+
+        if model in RM_RECIPES:
+            return RewardSystem(kind, shape_of_rm(model), model)  # type: ignore[arg-type]
     shape = resolve_shape(model)
     if kind in ("orm", "prm") and shape.is_lm:
         # A reward model scores with a small head, not the vocabulary.

@@ -121,8 +121,66 @@ def _print_summary(console: Any, out: dict[str, Any], run_dir: Path) -> None:
     console.print(f"run directory: {run_dir} (report card: {run_dir / 'report_card.md'})")
 
 
+def demo(
+    study_dir: Annotated[Path, typer.Option(help="where the study (SQLite store, runs, report) goes")] = Path("studies/demo"),
+    grid: Annotated[Optional[Path], typer.Option(help="grid file (default: the packaged demo grid)")] = None,
+    workers: Annotated[Optional[int], typer.Option(min=1, help="cells in flight (default: the grid's)")] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", help="no live view")] = False,
+) -> None:
+    """The main job: build the tiny base models and reward models (cached), run the default
+    pilot grid (all four axes), and write the report. Resumable: run it again after a crash."""
+    import time
+    from importlib import resources
+
+    from rich.console import Console
+
+    from race.grid import load_grid_spec
+    from race.models.family import is_tiny_name
+    from race.models.warmstart import build_base
+    from race.report import build_report
+    from race.rewards.training import RM_RECIPES, build_rm
+
+    con = Console()
+    t0 = time.perf_counter()
+    with resources.as_file(resources.files("race") / "configs" / "demo.yaml") as packaged:
+        grid_file = grid or Path(packaged)
+        spec = load_grid_spec(grid_file)
+        axes = dict(spec.axes)
+        models = [m for m in axes.get("model", [spec.base.get("model", "tiny-s")]) if is_tiny_name(str(m))]
+        rewards = [str(r) for r in axes.get("reward", [spec.base.get("reward", "rule")])]
+        con.rule("[bold]1/3 base models and reward models[/bold] (cached after the first run)")
+        for m in models:
+            info = build_base(m)
+            con.print(f"  {m}: {info.non_embedding_params:,} non-embedding params, greedy test accuracy "
+                      f"{info.test_accuracy:.3f}")
+        for r in rewards:
+            kind, _, rest = r.partition(":")
+            name = rest.split(":")[0]
+            if kind in ("prm", "orm") and name in RM_RECIPES:
+                build_rm(name)
+                con.print(f"  {name}: ready")
+        con.print(f"  ({time.perf_counter() - t0:.0f} s)")
+        con.rule("[bold]2/3 pilot grid[/bold]")
+        from race.cli.grid import run as grid_run
+
+        try:
+            grid_run(grid_file, runner=None, workers=workers, threads=None, ray_address=None, study_dir=study_dir,
+                     retry_failed=False, quiet=quiet)
+        except typer.Exit as e:
+            if e.exit_code not in (0, 1):  # 1: some cells failed; the report says which
+                raise
+    con.rule("[bold]3/3 report[/bold]")
+    paths = build_report(study_dir)
+    if paths.headline:
+        con.print(f"recommendation: {paths.headline} (confidence: {paths.confidence})")
+    con.print(f"report: {paths.html}")
+    con.print(f"        {paths.markdown}")
+    con.print(f"demo wall time: {time.perf_counter() - t0:.0f} s")
+
+
 def register(app: typer.Typer) -> None:
     app.command()(train)
+    app.command()(demo)
     for mod in ("race.cli.study_cmds",):
         try:
             __import__(mod, fromlist=["register"]).register(app)

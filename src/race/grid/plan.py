@@ -64,13 +64,19 @@ def predict_cell(cfg: RunConfig) -> dict[str, float] | None:
     shape = _shape(cfg.model)
     lora = LoRA(rank=cfg.lora.r, targets=tuple(cfg.lora.target_modules)) if cfg.lora else None
     kind, _, rest = cfg.reward.partition(":")
-    reward = RewardSystem(kind) if not rest else RewardSystem(kind, _shape(rest.split(":")[0]), rest.split(":")[0])
+    if not rest or kind == "rule":
+        reward = RewardSystem("rule" if kind == "rule" else kind)
+    else:
+        from race.cli.flops import resolve_reward  # presets, model dirs and RACE's own RMs
+
+        reward = resolve_reward(cfg.reward)
     n = cfg.prompts_per_step * cfg.num_generations
     step = grpo_step_flops(
         shape, [cfg.max_prompt_length] * n, [cfg.max_completion_length] * n,
         num_generations=cfg.num_generations, lora=lora, num_iterations=cfg.num_iterations, beta=cfg.beta,
         needs_old_logprobs=cfg.needs_old_logprobs, reward=reward,
         judge_completion_lens=[cfg.max_completion_length] * n if kind == "judge" else None,
+        share_prompt=cfg.engine == "builtin",
         recompute=cfg.gradient_checkpointing, conventions=cfg.conventions)
     rollout = float(step.rollout)
     learning = float(step.update + step.old_logprobs + step.reference)
