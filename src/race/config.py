@@ -60,7 +60,7 @@ class TaskSettings(_Strict):
     path: str | None = None
     min_ops: int = Field(2, ge=1)
     max_ops: int = Field(4, ge=1)
-    max_operand: int = Field(49, ge=1)
+    max_operand: int = Field(19, ge=1, description="operands 0..max_operand (the warm start trains on 0-19)")
     hard_min_ops: int = Field(5, ge=1)
     hard_max_ops: int = Field(5, ge=1)
 

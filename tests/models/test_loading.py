@@ -27,6 +27,17 @@ def test_local_directory_round_trip_through_safetensors(tiny_model_dir, tiny_pol
     assert tok2.padding_side == "left" and len(tok2) == len(tok)
 
 
+def test_loaded_tokenizer_is_the_char_tokenizer(tiny_policy, char_tokenizer):
+    # regression: AutoTokenizer on a directory with a Qwen2 config.json picks Qwen2Tokenizer,
+    # whose byte-level pre-tokenizer silently drops newlines, spaces and unknown characters
+    _, tok = tiny_policy
+    for text in ["Q:17-17+12+3\nA:", "a b\n\nc", "23+5=28;#28."]:
+        ids = tok(text, add_special_tokens=False)["input_ids"]
+        assert ids == char_tokenizer(text, add_special_tokens=False)["input_ids"]
+        assert len(ids) == len(text) and tok.decode(ids) == text
+    assert tok.padding_side == "left" and len(tok) == len(char_tokenizer)
+
+
 def test_sdpa_matches_eager(tiny_model_dir, tiny_policy):
     eager, tok = tiny_policy
     sdpa, _ = load_policy(tiny_model_dir, device="cpu", attn_implementation="sdpa")

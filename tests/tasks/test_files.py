@@ -73,3 +73,28 @@ def test_extract_and_verify_final_answer():
     frac = TextProblem("id", "Q", "\\frac{1}{2}", "q", "s")
     assert verify_final_answer(frac, "\\boxed{\\frac{1}{2}}").correct
     assert not verify_final_answer(frac, "x" * 1_000_000).correct
+
+
+def test_file_task_has_the_task_interface(tmp_path):
+    from race.config import TaskSettings
+    from race.tasks import FileTask
+
+    rows = [{"question": f"What is {i} + {i}?", "answer": f"#### {2 * i}"} for i in range(300)]
+    path = _write_jsonl(tmp_path / "many.jsonl", rows)
+    task = FileTask.from_settings(TaskSettings(name="jsonl", path=str(path)))
+    sizes = task.split_sizes()
+    assert sum(sizes.values()) == 300 and sizes["train"] > sizes["test"] > 0 and sizes["hard"] > 0
+    ids = {s: {p.id for p in task.problems(s, 1000)} for s in ("train", "test", "hard")}
+    assert [len(v) for v in ids.values()] == [sizes["train"], sizes["test"], sizes["hard"]]
+    assert not ids["train"] & ids["test"] and not ids["train"] & ids["hard"] and not ids["test"] & ids["hard"]
+    a, b = task.problems("train", 16, seed=3), task.problems("train", 16, seed=3)
+    assert a == b and len(a) == 16 and a != task.problems("train", 16, seed=4)
+    assert all(p.split == "train" and p.answer == str(2 * int(p.question.split()[2])) for p in a)
+    with pytest.raises(ValueError, match="unknown split"):
+        task.problems("valid", 3)
+    with pytest.raises(ValueError, match="needs name jsonl or parquet"):
+        FileTask.from_settings(TaskSettings())
+    tiny = FileTask(_write_jsonl(tmp_path / "one.jsonl", ROWS[:1]))
+    empty = next(s for s, n in tiny.split_sizes().items() if n == 0)
+    with pytest.raises(ValueError, match=f"the '{empty}' split is empty"):
+        tiny.problems(empty, 1)

@@ -15,12 +15,12 @@ from race.tasks.arith import (
     solution_text,
     split_of,
 )
-from race.tasks.files import TextProblem, extract_final_answer, load_problems_file, verify_final_answer
+from race.tasks.files import FileTask, TextProblem, extract_final_answer, load_problems_file, verify_final_answer
 from race.tasks.verify import MAX_DIGITS, Verification, outcome_reward, partial_credit, verify
 
 __all__ = [
     "ANSWER_PREFIX", "END_MARK", "FINAL_MARK", "MAX_DIGITS", "PROMPT_PREFIX", "SPLITS", "STEP_SEP",
-    "ArithTask", "Problem", "TextProblem", "Verification", "extract_final_answer", "load_problems_file",
+    "ArithTask", "FileTask", "Problem", "TextProblem", "Verification", "extract_final_answer", "load_problems_file",
     "make_problem", "outcome_reward", "partial_credit", "solution_text", "split_of", "verify",
     "verify_final_answer",
 ]

@@ -121,6 +121,66 @@ def load_problems_file(path: str | os.PathLike[str], *, fmt: str | None = None, 
     return out
 
 
+class FileTask:
+    """A question/answer file seen through the task interface of
+    :class:`~race.tasks.arith.ArithTask`: ``problems(split, n, seed)``.
+
+    Rows are split by the same SHA-256 bucket rule as the arithmetic task, on the problem
+    id (hash of question + answer): ``test`` owns buckets 0-9, ``hard`` 10-19 and
+    ``train`` 20-99, so the splits are disjoint and stable when rows are added. A file has
+    no difficulty label, so ``hard`` is simply a second held-out slice. A request for more
+    problems than a split holds returns the whole split (shuffled by ``seed``); an empty
+    split is an error. The file is read once, on first use.
+    """
+
+    _BUCKETS = {"test": range(0, 10), "hard": range(10, 20), "train": range(20, 100)}
+
+    def __init__(self, path: str | os.PathLike[str], *, fmt: str | None = None,
+                 template: str = DEFAULT_TEMPLATE) -> None:
+        self.path, self.fmt, self.template = Path(path).expanduser(), fmt, template
+        self._splits: dict[str, list[TextProblem]] | None = None
+
+    @classmethod
+    def from_settings(cls, settings: Any) -> "FileTask":
+        """Build from a :class:`race.config.TaskSettings` with ``name`` jsonl or parquet."""
+        fmt = {"jsonl": "json", "parquet": "parquet"}.get(getattr(settings, "name", ""))
+        if fmt is None or not getattr(settings, "path", None):
+            raise ValueError(f"task.name={getattr(settings, 'name', None)!r}: FileTask needs name jsonl or parquet "
+                             "and task.path (a local file with question/answer fields)")
+        return cls(settings.path, fmt=fmt)
+
+    def describe(self) -> dict[str, Any]:
+        return dict(task="file", path=str(self.path), fmt=self.fmt, template=self.template)
+
+    def split_sizes(self) -> dict[str, int]:
+        return {k: len(v) for k, v in self._load().items()}
+
+    def _load(self) -> dict[str, list[TextProblem]]:
+        if self._splits is None:
+            rows = load_problems_file(self.path, fmt=self.fmt, template=self.template)
+            splits: dict[str, list[TextProblem]] = {k: [] for k in self._BUCKETS}
+            for p in rows:
+                b = int(hashlib.sha256(p.id.encode()).hexdigest()[:8], 16) % 100
+                name = next(k for k, r in self._BUCKETS.items() if b in r)
+                splits[name].append(TextProblem(p.id, p.prompt, p.answer, p.question, p.solution, name))
+            self._splits = splits
+        return self._splits
+
+    def problems(self, split: str, n: int, seed: int = 0) -> list[TextProblem]:
+        """Up to ``n`` problems of ``split`` in a ``seed``-determined order."""
+        import random
+
+        if split not in self._BUCKETS:
+            raise ValueError(f"unknown split {split!r}; choose one of {tuple(self._BUCKETS)}")
+        pool = self._load()[split]
+        if not pool:
+            raise ValueError(f"{self.path}: the {split!r} split is empty (rows are assigned by hash: about 80% "
+                             "train, 10% test, 10% hard); add rows to the file")
+        order = list(pool)
+        random.Random(f"race-file:{split}:{seed}").shuffle(order)
+        return order[: max(0, n)]
+
+
 def completion_answer(completion: str) -> str | None:
     """The final answer a completion states: after the last ``####``, else after ``#`` up
     to ``.``, else the last ``\\boxed{}``, else the last number. Bounded work."""
