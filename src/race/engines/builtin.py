@@ -68,6 +68,20 @@ def _verify_fn() -> Callable[[Any, str], bool]:
     return lambda p, text: _verify(p, text)[0] == 1.0
 
 
+def load_run_policy(cfg: RunConfig) -> tuple[Any, Any, LoRA | None]:
+    """Threads and seed from the config, then (model, tokenizer, accounting LoRA) for any
+    engine: the policy loads through ``load_policy`` (tiny warm starts built on demand)."""
+    from race.models import load_policy
+
+    if cfg.torch_threads:
+        torch.set_num_threads(cfg.torch_threads)
+    torch.manual_seed(cfg.seed)
+    model, tok = load_policy(cfg.model, device=cfg.device, dtype=cfg.dtype,
+                             attn_implementation=cfg.attn_implementation, build_missing=True)
+    lora = LoRA(cfg.lora.r, tuple(cfg.lora.target_modules)) if cfg.lora is not None else None
+    return model, tok, lora
+
+
 def _shape_of(model: Any) -> ModelShape:
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     return ModelShape.from_hf_config(base.config.to_dict(), name=str(getattr(base.config, "_name_or_path", "")) or None)
@@ -83,19 +97,14 @@ class BuiltinEngine:
 
     # -- setup ------------------------------------------------------------------------
     def _setup(self) -> None:
-        from race.models import load_policy, wrap_lora
+        from race.models import wrap_lora
         from race.rewards import make_reward
 
         cfg = self.cfg
-        if cfg.torch_threads:
-            torch.set_num_threads(cfg.torch_threads)
-        torch.manual_seed(cfg.seed)
-        model, tok = load_policy(cfg.model, device=cfg.device, dtype=cfg.dtype,
-                                 attn_implementation=cfg.attn_implementation, build_missing=True)
+        model, tok, self.lora = load_run_policy(cfg)
         self.device = next(model.parameters()).device
         self.tok = tok
         self.shape = _shape_of(model)
-        self.lora = LoRA(cfg.lora.r, tuple(cfg.lora.target_modules)) if cfg.lora is not None else None
         if self.lora is not None:
             self.lora.check(self.shape)
         self.ref_model = None

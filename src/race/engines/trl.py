@@ -169,28 +169,21 @@ class TrlEngine:
         return ds, problems, longest
 
     def _setup(self) -> None:
-        import torch
         from peft import LoraConfig
 
-        from race.accounting import LoRA
-        from race.engines.builtin import _verify_fn, make_task
+        from race.engines.builtin import _verify_fn, load_run_policy, make_task
         from race.engines.evaluation import Evaluator
         from race.engines.trl_callback import RaceFlopCallback
         from race.engines.trl_flops import TrlStepPlan
         from race.engines.trl_hooks import _compact_head, shape_of
-        from race.models import load_policy, validate_lora
+        from race.models import validate_lora
         from race.rewards import make_reward
 
         cfg = self.cfg
-        if cfg.torch_threads:
-            torch.set_num_threads(cfg.torch_threads)
-        torch.manual_seed(cfg.seed)
-        model, tok = load_policy(cfg.model, device=cfg.device, dtype=cfg.dtype,
-                                 attn_implementation=cfg.attn_implementation, build_missing=True)
+        model, tok, self.lora = load_run_policy(cfg)
         self.device = next(model.parameters()).device
         self.tok = tok
         self.shape = shape_of(model)
-        self.lora = LoRA(cfg.lora.r, tuple(cfg.lora.target_modules)) if cfg.lora is not None else None
         peft_config = None
         if cfg.lora is not None:
             validate_lora(model, cfg.lora)
