@@ -1,10 +1,12 @@
 """Grid throughput: cells per hour with 1 worker, with the chosen local layout, and on Ray.
 
-Runs the same cells three times into fresh study directories and prints them side by
-side, with scaling efficiency = (cells/hour / cells/hour of 1 worker) / workers. Wall
+Runs the same cells once per layout (1 worker x 1 thread; 1 worker x all threads; the
+chosen local layout; Ray with that layout) into fresh study directories and prints them
+side by side, with scaling efficiency = (cells/hour / cells/hour of 1x1) / cores used. Wall
 time includes starting the workers (process pool or Ray), as a user would see it.
 
     python benchmarks/grid_throughput.py                       # configs/grid-demo.yaml, 4 cells
+    python benchmarks/grid_throughput.py src/race/configs/demo.yaml --cells 8 --stride 3  # default grid
     python benchmarks/grid_throughput.py GRID.yaml --cells 8 --workers 2 --threads 1
     python benchmarks/grid_throughput.py --cell-fn tests/grid/fake_engine.py:run_engine --sleep 0.05
 """
@@ -34,11 +36,13 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("grid", nargs="?", default=str(ROOT / "configs" / "grid-demo.yaml"))
     ap.add_argument("--cells", type=int, default=4, help="first N runnable cells of the grid (cheapest budget first)")
+    ap.add_argument("--stride", type=int, default=1, help="take every k-th runnable cell (mixes sizes and axes)")
     ap.add_argument("--workers", type=int, default=None, help="local layout: workers (default: the grid file's)")
     ap.add_argument("--threads", type=int, default=None, help="threads per worker (default: the grid file's)")
     ap.add_argument("--cell-fn", default=None, help="override the grid's cell function (e.g. the fake engine)")
     ap.add_argument("--sleep", type=float, default=None, help="RACE_FAKE_STEP_SLEEP for the fake engine")
     ap.add_argument("--no-ray", action="store_true", help="skip the Ray column")
+    ap.add_argument("--no-wide", action="store_true", help="skip the 1 worker x all threads column")
     ap.add_argument("--keep", action="store_true", help="keep the study directories")
     args = ap.parse_args(argv)
 
@@ -52,15 +56,21 @@ def main(argv: list[str] | None = None) -> int:
         os.environ["RACE_FAKE_STEP_SLEEP"] = str(args.sleep)
     workers = args.workers or spec.runner.resolved_workers()
     threads = args.threads or spec.runner.threads_per_worker
-    cells = [c.cell.run_id for c in plan_grid(spec).runnable][: args.cells]
+    cells = [c.cell.run_id for c in plan_grid(spec).runnable][:: args.stride][: args.cells]
     if not cells:
         print("no runnable cells in the grid")
         return 1
 
-    layouts = [("local 1 worker", dict(runner="local", workers=1, threads_per_worker=threads), 1),
-               (f"local {workers}x{threads}", dict(runner="local", workers=workers, threads_per_worker=threads), workers)]
+    layouts = [("local 1x1", dict(runner="local", workers=1, threads_per_worker=1), 1)]
+    if workers * threads > 1 and not args.no_wide:
+        layouts.append((f"local 1x{workers * threads}",
+                        dict(runner="local", workers=1, threads_per_worker=workers * threads), workers * threads))
+    if workers > 1 or threads > 1:
+        layouts.append((f"local {workers}x{threads}", dict(runner="local", workers=workers, threads_per_worker=threads),
+                        workers * threads))
     if not args.no_ray:
-        layouts.append((f"ray {workers}x{threads}", dict(runner="ray", workers=workers, threads_per_worker=threads), workers))
+        layouts.append((f"ray {workers}x{threads}", dict(runner="ray", workers=workers, threads_per_worker=threads),
+                        workers * threads))
 
     tmp = Path(tempfile.mkdtemp(prefix="race-grid-bench-"))
     rows = []
@@ -78,10 +88,11 @@ def main(argv: list[str] | None = None) -> int:
     base_cph = len(cells) / rows[0][2] * 3600
     print()
     print(f"grid {spec.study} ({args.grid}), {len(cells)} cells, cell_fn {spec.cell_fn}, {os.cpu_count()} CPUs")
-    print(f"{'layout':<18}{'workers':>8}{'wall s':>10}{'cells/h':>10}{'speedup':>9}{'efficiency':>12}{'failed':>8}")
-    for name, w, secs, done, failed in rows:
+    print(f"{'layout':<14}{'cores':>6}{'wall s':>9}{'cells/h':>9}{'speedup':>9}{'efficiency':>12}{'failed':>8}")
+    for name, cores, secs, done, failed in rows:
         cph = len(cells) / secs * 3600
-        print(f"{name:<18}{w:>8}{secs:>10.1f}{cph:>10.0f}{cph / base_cph:>9.2f}{cph / base_cph / w:>12.0%}{failed:>8}")
+        print(f"{name:<14}{cores:>6}{secs:>9.1f}{cph:>9.0f}{cph / base_cph:>9.2f}{cph / base_cph / cores:>12.0%}{failed:>8}")
+    print("layout = workers x torch threads each; speedup vs local 1x1; efficiency = speedup / cores")
     return 0
 
 

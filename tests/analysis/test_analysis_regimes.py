@@ -60,6 +60,19 @@ def test_axes_between_names_each_axis():
     axes, detail = axes_between(w, dict(w, model="b", model_params=1e6, num_iterations=2))
     assert axes == ["learning", "size"] and "larger model" in detail
     assert axes_between(w, w) == ([], "")
+    axes, detail = axes_between(dict(w, lora_r=8), dict(w, lora_r=16))
+    assert axes == ["other"] and detail == "other: lora_r 8 vs 16"
+
+
+def test_regime_changes_parse_keys_with_optional_columns():
+    """Without a runs table, regime_changes reads the allocation back from its key,
+    including the optional columns a grid's extra axes add."""
+    reg = pd.DataFrame([
+        dict(condition="rule", budget=1e14, winner="m|G=8|P=4|it=1|lr=0.0001|rule|lora_r=8", decisive=True),
+        dict(condition="rule", budget=1e15, winner="m|G=8|P=4|it=1|lr=0.0001|rule|lora_r=16", decisive=True),
+    ])
+    ch = regime_changes(reg)
+    assert ch["axes"].iloc[0] == "other" and "lora_r 16 vs 8" in ch["detail"].iloc[0]
 
 
 def test_pairwise_decision_accuracy_by_hand():

@@ -76,3 +76,24 @@ def test_per_problem_array_accepts_lists_and_json():
 def test_schema_lists_the_documented_columns():
     for col in ("run_id", "budget", "model_params", "zero_var_frac", "trunc_rate", "feedback_flops"):
         assert col in RUNS_COLUMNS
+
+
+def test_varying_optional_columns_split_allocations_and_constant_ones_do_not():
+    """A grid with a lora.r (or any other) axis must not merge its cells into one
+    allocation; constant optional columns leave the key as it was."""
+    runs, _ = make_study([SMALL], budgets=[1e14], n_problems=0)
+    runs = runs.assign(lora_r=16, engine="builtin")
+    assert set(allocation_key(runs)) == {SMALL.key}
+    half = np.arange(len(runs)) % 2 == 0
+    ranked = runs.assign(lora_r=np.where(half, 8, 16), axis_max_completion_length=64)
+    keys = allocation_key(ranked)
+    assert set(keys) == {SMALL.key + "|lora_r=8", SMALL.key + "|lora_r=16"}
+    both = ranked.assign(axis_max_completion_length=np.where(half, 32, 64))
+    assert set(allocation_key(both)) == {SMALL.key + "|lora_r=8|max_completion_length=32",
+                                         SMALL.key + "|lora_r=16|max_completion_length=64"}
+    table = allocation_table(both)
+    assert len(table) == 2 and {"lora_r", "axis_max_completion_length"} <= set(table.columns)
+    # keys come from the whole study: dropping failed runs does not change them
+    both.loc[half, "status"] = "failed"
+    kept = prepare_runs(both)
+    assert set(kept["allocation"]) == {SMALL.key + "|lora_r=16|max_completion_length=64"}

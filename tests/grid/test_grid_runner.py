@@ -260,3 +260,42 @@ def test_a_worker_killed_mid_cell_is_replaced_and_the_cell_resumes(tmp_path):
         assert steps == list(range(1, r["steps"] + 1))
         counted = sum(f for (rid, _s, _p, _c, f, _t, c) in snap["ledger"] if rid == r["run_id"] and c)
         assert counted == r["total_flops"]
+
+
+def test_extra_axes_reach_the_tables_and_keep_allocations_apart(tmp_path):
+    """An axis outside the standard allocation columns (here lora.r and the completion
+    length) lands in its own column, and the analysis keys allocations on it."""
+    from race.analysis import prepare_runs
+
+    spec = grid(budgets=[2e9], require_budget_span=False,
+                base={k: v for k, v in grid()["base"].items() if k != "max_completion_length"},
+                axes={"model": ["tiny-xs"], "lora.r": [4, 8], "max_completion_length": [8, 16]},
+                runner={"kind": "local", "workers": 1, "threads_per_worker": 1, "preload_torch": False})
+    res = run_grid(spec, tmp_path, poll_s=0.1)
+    assert res.complete == 4 and not res.failed
+    runs = load_tables(tmp_path)["runs"]
+    assert sorted(runs["lora_r"].tolist()) == [4, 4, 8, 8]
+    assert sorted(runs["axis_max_completion_length"].tolist()) == [8, 8, 16, 16]
+    keys = prepare_runs(runs)["allocation"]
+    assert keys.nunique() == 4 and all("|lora_r=" in k and "|max_completion_length=" in k for k in keys)
+
+
+@pytest.mark.parametrize("order", ["longest_first", "grid"])
+def test_cells_are_handed_out_longest_first_unless_the_grid_order_is_asked_for(tmp_path, order):
+    """Longest predicted cells start first, so no long cell starts last while the other
+    workers idle; `order: grid` keeps the grid file's order."""
+    from race.grid import plan_grid
+
+    spec = grid(runner={"kind": "local", "workers": 1, "threads_per_worker": 1, "preload_torch": False,
+                        "order": order})
+    started = []
+    run_grid(spec, tmp_path, on_event=lambda e: started.append(e.run_id) if e.kind == "started" else None, poll_s=0.1)
+    plan = plan_grid(grid_spec_from_dict(spec))
+    grid_order = [pc.cell.run_id for pc in plan.runnable]
+    predicted = {pc.cell.run_id: pc.prediction["est_seconds"] for pc in plan.runnable}
+    assert sorted(started) == sorted(grid_order)
+    if order == "grid":
+        assert started == grid_order
+    else:
+        walls = [predicted[r] for r in started]
+        assert walls == sorted(walls, reverse=True) and started != grid_order

@@ -32,8 +32,8 @@ def test_build_writes_a_loadable_checkpoint(built):
     saved = json.loads((path / "info.json").read_text())
     assert saved["recipe_hash"] == info.recipe_hash and saved["steps"] == 3
     assert saved["non_embedding_params"] == 92_976 and saved["lm_head_params"] == 100 * 48
-    # FLOPs placeholder: 3 x 2 x (non-embedding + lm_head) x padded tokens processed
-    assert info.sft_flops == 6 * (92_976 + 4_800) * info.tokens_processed
+    # FLOPs: more than 6 x (non-embedding + lm_head) x padded tokens (attention scores on top)
+    assert 6 * (92_976 + 4_800) * info.tokens_processed < info.sft_flops < 7 * (92_976 + 4_800) * info.tokens_processed
     assert info.tokens_processed >= info.real_tokens > info.loss_tokens > 0
     assert 0.0 <= info.test_accuracy <= 1.0 and math.isfinite(info.final_loss)
 
@@ -116,3 +116,20 @@ def test_evaluate_greedy_scores_with_the_verifier(tiny_policy, monkeypatch):
     monkeypatch.setattr(ws, "greedy_completions", lambda m, t, prompts, n, b: oracle[:2] + ["#-999.", "junk"])
     assert evaluate_greedy(model, tok, probs) == 0.5
     assert evaluate_greedy(model, tok, []) == 0.0
+
+
+def test_sft_flops_equal_the_measured_count():
+    """The warm start's FLOPs are what FlopCounterMode measures over the whole SFT run
+    (torch conventions: square attention scores), step by step over padded batches."""
+    from race.measure import count_flops
+    from race.models.family import build_tiny_model
+    from race.models.tokenizer import build_char_tokenizer
+    from race.models.warmstart import sft
+
+    tok = build_char_tokenizer()
+    model = build_tiny_model("tiny-xs", seed=0, attn_implementation="eager")
+    stats = {}
+    measured = count_flops(lambda: stats.update(sft(model, tok, TINY, conventions="torch")))
+    assert stats["sft_flops"] == measured > 0
+    race = sft(build_tiny_model("tiny-xs", seed=0, attn_implementation="eager"), tok, TINY)["sft_flops"]
+    assert race < measured  # causal attention counts half the score matmuls

@@ -28,7 +28,7 @@ from scipy.stats import kendalltau
 from .bootstrap import bootstrap_cells, difference, win_probabilities
 from .curves import final_scores
 from .frontier import _group_cols, allocation_scores
-from .tables import allocation_table
+from .tables import AXIS_PREFIX, OPTIONAL_ALLOCATION_COLUMNS, allocation_table
 
 AXES: dict[str, tuple[str, ...]] = {
     "size": ("model",),
@@ -56,6 +56,12 @@ def axes_between(winner: Mapping, other: Mapping) -> tuple[list[str], str]:
             details.append(f"size: {word} model ({winner['model']}, {wn:.3g} vs {on:.3g} params)")
         else:
             details.append(f"{axis}: " + ", ".join(f"{c} {winner.get(c)} vs {other.get(c)}" for c in diffs))
+    extra = [c for c in sorted(set(winner) | set(other), key=str)
+             if _is_optional_column(c) and str(winner.get(c)) != str(other.get(c))]
+    if extra:  # a grid's other allocation axes (lora_r, engine, axis_*)
+        axes.append("other")
+        details.append("other: " + ", ".join(f"{c.removeprefix(AXIS_PREFIX)} {winner.get(c)} vs {other.get(c)}"
+                                             for c in extra))
     return sorted(axes), "; ".join(details)
 
 
@@ -154,10 +160,17 @@ def regime_changes(regime_table: pd.DataFrame, runs: pd.DataFrame | None = None)
 def _parse_key(key: str) -> dict:
     """Allocation columns back from an allocation key (see ``allocation_key``)."""
     parts = key.split("|")
-    out = {"model": parts[0], "reward": "|".join(parts[5:])}
+    out = {"model": parts[0], "reward": parts[5]}
     for p, col in zip(parts[1:5], ("num_generations", "prompts_per_step", "num_iterations", "learning_rate")):
         out[col] = p.split("=", 1)[1]
+    for p in parts[6:]:  # optional allocation columns that vary in the study
+        name, _, value = p.partition("=")
+        out[name if name in OPTIONAL_ALLOCATION_COLUMNS else AXIS_PREFIX + name] = value
     return out
+
+
+def _is_optional_column(name: object) -> bool:
+    return isinstance(name, str) and (name in OPTIONAL_ALLOCATION_COLUMNS or name.startswith(AXIS_PREFIX))
 
 
 def pairwise_decision_accuracy(small: pd.Series, large: pd.Series) -> tuple[float, int]:

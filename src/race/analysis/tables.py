@@ -8,8 +8,9 @@ Three tables feed every analysis function (one row each):
 
 An *allocation* is everything that describes how a run spends its budget except the
 budget itself and the seed: ``(model, num_generations, prompts_per_step, num_iterations,
-learning_rate, reward)``. :func:`allocation_key` turns it into one readable string, the
-identifier every other module uses.
+learning_rate, reward)``, plus any optional allocation column (``lora_r``, ``engine``,
+``axis_*``: a grid's other axes) whose value differs between runs. :func:`allocation_key`
+turns it into one readable string, the identifier every other module uses.
 
 A *reward system* is the part of ``reward`` before the first ``":"`` (``"prm:prm-s"`` ->
 ``"prm"``), so that a frontier "conditioned on the reward system" can still compare
@@ -32,6 +33,11 @@ ALLOCATION_COLUMNS: tuple[str, ...] = (
     "learning_rate",
     "reward",
 )
+
+#: Optional columns that also tell allocations apart, when their value varies between
+#: runs; so do ``axis_<name>`` columns (the grid's other axes, e.g. ``axis_max_completion_length``).
+OPTIONAL_ALLOCATION_COLUMNS: tuple[str, ...] = ("lora_r", "engine")
+AXIS_PREFIX = "axis_"
 
 RUNS_COLUMNS: dict[str, str] = {
     "run_id": "run identifier (unique)",
@@ -157,11 +163,23 @@ def _fmt_number(x: object) -> str:
     return f"{v:g}"
 
 
+def extra_allocation_columns(df: pd.DataFrame) -> list[str]:
+    """Optional allocation columns of ``df`` whose value differs between its rows:
+    ``lora_r``, ``engine`` and every ``axis_*`` column, in that order."""
+    cols = [c for c in OPTIONAL_ALLOCATION_COLUMNS if c in df.columns]
+    cols += sorted(c for c in df.columns if isinstance(c, str) and c.startswith(AXIS_PREFIX))
+    return [c for c in cols if df[c].astype(str).nunique(dropna=False) > 1]
+
+
 def allocation_key(df: pd.DataFrame) -> pd.Series:
     """One readable string per row naming its allocation.
 
     ``"{model}|G={num_generations}|P={prompts_per_step}|it={num_iterations}|lr={lr:g}|{reward}"``
-    (everything but budget and seed). Equal allocations give equal keys.
+    (everything but budget and seed), then ``"|{column}={value}"`` for every optional
+    allocation column that varies across ``df`` (``axis_`` dropped from the name), so a
+    grid with a ``lora.r`` or ``max_completion_length`` axis does not merge its cells.
+    Equal allocations give equal keys; compute keys on the whole study so that they do
+    not depend on which rows were kept.
     """
     require_columns(df, ALLOCATION_COLUMNS, "runs")
     parts = [
@@ -172,10 +190,19 @@ def allocation_key(df: pd.DataFrame) -> pd.Series:
         "lr=" + df["learning_rate"].map(lambda v: f"{float(v):g}"),
         df["reward"].astype(str),
     ]
+    for col in extra_allocation_columns(df):
+        name = col[len(AXIS_PREFIX):] if col.startswith(AXIS_PREFIX) else col
+        parts.append(f"{name}=" + df[col].map(_fmt_extra))
     key = parts[0]
     for p in parts[1:]:
         key = key + "|" + p
     return key.rename("allocation")
+
+
+def _fmt_extra(v: object) -> str:
+    if v is None or (isinstance(v, float) and np.isnan(v)) or v is pd.NA:
+        return "-"
+    return _fmt_number(v) if isinstance(v, (int, float, np.integer, np.floating)) else str(v)
 
 
 def reward_system(reward: object) -> str:
@@ -190,11 +217,11 @@ def prepare_runs(runs: pd.DataFrame, include_failed: bool = False) -> pd.DataFra
     """
     validate_runs(runs, RUNS_CORE)
     out = runs.copy()
+    out["allocation"] = allocation_key(out)  # on every run, so keys do not depend on the filter
     if not include_failed:
-        out = out[out["status"].astype(str) == "complete"]
+        out = out[out["status"].astype(str) == "complete"].copy()
     out["budget"] = out["budget"].astype(float)
     out["model_params"] = out["model_params"].astype(float)
-    out["allocation"] = allocation_key(out)
     out["reward_system"] = out["reward"].map(reward_system)
     return out.sort_values("run_id", kind="mergesort").reset_index(drop=True)
 
@@ -202,7 +229,7 @@ def prepare_runs(runs: pd.DataFrame, include_failed: bool = False) -> pd.DataFra
 def allocation_table(runs: pd.DataFrame) -> pd.DataFrame:
     """Distinct allocations: ``allocation`` key, its columns, model_params and reward_system."""
     prepared = runs if "allocation" in runs.columns else prepare_runs(runs, include_failed=True)
-    cols = ["allocation", *ALLOCATION_COLUMNS, "model_params", "reward_system"]
+    cols = ["allocation", *ALLOCATION_COLUMNS, *extra_allocation_columns(prepared), "model_params", "reward_system"]
     cols = [c for c in cols if c in prepared.columns]
     return (
         prepared[cols]

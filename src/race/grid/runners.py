@@ -100,14 +100,41 @@ class _Driver:
         self.t0 = time.monotonic()
         self.session_flops = 0.0
         self.cells = {c.run_id: c for c in cells}
+        self.predicted = {pc.cell.run_id: float(pc.prediction["est_seconds"]) for pc in plan.runnable
+                          if pc.prediction and pc.cell.run_id in self.cells}
+        self.observed: list[tuple[float, float]] = []  # (predicted, observed) wall of cells done this session
+        self.started: dict[str, float] = {}
+        self.capacity = 1
         self.progress = GridProgress(total=len(self.cells), refused=len(plan.refused),
                                      flops_planned=sum(c.budget for c in self.cells.values()))
+
+    def ordered(self, cells: list[Cell]) -> list[Cell]:
+        """Cells in the order they are handed out: longest predicted wall time first
+        (``runner.order = longest_first``; ties keep the grid's order), else the grid's."""
+        if self.spec.runner.order == "grid" or not all(c.run_id in self.predicted for c in cells):
+            return list(cells)
+        return sorted(cells, key=lambda c: -self.predicted[c.run_id])  # stable: ties in grid order
+
+    def _eta(self, remaining: list[str], capacity: int) -> float | None:
+        """Seconds left: predicted wall time of the cells not done, rescaled by how long
+        this session's finished cells took against their prediction, over the workers;
+        FLOP-rate based when there are no predictions."""
+        p = self.progress
+        if self.observed and all(rid in self.predicted for rid in remaining):
+            scale = sum(o for _, o in self.observed) / max(1e-9, sum(pr for pr, _ in self.observed))
+            now = time.monotonic()
+            left = sum(max(0.0, self.predicted[rid] * scale - (now - self.started.get(rid, now))) for rid in remaining)
+            return left / max(1, capacity)
+        if self.session_flops > 0:
+            left_flops = sum(self.cells[rid].budget for rid in remaining)
+            return left_flops / (self.session_flops / p.elapsed_s)
+        return None
 
     def _emit(self, kind: str, cell: Cell | None = None, message: str | None = None) -> None:
         p = self.progress
         p.elapsed_s = time.monotonic() - self.t0
-        remaining = sum(c.budget for rid, c in self.cells.items() if self._status.get(rid) not in FINISHED + ("failed",))
-        p.eta_s = remaining / (self.session_flops / p.elapsed_s) if self.session_flops > 0 else None
+        remaining = [rid for rid in self.cells if self._status.get(rid) not in FINISHED + ("failed",)]
+        p.eta_s = self._eta(remaining, self.capacity)
         self.on_event(GridEvent(kind, p, cell.run_id if cell else None, cell.label if cell else None, message))
 
     def run(self, make: Callable[[], Executor], retry_failed: bool) -> tuple[int, list[str]]:
@@ -115,12 +142,13 @@ class _Driver:
         rows = {r["run_id"]: r for r in self.store.runs()}
         self._status = {rid: rows[rid]["status"] for rid in self.cells}
         todo_status = ("pending", "failed") if retry_failed else ("pending",)
-        queue = deque(c for rid, c in self.cells.items() if self._status[rid] in todo_status)
+        queue = deque(self.ordered([c for rid, c in self.cells.items() if self._status[rid] in todo_status]))
         p = self.progress
         p.complete = sum(1 for s in self._status.values() if s in FINISHED)
         p.failed = sum(1 for s in self._status.values() if s == "failed" and not retry_failed)
         p.flops_done = sum(rows[rid]["total_flops"] or 0.0 for rid in self.cells if self._status[rid] in FINISHED)
         executor = make() if queue else None
+        self.capacity = executor.capacity if executor else 1
         p.runner = executor.description if executor else "nothing to run"
         self._emit("start")
         clean = False
@@ -144,6 +172,7 @@ class _Driver:
                 self.store.mark_running(cell.run_id)
                 handle = executor.submit(cell.spec_dict(), str(self.study_dir / "runs" / cell.run_id))
                 inflight[handle] = cell
+                self.started[cell.run_id] = time.monotonic()
                 self._status[cell.run_id] = "running"
                 p.running += 1
                 self._emit("started", cell)
@@ -159,6 +188,9 @@ class _Driver:
                     else:
                         flops = float(outcome["result"]["run"].get("total_flops") or 0.0)
                         self.session_flops += flops
+                        if cell.run_id in self.predicted:
+                            self.observed.append((self.predicted[cell.run_id],
+                                                  time.monotonic() - self.started[cell.run_id]))
                         p.flops_done += flops
                         p.complete += 1
                         self._status[cell.run_id] = status

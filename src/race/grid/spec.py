@@ -60,6 +60,9 @@ class RunnerSettings(BaseModel):
     gpus_per_cell: float = Field(0.0, ge=0)
     max_cells_per_worker: int | None = Field(None, ge=1, description="recycle a local worker process after this many cells")
     preload_torch: bool = Field(True, description="import torch in each worker to set its thread count up front")
+    order: Literal["longest_first", "grid"] = Field(
+        "longest_first", description="longest_first: cells by predicted wall time, longest first (the grid ends "
+        "sooner: no long cell starts last with the other workers idle); grid: the grid file's order")
 
     def resolved_workers(self) -> int:
         return self.workers if self.workers is not None else 2

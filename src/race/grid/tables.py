@@ -62,6 +62,12 @@ def _phase_flops(run: dict[str, Any], ledger_sums: dict[str, float]) -> dict[str
     return {k: float(v) for k, v in phases.items()} if isinstance(phases, dict) else ledger_sums
 
 
+def _axis_column(path: str) -> str:
+    """Column of a grid axis outside the standard allocation columns: ``axis_`` + the
+    dotted path with dots as underscores (the analysis keys allocations on ``axis_*``)."""
+    return "axis_" + path.replace(".", "_")
+
+
 def _axis_value(v: Any) -> Any:
     return v if v is None or isinstance(v, (str, int, float, bool)) else json.dumps(v, sort_keys=True)
 
@@ -85,8 +91,8 @@ def load_tables(study_dir: str | Path) -> dict[str, "Any"]:
     extra_axes: list[str] = []
     for r in runs:
         for path in json.loads(r["allocation_json"]):
-            if path not in _AXIS_COLUMNS and path.replace(".", "_") not in extra_axes:
-                extra_axes.append(path.replace(".", "_"))
+            if path not in _AXIS_COLUMNS and _axis_column(path) not in extra_axes:
+                extra_axes.append(_axis_column(path))
     records = []
     for r in runs:
         run = json.loads(r["run_json"]) if r["run_json"] else {}
@@ -111,8 +117,8 @@ def load_tables(study_dir: str | Path) -> dict[str, "Any"]:
         }
         alloc = json.loads(r["allocation_json"])
         for path in alloc:
-            if path.replace(".", "_") in extra_axes:
-                rec[path.replace(".", "_")] = _axis_value(alloc[path])
+            if _axis_column(path) in extra_axes:
+                rec[_axis_column(path)] = _axis_value(alloc[path])
         records.append(rec)
     runs_df = pd.DataFrame.from_records(records, columns=RUN_COLUMNS + EXTRA_RUN_COLUMNS + extra_axes)
     for col in ("budget", "model_params", "total_flops", "rollout_flops", "learning_flops", "feedback_flops",

@@ -32,10 +32,10 @@ a few points across thread counts. Operands 0-49 needed ~1,000 steps for similar
 numbers; a 600-step schedule at 0-19 put tiny-s at 0.57 already (and tiny-m at 0.77
 after 600 of 800 steps), leaving the larger sizes little room for RL.
 
-FLOPs: ``info.json`` records the tokens processed (padded, i.e. what executed) and the
-parameter counts, and ``sft_flops = 3 * 2 * (non-embedding + lm_head params) * tokens``
-(forward 2 FLOPs per weight per token, backward twice the forward; attention scores not
-included). The lead will swap in ``race.accounting.train_flops`` for the exact count.
+FLOPs: ``info.json`` records the tokens processed (padded, i.e. what executed), the
+parameter counts, and ``sft_flops``: ``race.accounting.train_flops`` (full fine-tuning,
+RACE conventions: causal attention, logits at every position) summed over the padded
+batch of every optimizer step, i.e. what the warm start executed.
 """
 
 from __future__ import annotations
@@ -52,6 +52,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from race.accounting import ModelShape, train_flops
 from race.models.family import build_tiny_model, lm_head_params, non_embedding_params, tiny_config_kwargs
 from race.models.loading import cache_dir as _cache_root
 from race.models.tokenizer import ALPHABET, SPECIAL_TOKENS, build_char_tokenizer
@@ -190,9 +191,10 @@ def _batch_encoder(tok: Any) -> Callable[[Sequence[Problem]], tuple[Any, Any, An
 
 
 def sft(model: Any, tok: Any, recipe: SFTRecipe,
-        progress: Callable[[int, int, float], None] | None = None) -> dict[str, float]:
-    """Run the warm-start recipe on ``model`` in place; returns token counts and the mean
-    loss of the last 5% of steps. Deterministic under ``recipe.seed`` (same threads)."""
+        progress: Callable[[int, int, float], None] | None = None, *, conventions: str = "race") -> dict[str, float]:
+    """Run the warm-start recipe on ``model`` in place; returns token counts, the mean
+    loss of the last 5% of steps, and ``sft_flops`` (``train_flops`` of every step's
+    padded batch under ``conventions``). Deterministic under ``recipe.seed`` (same threads)."""
     import torch
 
     task = recipe.make_task()
@@ -200,8 +202,10 @@ def sft(model: Any, tok: Any, recipe: SFTRecipe,
     opt = torch.optim.AdamW(model.parameters(), lr=recipe.learning_rate, betas=recipe.betas,
                             weight_decay=recipe.weight_decay)
     encode = _batch_encoder(tok)
+    shape = _shape_of(model)
+    step_flops: dict[tuple[int, int], int] = {}
     model.train()
-    tokens = real = loss_tok = 0
+    tokens = real = loss_tok = flops = 0
     tail, tail_n = 0.0, max(1, recipe.steps // 20)
     for step in range(recipe.steps):
         batch = task.problems("train", recipe.batch_size, seed=recipe.seed * 1_000_003 + step)
@@ -214,6 +218,10 @@ def sft(model: Any, tok: Any, recipe: SFTRecipe,
         torch.nn.utils.clip_grad_norm_(model.parameters(), recipe.max_grad_norm)
         opt.step()
         tokens += ids.numel()
+        B, T = ids.shape
+        if (B, T) not in step_flops:
+            step_flops[B, T] = train_flops(shape, [T] * B, conventions=conventions)
+        flops += step_flops[B, T]
         real += int(mask.sum())
         loss_tok += int((labels != -100).sum())
         value = float(loss.detach())
@@ -222,7 +230,11 @@ def sft(model: Any, tok: Any, recipe: SFTRecipe,
         if progress is not None:
             progress(step + 1, recipe.steps, value)
     model.eval()
-    return dict(tokens_processed=tokens, real_tokens=real, loss_tokens=loss_tok, final_loss=tail)
+    return dict(tokens_processed=tokens, real_tokens=real, loss_tokens=loss_tok, final_loss=tail, sft_flops=flops)
+
+
+def _shape_of(model: Any) -> ModelShape:
+    return ModelShape.from_hf_config(model.config.to_dict(), name=str(getattr(model.config, "_name_or_path", "")) or None)
 
 
 def greedy_completions(model: Any, tok: Any, prompts: Sequence[str], max_new_tokens: int,
@@ -324,7 +336,7 @@ def build_base(name: str, *, cache_dir: str | os.PathLike[str] | None = None, fo
         non_embedding_params=n_ne, lm_head_params=n_head,
         total_params=sum(p.numel() for p in model.parameters()), steps=recipe.steps,
         tokens_processed=int(stats["tokens_processed"]), real_tokens=int(stats["real_tokens"]),
-        loss_tokens=int(stats["loss_tokens"]), sft_flops=float(3 * 2 * (n_ne + n_head) * stats["tokens_processed"]),
+        loss_tokens=int(stats["loss_tokens"]), sft_flops=float(stats["sft_flops"]),
         seconds=round(seconds, 2), final_loss=round(stats["final_loss"], 5),
         test_accuracy=test_acc, hard_accuracy=hard_acc, config=tiny_config_kwargs(name),
         eval_seconds=round(eval_seconds, 2), torch_threads=torch.get_num_threads(),

@@ -18,7 +18,7 @@ from .fmt import fmt_flops, is_num, short_labels
 
 DPI = 100
 AXIS_COLORS = {"size": "#4e79a7", "search": "#f28e2b", "learning": "#59a14f", "feedback": "#b07aa1",
-               "mixed": "#9c755f", "tie": "#d9d9d9", "none": "#ffffff"}
+               "other": "#76b7b2", "mixed": "#9c755f", "tie": "#d9d9d9", "none": "#ffffff"}
 PHASE_COLORS = {"rollout": "#4e79a7", "wasted": "#a0cbe8", "learning": "#59a14f", "feedback": "#b07aa1",
                 "other": "#bab0ac"}
 
