@@ -88,3 +88,18 @@ def test_holdout_check_beats_flat_baseline():
 def test_too_few_points_is_an_error():
     with pytest.raises(ValueError, match="at least 4"):
         fit_saturating([1.0, 2.0, 3.0], [0.1, 0.2, 0.3])
+
+
+def test_replicate_tolerance_changes_fits_far_less_than_their_bootstrap_spread():
+    """Bootstrap replicates fit with a looser Nelder-Mead tolerance (speed); the fitted
+    curves move by a tiny fraction of the interval width the replicates produce."""
+    from race.analysis.fits import REPLICATE_XATOL
+
+    curves = _curves(n_runs=6, sd=0.03, rng=3)
+    tight = fit_saturating(curves["flops"], curves["score"], start=(1.0, 3e13))
+    loose = fit_saturating(curves["flops"], curves["score"], start=(1.0, 3e13), xatol=REPLICATE_XATOL)
+    c = np.geomspace(1e12, 1e16, 9)
+    moved = np.abs(tight.predict(c) - loose.predict(c)).max()
+    ci = bootstrap_saturating(curves, n_boot=60, rng=0)
+    lo, hi = ci.intervals["a"]
+    assert moved < 0.01 * (hi - lo) and moved < 1e-3

@@ -67,3 +67,26 @@ def test_completion_mask_stops_after_eos(char_tokenizer):
         else:
             assert row[n - 1] == eos and eos not in row[: n - 1]
     assert len(decode_completions(char_tokenizer, ro)) == 8
+
+
+def test_per_row_greedy_mask_mixes_greedy_and_sampled_rows_in_one_loop(char_tokenizer):
+    """Evaluation runs greedy and pass@k rows in one decode loop: greedy rows give what
+    an all-greedy call gives, an all-True mask is plain greedy, a wrong shape is refused."""
+    from race.engines.sampling import encode_prompts, sample
+
+    m = _model("tiny-s", True)
+    ids, mask = encode_prompts(char_tokenizer, PROMPTS, "cpu")
+    kw = dict(group=1, max_new_tokens=12, eos_id=char_tokenizer.eos_token_id, pad_id=char_tokenizer.pad_token_id)
+    greedy = sample(m, ids, mask, greedy=True, **kw)
+    flags = torch.tensor([True, False, True])
+    mixed = sample(m, ids, mask, greedy=flags, generator=torch.Generator().manual_seed(3), **kw)
+    T = min(greedy.completion_len, mixed.completion_len)
+    for row in (0, 2):
+        n = int(greedy.lengths[row])
+        assert torch.equal(mixed.completion_ids[row, :n], greedy.completion_ids[row, :n]) and n <= T
+    sampled = [sample(m, ids, mask, greedy=flags, generator=torch.Generator().manual_seed(s), **kw) for s in range(4)]
+    assert len({tuple(r.completion_ids[1].tolist()) for r in sampled}) > 1  # row 1 really samples
+    all_true = sample(m, ids, mask, greedy=torch.ones(3, dtype=torch.bool), **kw)
+    assert torch.equal(all_true.completion_ids, greedy.completion_ids)
+    with pytest.raises(ValueError, match="one flag per row"):
+        sample(m, ids, mask, greedy=torch.ones(2, dtype=torch.bool), **kw)

@@ -105,6 +105,7 @@ def fit_saturating(
     bounds: tuple[float, float] | None = DEFAULT_BOUNDS,
     n_refine: int = 4,
     start: tuple[float, float] | None = None,
+    xatol: float = 1e-7,
 ) -> SaturatingFit:
     """Fit the saturating curve to points (C_i, R_i) by variable projection.
 
@@ -113,7 +114,9 @@ def fit_saturating(
     [0.2, 5], ln C_mid from one log-span below to one above the data), the ``n_refine``
     best refined by bounded Nelder-Mead with B in [0.05, 20] and ln C_mid within 3 log-spans of the
     data. ``start=(B, C_mid)`` replaces the grid by that single start (warm starts for
-    bootstraps). Points with C <= 0 are dropped (log compute is undefined there).
+    bootstraps). ``xatol``: Nelder-Mead's tolerance on (ln B, ln C_mid); bootstrap
+    replicates use 1e-4 (their spread is what matters, and it is orders of magnitude
+    wider). Points with C <= 0 are dropped (log compute is undefined there).
     """
     c = np.asarray(flops, dtype=float)
     y = np.asarray(scores, dtype=float)
@@ -145,7 +148,7 @@ def fit_saturating(
     best_theta, best_val, success = starts[0], objective(starts[0]), False
     for s in starts:
         res = minimize(objective, s, method="Nelder-Mead", bounds=[lb_bounds, lcm_bounds],
-                       options={"xatol": 1e-7, "fatol": 1e-13, "maxiter": 2000})
+                       options={"xatol": xatol, "fatol": 1e-13 if xatol <= 1e-7 else 1e-10, "maxiter": 2000})
         if res.fun < best_val - 1e-15 or (not success and res.success and res.fun <= best_val):
             best_theta, best_val, success = res.x, float(res.fun), bool(res.success)
     b = float(np.exp(best_theta[0]))
@@ -157,6 +160,10 @@ def fit_saturating(
         n_points=int(len(y)), c_min=float(c.min()), c_max=float(c.max()),
         A_identified=bool(c.max() >= c_mid), success=success,
     )
+
+
+#: Nelder-Mead tolerance of bootstrap replicate fits (see ``fit_saturating``).
+REPLICATE_XATOL = 1e-4
 
 
 @dataclass
@@ -208,7 +215,8 @@ def bootstrap_saturating(
         picked = [ids[i] for ids in groups for i in gen.integers(0, len(ids), size=len(ids))]
         sample = np.concatenate([by_run[r] for r in picked])
         try:
-            rep = fit_saturating(sample[:, 0], sample[:, 1], bounds=bounds, start=(fit.b, fit.c_mid))
+            rep = fit_saturating(sample[:, 0], sample[:, 1], bounds=bounds, start=(fit.b, fit.c_mid),
+                                 xatol=REPLICATE_XATOL)
         except ValueError:  # too few points in this resample: keep the row count, mark it
             rows.append(dict(r0=np.nan, a=np.nan, b=np.nan, c_mid=np.nan))
             continue

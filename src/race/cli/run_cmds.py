@@ -134,6 +134,7 @@ def demo(
 
     from rich.console import Console
 
+    from race.cli.prepare import plan_builds, run_builds
     from race.grid import load_grid_spec
     from race.models.family import is_tiny_name
     from race.models.warmstart import build_base
@@ -149,16 +150,19 @@ def demo(
         models = [m for m in axes.get("model", [spec.base.get("model", "tiny-s")]) if is_tiny_name(str(m))]
         rewards = [str(r) for r in axes.get("reward", [spec.base.get("reward", "rule")])]
         con.rule("[bold]1/3 base models and reward models[/bold] (cached after the first run)")
-        for m in models:
+        rms = [name for kind, _, rest in (r.partition(":") for r in rewards)
+               if kind in ("prm", "orm") and (name := rest.split(":")[0]) in RM_RECIPES]
+        jobs = plan_builds(models, rms)
+        if jobs:
+            con.print(f"  building {', '.join(j.name for j in jobs)} (side by side, longest first) ...")
+        run_builds(jobs, on_done=lambda d: con.print(f"  {d.job.name}: built in {d.seconds:.0f} s: {d.summary}"))
+        for m in models:  # cached now: a file read each
             info = build_base(m)
             con.print(f"  {m}: {info.non_embedding_params:,} non-embedding params, greedy test accuracy "
                       f"{info.test_accuracy:.3f}")
-        for r in rewards:
-            kind, _, rest = r.partition(":")
-            name = rest.split(":")[0]
-            if kind in ("prm", "orm") and name in RM_RECIPES:
-                build_rm(name)
-                con.print(f"  {name}: ready")
+        for name in rms:
+            build_rm(name)
+            con.print(f"  {name}: ready")
         con.print(f"  ({time.perf_counter() - t0:.0f} s)")
         con.rule("[bold]2/3 pilot grid[/bold]")
         from race.cli.grid import run as grid_run

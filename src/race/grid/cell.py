@@ -148,6 +148,15 @@ def collect_run_dir(run_dir: Path, returned: Any = None) -> dict[str, Any]:
     }
 
 
+def _quiet_transformers() -> None:
+    """No tqdm bars from transformers in grid workers ("Loading weights", "Writing model
+    shards"): many cells share one terminal and the driver shows the progress."""
+    if importlib.util.find_spec("transformers") is not None:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+
+
 def execute_cell(cell_fn: str, spec: dict[str, Any], run_dir: str) -> dict[str, Any]:
     """Run one cell in this process; return ``{"ok": True, "result": ...}`` or
     ``{"ok": False, "error": ...}`` (plus pid/host/seconds)."""
@@ -155,6 +164,8 @@ def execute_cell(cell_fn: str, spec: dict[str, Any], run_dir: str) -> dict[str, 
     info = {"pid": os.getpid(), "host": socket.gethostname()}
     try:
         from race.config import run_config_from_dict
+
+        _quiet_transformers()
 
         rd = Path(run_dir)
         rd.mkdir(parents=True, exist_ok=True)

@@ -8,7 +8,6 @@ few steps says nothing about its allocation.
 
 from __future__ import annotations
 
-import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -20,13 +19,20 @@ from race.grid.spec import GridSpec, as_grid_spec
 # Wall-time model of one cell on one worker: steps x per-step overhead + FLOPs / rate.
 # Tiny models are overhead-bound (DESIGN.md section 5), so both terms matter. Rough
 # defaults; plan_grid rescales them by what the study's finished runs actually took.
+# Measured on the demo grid (2 workers x 1 thread, 2-core CPU): tiny-xs 0.25-0.3 s per
+# step, ~1 s per evaluation point (3 per cell) and ~1 s to load a cell's models. Runs take
+# ~1.5x the predicted steps (the prediction is the fewest steps, at the longest
+# sequences), hence 0.4 s per predicted step.
 ASSUMED_FLOPS_PER_SECOND = 5e10
-ASSUMED_SECONDS_PER_STEP = 0.5
+ASSUMED_SECONDS_PER_STEP = 0.4
+ASSUMED_SECONDS_PER_CELL = 4.0
 
 
 def default_seconds(steps: float, flops: float) -> float:
-    """Uncalibrated wall-time guess for ``steps`` steps spending ``flops`` FLOPs."""
-    return steps * ASSUMED_SECONDS_PER_STEP + flops / ASSUMED_FLOPS_PER_SECOND
+    """Uncalibrated wall-time guess for a cell of ``steps`` steps spending ``flops``
+    FLOPs: a fixed cost (loading models, evaluations) + per-step overhead + FLOPs at a
+    CPU-like rate."""
+    return ASSUMED_SECONDS_PER_CELL + steps * ASSUMED_SECONDS_PER_STEP + flops / ASSUMED_FLOPS_PER_SECOND
 
 Predictor = Callable[[RunConfig], "dict[str, float] | None"]
 
@@ -160,16 +166,26 @@ class GridPlan:
         }
 
 
-def _time_scale(study_dir: Path | None) -> tuple[float | None, int]:
-    """Median of observed / default wall time over the study's finished runs."""
+def _time_scale(study_dir: Path | None, predicted: dict[str, float]) -> tuple[float | None, int]:
+    """Observed / predicted wall time summed over the study's finished runs (a ratio of
+    sums, so the long cells that dominate a grid's wall time dominate the calibration).
+    ``predicted``: this plan's uncalibrated estimate per run id; runs outside the plan
+    are compared with :func:`default_seconds` of their actual steps."""
     if study_dir is None or not (Path(study_dir) / "study.sqlite").exists():
         return None, 0
     from race.grid.store import Store
 
     with Store(study_dir) as store:
-        ratios = [r["wall_s"] / default_seconds(r["steps"] or 0, r["total_flops"] or 0.0)
-                  for r in store.completed_summaries() if r.get("wall_s") and (r.get("steps") or r.get("total_flops"))]
-    return (statistics.median(ratios), len(ratios)) if ratios else (None, 0)
+        pairs = []
+        for r in store.completed_summaries():
+            if not r.get("wall_s"):
+                continue
+            guess = predicted.get(r["run_id"])
+            if guess is None and (r.get("steps") or r.get("total_flops")):
+                guess = default_seconds(r["steps"] or 0, r["total_flops"] or 0.0)
+            if guess:
+                pairs.append((r["wall_s"], guess))
+    return (sum(o for o, _ in pairs) / sum(g for _, g in pairs), len(pairs)) if pairs else (None, 0)
 
 
 def plan_grid(spec: "GridSpec | dict | str | Path", predictor: Predictor | None = None,
@@ -179,15 +195,6 @@ def plan_grid(spec: "GridSpec | dict | str | Path", predictor: Predictor | None 
     study's finished runs."""
     spec = as_grid_spec(spec)
     notes: list[str] = []
-    scale, n_obs = _time_scale(Path(study_dir) if study_dir else None)
-    if scale:
-        notes.append(f"wall time calibrated on {n_obs} finished run(s) of this study: they took {scale:.3g}x the "
-                     "default guess")
-    else:
-        scale = 1.0
-        notes.append(f"wall time is a rough guess ({ASSUMED_SECONDS_PER_STEP:g} s per step + "
-                     f"{ASSUMED_FLOPS_PER_SECOND:.3g} FLOP/s per worker); `race grid plan --study-dir` calibrates it "
-                     "on finished runs")
     predict = predictor or predict_cell
     planned: list[PlannedCell] = []
     failures: dict[str, int] = {}
@@ -201,7 +208,7 @@ def plan_grid(spec: "GridSpec | dict | str | Path", predictor: Predictor | None 
             pred = None
         if pred is not None:
             base = pred["est_seconds"] if "est_seconds" in pred else default_seconds(pred["steps"], pred["total"])
-            pred = {**pred, "est_seconds": scale * base}
+            pred = {**pred, "est_seconds": base}
         refusal = None
         if pred is not None and pred["steps"] < spec.min_steps:
             need = spec.min_steps * pred["step_flops"]
@@ -209,6 +216,19 @@ def plan_grid(spec: "GridSpec | dict | str | Path", predictor: Predictor | None 
                        f"fewer than min_steps={spec.min_steps}: raise this budget to >= {need:.3g}, make the step "
                        "cheaper (smaller model, group or batch), or lower min_steps")
         planned.append(PlannedCell(cell, pred, refusal))
+    scale, n_obs = _time_scale(Path(study_dir) if study_dir else None,
+                               {c.cell.run_id: c.prediction["est_seconds"] for c in planned if c.prediction})
+    if scale:
+        notes.append(f"wall time calibrated on {n_obs} finished run(s) of this study: they took {scale:.3g}x the "
+                     "default guess")
+        for c in planned:
+            if c.prediction:
+                c.prediction["est_seconds"] *= scale
+    else:
+        scale = 1.0
+        notes.append(f"wall time is a rough guess ({ASSUMED_SECONDS_PER_CELL:g} s per cell + "
+                     f"{ASSUMED_SECONDS_PER_STEP:g} s per step + {ASSUMED_FLOPS_PER_SECOND:.3g} FLOP/s per worker); "
+                     "`race grid plan --study-dir` calibrates it on finished runs")
     for msg, n in failures.items():
         notes.append(f"no FLOP prediction for {n} cell(s) ({msg}); min_steps not checked for them")
     if all(c.prediction is None for c in planned) and not failures:

@@ -67,7 +67,13 @@ def wrap_lora(model: Any, settings: Any) -> Any:
         task_type="CAUSAL_LM",
         bias="none",
     )
-    return get_peft_model(model, config)
+    import warnings
+
+    with warnings.catch_warnings():
+        # PEFT reads transformers' deprecated `is_gradient_checkpointing` (transformers 5.x);
+        # a library-internal FutureWarning that says nothing about the user's run.
+        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
+        return get_peft_model(model, config)
 
 
 def is_peft(model: Any) -> bool:

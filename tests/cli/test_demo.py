@@ -1,0 +1,95 @@
+"""The main job's plumbing: side-by-side builds of base models and reward models, and
+`race demo` end to end on a small grid (fake engine cells, real warm start and report)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from race.cli.prepare import BuildJob, plan_builds, run_builds
+from race.models.warmstart import SFTRecipe, base_dir
+from race.rewards.training import RMRecipe
+
+TINY_SFT = SFTRecipe(steps=3, batch_size=4, warmup_steps=1, n_eval_test=4, n_eval_hard=2)
+TINY_PRM = RMRecipe("prm", "tiny-xs", steps=3, batch_size=4, warmup_steps=1, n_eval=8)
+FAKE_CELL_FN = f"{(Path(__file__).parents[1] / 'grid' / 'fake_engine.py').resolve()}:run_engine"
+
+
+@pytest.fixture
+def tiny_recipes(monkeypatch):
+    import race.models.warmstart as ws
+    import race.rewards.training as tr
+
+    monkeypatch.setattr(ws, "DEFAULT_RECIPE", TINY_SFT)
+    monkeypatch.setitem(tr.RM_RECIPES, "prm-xs", TINY_PRM)
+
+
+def test_builds_run_side_by_side_one_thread_each_and_are_cached(tmp_path, tiny_recipes):
+    jobs = plan_builds(["tiny-xs", "tiny-s", "tiny-xs"], ["prm-xs"], cache_dir=tmp_path)
+    assert sorted(j.name for j in jobs) == ["prm-xs", "tiny-s", "tiny-xs"]  # duplicates dropped
+    assert jobs == sorted(jobs, key=lambda j: -j.cost)  # longest first
+    done = run_builds(jobs, cache_dir=tmp_path, workers=2)
+    assert sorted(d.job.name for d in done) == ["prm-xs", "tiny-s", "tiny-xs"]
+    assert all(d.seconds > 0 and d.summary for d in done)
+    info = json.loads((base_dir("tiny-s", cache_dir=tmp_path, recipe=TINY_SFT) / "info.json").read_text())
+    assert info["torch_threads"] == 1 and info["steps"] == 3
+    assert plan_builds(["tiny-xs", "tiny-s"], ["prm-xs"], cache_dir=tmp_path) == []  # nothing left to build
+
+    # a side-by-side build equals the same build run here with one thread (deterministic)
+    import torch
+
+    other = tmp_path / "again"
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        run_builds(plan_builds(["tiny-s"], [], cache_dir=other), cache_dir=other, workers=1)
+    finally:
+        torch.set_num_threads(threads)
+    a = base_dir("tiny-s", cache_dir=tmp_path, recipe=TINY_SFT) / "model.safetensors"
+    b = base_dir("tiny-s", cache_dir=other, recipe=TINY_SFT) / "model.safetensors"
+    assert a.read_bytes() == b.read_bytes()
+
+
+def test_rms_from_a_base_wait_for_the_bases_and_failures_surface(tmp_path, tiny_recipes, monkeypatch):
+    import race.rewards.training as tr
+
+    monkeypatch.setitem(tr.RM_RECIPES, "prm-xs", dataclasses.replace(TINY_PRM, init="base"))
+    jobs = plan_builds(["tiny-xs"], ["prm-xs"], cache_dir=tmp_path)
+    assert [(j.name, j.needs_base) for j in jobs] == [("tiny-xs", False), ("prm-xs", True)]
+    done = run_builds(jobs, cache_dir=tmp_path, workers=2)
+    assert [d.job.name for d in done] == ["tiny-xs", "prm-xs"]
+    with pytest.raises(KeyError, match="tiny-zz"):
+        run_builds([BuildJob("base", "tiny-zz", TINY_SFT, 1.0), BuildJob("base", "tiny-xs", TINY_SFT, 1.0)],
+                   cache_dir=tmp_path / "bad", workers=2)
+
+
+def test_demo_builds_runs_the_grid_and_writes_the_report(tmp_path, tiny_recipes, monkeypatch):
+    from race.cli.app import app
+
+    monkeypatch.setenv("RACE_CACHE", str(tmp_path / "cache"))
+    grid = {
+        "study": "mini-demo", "budgets": [2e9, 2e10],
+        "base": {"prompts_per_step": 4, "max_prompt_length": 24, "max_completion_length": 16,
+                 "eval": {"n_problems": 16, "n_pass_problems": 8, "targets": ["greedy", "pass@k"]}},
+        "axes": {"model": ["tiny-xs", "tiny-s"], "num_generations": [4, 8]},
+        "seeds": [0, 1], "min_steps": 0, "cell_fn": FAKE_CELL_FN,
+        "runner": {"kind": "local", "workers": 2, "threads_per_worker": 1, "preload_torch": False},
+    }
+    grid_file = tmp_path / "mini.yaml"
+    grid_file.write_text(yaml.safe_dump(grid))
+    study = tmp_path / "study"
+    r = CliRunner().invoke(app, ["demo", "--grid", str(grid_file), "--study-dir", str(study), "--quiet"])
+    assert r.exit_code == 0, r.output
+    assert "building tiny-s, tiny-xs" in r.output.replace("\n", " ") or "building tiny-xs, tiny-s" in r.output
+    assert "tiny-xs: built in" in r.output and "16/16 cells complete" in r.output.replace("\n", " ")
+    assert (study / "report" / "report.html").is_file() and (study / "report" / "report.md").is_file()
+    assert "demo wall time" in r.output
+    # a second run reuses everything: no builds, no cells
+    r = CliRunner().invoke(app, ["demo", "--grid", str(grid_file), "--study-dir", str(study), "--quiet"])
+    assert r.exit_code == 0, r.output
+    assert "building" not in r.output and "16 were already" in r.output.replace("\n", " ")
