@@ -127,7 +127,8 @@ class RunConfig(_Strict):
     # execution
     device: str = "auto"
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
-    torch_threads: int | None = Field(None, ge=1)
+    torch_threads: int | None = Field(None, ge=1, description="torch intra-op threads; default: the grid "
+                                      "worker's, else 1 for the tiny family (faster there), else torch's")
     gradient_checkpointing: bool = False
     attn_implementation: Literal["eager", "sdpa"] = "eager"
     checkpoint_every: int = Field(10, ge=1, description="steps between resumable checkpoints")

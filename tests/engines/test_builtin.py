@@ -164,3 +164,16 @@ def test_non_finite_loss_stops_and_keeps_the_last_checkpoint(tiny_model_dir, tmp
     out = run_engine(_cfg(tiny_model_dir, budget_flops=4e9), tmp_path / "d")
     assert out["status"] == "diverged" and "non-finite" in out["error"]
     assert (tmp_path / "d" / "checkpoint" / "trainable.safetensors").exists()
+
+
+def test_default_torch_threads_config_then_worker_then_one_for_tiny(monkeypatch):
+    from race.config import RunConfig
+    from race.engines.builtin import default_torch_threads
+
+    monkeypatch.delenv("RACE_TORCH_THREADS", raising=False)
+    assert default_torch_threads(RunConfig(model="tiny-s", budget_flops=1e9)) == 1
+    assert default_torch_threads(RunConfig(model="qwen2.5-0.5b", budget_flops=1e9)) is None
+    assert default_torch_threads(RunConfig(model="tiny-s", budget_flops=1e9, torch_threads=3)) == 3
+    monkeypatch.setenv("RACE_TORCH_THREADS", "2")  # a grid worker's threads_per_worker
+    assert default_torch_threads(RunConfig(model="tiny-s", budget_flops=1e9)) == 2
+    assert default_torch_threads(RunConfig(model="tiny-s", budget_flops=1e9, torch_threads=4)) == 4

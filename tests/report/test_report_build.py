@@ -103,7 +103,13 @@ def test_sections_and_diagnostics(full_report, full_tables):
     reg = pd.DataFrame(data["sections"]["regimes"]["data"]["regimes"])
     assert set(reg["target"]) == {"greedy", "pass@k"} and reg["win_prob"].between(0, 1).all()
     assert "Kendall tau" in html and "pairwise decision accuracy" in html
-    assert "hard not in the study" in html  # the missing third target is named
+    assert "not in the study's evaluations" not in html  # an optional target the study lacks: silent
+    from race.report.build import _targets
+
+    ev = pd.DataFrame({"target": ["greedy", "pass@k"]})
+    assert _targets(ev, ("greedy", "pass@k", "hard")) == (["greedy", "pass@k"], [])
+    chosen, notes = _targets(ev, ("hard", "greedy"))  # the primary target asked for is missing: said
+    assert chosen == ["greedy"] and notes and "evaluation target hard is not in" in notes[0]
     # isoFLOP edge warning text is shown
     iso = data["sections"]["isoflop"]["data"]["table"]
     warns = [r["warnings"] for r in iso if r["warnings"] and r["n_sizes"] >= 3]

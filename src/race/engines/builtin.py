@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import copy
 import math
+import os
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -68,13 +69,30 @@ def _verify_fn() -> Callable[[Any, str], bool]:
     return lambda p, text: _verify(p, text)[0] == 1.0
 
 
+def default_torch_threads(cfg: RunConfig) -> int | None:
+    """Torch threads for a run: ``cfg.torch_threads``; else the grid worker's setting
+    (``$RACE_TORCH_THREADS``); else 1 for the tiny family, whose small matrices run about
+    2x slower on 2 threads than on 1 (``benchmarks/grid_throughput.py``: 1 worker x 2
+    threads 0.53x of 1 x 1 on the demo cells) and whose results then do not depend on the
+    machine's core count; else ``None`` (torch's default)."""
+    from race.models.family import is_tiny_name
+
+    if cfg.torch_threads:
+        return cfg.torch_threads
+    env = os.environ.get("RACE_TORCH_THREADS", "")
+    if env.isdigit() and int(env) > 0:
+        return int(env)
+    return 1 if is_tiny_name(cfg.model) else None
+
+
 def load_run_policy(cfg: RunConfig) -> tuple[Any, Any, LoRA | None]:
     """Threads and seed from the config, then (model, tokenizer, accounting LoRA) for any
     engine: the policy loads through ``load_policy`` (tiny warm starts built on demand)."""
     from race.models import load_policy
 
-    if cfg.torch_threads:
-        torch.set_num_threads(cfg.torch_threads)
+    threads = default_torch_threads(cfg)
+    if threads:
+        torch.set_num_threads(threads)
     torch.manual_seed(cfg.seed)
     model, tok = load_policy(cfg.model, device=cfg.device, dtype=cfg.dtype,
                              attn_implementation=cfg.attn_implementation, build_missing=True)

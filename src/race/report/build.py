@@ -65,10 +65,11 @@ def _targets(evals: pd.DataFrame, wanted: Sequence[str]) -> tuple[list[str], lis
     present = list(dict.fromkeys(evals["target"].astype(str)))
     chosen = [t for t in dict.fromkeys(wanted) if t in present]
     notes = []
-    missing = [t for t in wanted if t not in present]
-    if missing:
-        notes.append(f"evaluation target(s) {', '.join(missing)} not in the study's evaluations "
-                     f"(present: {', '.join(present) or 'none'})")
+    # the first wanted target is the primary one (asked for); the rest are optional extras
+    # (DEFAULT_TARGETS), left out silently when the study did not evaluate them
+    if wanted and wanted[0] not in present:
+        notes.append(f"evaluation target {wanted[0]} is not in the study's evaluations "
+                     f"(present: {', '.join(present) or 'none'}); the report uses {(chosen or present or ['none'])[0]}")
     if not chosen:
         chosen = present
     return chosen, notes
