@@ -47,13 +47,13 @@ def plan_builds(models: Sequence[str], rms: Sequence[str], *, cache_dir: str | o
                 ) -> list[BuildJob]:
     """The builds still missing from the cache, longest first (bases before RMs that
     start from them)."""
-    from race.models.warmstart import _read_info, _recipe, base_dir
+    from race.models.warmstart import cached_base, current_recipe
     from race.rewards.training import recipe_for, rm_dir
 
     jobs: list[BuildJob] = []
     for m in dict.fromkeys(models):
-        recipe = _recipe(None)
-        if _read_info(base_dir(m, cache_dir=cache_dir, recipe=recipe)) is None:
+        recipe = current_recipe()
+        if cached_base(m, cache_dir=cache_dir, recipe=recipe) is None:
             jobs.append(BuildJob("base", m, recipe, _base_cost(m, recipe)))
     for r in dict.fromkeys(rms):
         recipe = recipe_for(r)

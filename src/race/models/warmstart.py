@@ -278,6 +278,18 @@ def evaluate_greedy(model: Any, tok: Any, problems: Sequence[Any], max_new_token
     return sum(check(p, t).correct for p, t in zip(problems, texts)) / len(problems)
 
 
+def cached_base(name: str, *, cache_dir: str | os.PathLike[str] | None = None,
+                recipe: SFTRecipe | None = None) -> BaseInfo | None:
+    """The cached warm start of ``name`` for ``recipe`` (default: the family's), or
+    ``None`` when it has not been built; builds nothing."""
+    return _read_info(base_dir(name, cache_dir=cache_dir, recipe=_recipe(recipe)))
+
+
+def current_recipe() -> SFTRecipe:
+    """The family's canonical warm-start recipe (``DEFAULT_RECIPE``, read at call time)."""
+    return _recipe(None)
+
+
 def _read_info(path: Path) -> BaseInfo | None:
     try:
         data = json.loads((path / "info.json").read_text())
