@@ -37,6 +37,18 @@ def _race_cache(tmp_path_factory: pytest.TempPathFactory):
         os.environ["RACE_CACHE"] = old
 
 
+@pytest.fixture
+def quiet_warnings():
+    """Silence library FutureWarnings/UserWarnings for a test (autouse in the measure and
+    rewards folders, whose models trigger many)."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        warnings.simplefilter("ignore", UserWarning)
+        yield
+
+
 @pytest.fixture(scope="session")
 def char_tokenizer():
     from race.models.tokenizer import build_char_tokenizer

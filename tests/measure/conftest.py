@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import copy
 import importlib.util
-import warnings
 
 import pytest
 
@@ -34,11 +33,8 @@ TINY = {
 
 
 @pytest.fixture(autouse=True)
-def _quiet():
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", FutureWarning)
-        warnings.simplefilter("ignore", UserWarning)
-        yield
+def _quiet(quiet_warnings):
+    yield
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -5,7 +5,6 @@ recipes are swapped for the session and restored afterwards."""
 from __future__ import annotations
 
 import dataclasses
-import warnings
 
 import pytest
 
@@ -20,11 +19,8 @@ FAST = {name: dataclasses.replace(r, steps=4, batch_size=8, warmup_steps=1, n_ev
 
 
 @pytest.fixture(autouse=True)
-def _quiet():
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", FutureWarning)
-        warnings.simplefilter("ignore", UserWarning)
-        yield
+def _quiet(quiet_warnings):
+    yield
 
 
 @pytest.fixture(scope="session", autouse=True)

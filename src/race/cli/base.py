@@ -40,32 +40,18 @@ def build(
 ) -> None:
     """Warm-start the tiny sizes (SFT on worked solutions; cached by recipe hash)."""
     from rich.console import Console
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
     from rich.table import Table
 
+    from race.cli.prepare import build_with_bars
     from race.models import warmstart
 
     recipe = warmstart.DEFAULT_RECIPE  # looked up at call time (tests swap in a tiny recipe)
     names = _parse_sizes(sizes)
-    if threads is not None:
-        import torch
-
-        torch.set_num_threads(threads)
     console = Console()
-    infos = []
-    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                  TextColumn("loss {task.fields[loss]}"), TimeElapsedColumn(), console=console) as bar:
-        for name in names:
-            task_id = bar.add_task(name, total=recipe.steps, loss="-")
-
-            def cb(step: int, total: int, loss: float, _t: int = task_id) -> None:
-                if step % 10 == 0 or step == total:
-                    bar.update(_t, completed=step, loss=f"{loss:.3f}")
-
-            info = warmstart.build_base(name, cache_dir=cache_dir, force=force, progress=cb, recipe=recipe)
-            bar.update(task_id, completed=recipe.steps,
-                       description=f"{name} ({'cached' if info.reused else 'built'})")
-            infos.append(info)
+    infos = build_with_bars(console, [
+        (name, recipe.steps, lambda cb, name=name: warmstart.build_base(name, cache_dir=cache_dir, force=force,
+                                                                         progress=cb, recipe=recipe))
+        for name in names], threads=threads)
 
     table = Table(title=f"tiny family warm starts ({recipe.steps} SFT steps x batch {recipe.batch_size})")
     for col in ("size", "non-emb params", "SFT steps", "SFT seconds", "greedy test acc", "hard acc", "source"):

@@ -42,32 +42,18 @@ def build(
 ) -> None:
     """Train the reward models (or reuse cached ones) and report their held-out accuracy."""
     from rich.console import Console
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
     from rich.table import Table
 
     from race.accounting import fmt_flops
+    from race.cli.prepare import build_with_bars
     from race.rewards import training
 
     chosen = _parse_names(names)
-    if threads is not None:
-        import torch
-
-        torch.set_num_threads(threads)
     console = Console()
-    infos = []
-    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                  TextColumn("loss {task.fields[loss]}"), TimeElapsedColumn(), console=console) as bar:
-        for name in chosen:
-            recipe = training.recipe_for(name)
-            task_id = bar.add_task(name, total=recipe.steps, loss="-")
-
-            def cb(step: int, total: int, loss: float, _t: int = task_id) -> None:
-                if step % 10 == 0 or step == total:
-                    bar.update(_t, completed=step, loss=f"{loss:.3f}")
-
-            info = training.build_rm(name, cache_dir=cache_dir, force=force, progress=cb)
-            bar.update(task_id, completed=recipe.steps, description=f"{name} ({'cached' if info.reused else 'built'})")
-            infos.append(info)
+    infos = build_with_bars(console, [
+        (name, training.recipe_for(name).steps,
+         lambda cb, name=name: training.build_rm(name, cache_dir=cache_dir, force=force, progress=cb))
+        for name in chosen], threads=threads)
 
     table = Table(title="reward models (held-out test split; accuracy at threshold 0.5, AUC = ranking quality)")
     cols = ("name", "kind", "backbone", "params", "steps", "seconds", "train FLOPs", "step acc", "bad-step recall",

@@ -137,9 +137,9 @@ def demo(
     from race.cli.prepare import plan_builds, run_builds
     from race.grid import load_grid_spec
     from race.models.family import is_tiny_name
-    from race.models.warmstart import build_base
+    from race.models.warmstart import cached_base
     from race.report import build_report
-    from race.rewards.training import RM_RECIPES, build_rm
+    from race.rewards.training import RM_RECIPES
 
     con = Console()
     t0 = time.perf_counter()
@@ -155,14 +155,16 @@ def demo(
         jobs = plan_builds(models, rms)
         if jobs:
             con.print(f"  building {', '.join(j.name for j in jobs)} (side by side, longest first) ...")
-        run_builds(jobs, on_done=lambda d: con.print(f"  {d.job.name}: built in {d.seconds:.0f} s: {d.summary}"))
-        for m in models:  # cached now: a file read each
-            info = build_base(m)
-            con.print(f"  {m}: {info.non_embedding_params:,} non-embedding params, greedy test accuracy "
-                      f"{info.test_accuracy:.3f}")
+        built = {d.job.name for d in run_builds(
+            jobs, on_done=lambda d: con.print(f"  {d.job.name}: built in {d.seconds:.0f} s: {d.summary}"))}
+        for m in models:
+            info = None if m in built else cached_base(m)
+            if info is not None:
+                con.print(f"  {m}: cached, {info.non_embedding_params:,} non-embedding params, greedy test "
+                          f"accuracy {info.test_accuracy:.3f}")
         for name in rms:
-            build_rm(name)
-            con.print(f"  {name}: ready")
+            if name not in built:
+                con.print(f"  {name}: cached")
         con.print(f"  ({time.perf_counter() - t0:.0f} s)")
         con.rule("[bold]2/3 pilot grid[/bold]")
         from race.cli.grid import run as grid_run

@@ -24,6 +24,7 @@ import copy
 import math
 import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -85,10 +86,22 @@ def default_torch_threads(cfg: RunConfig) -> int | None:
     return 1 if is_tiny_name(cfg.model) else None
 
 
-def load_run_policy(cfg: RunConfig) -> tuple[Any, Any, LoRA | None]:
-    """Threads and seed from the config, then (model, tokenizer, accounting LoRA) for any
-    engine: the policy loads through ``load_policy`` (tiny warm starts built on demand)."""
-    from race.models import load_policy
+@dataclass
+class RunPolicy:
+    """What both engines start from: the loaded policy (not yet LoRA-wrapped), its
+    tokenizer, shape and device, and the accounting ``LoRA`` (checked against the shape)."""
+
+    model: Any
+    tok: Any
+    lora: LoRA | None
+    shape: ModelShape
+    device: Any
+
+
+def load_run_policy(cfg: RunConfig) -> RunPolicy:
+    """Threads and seed from the config, then the policy for any engine: it loads through
+    ``load_policy`` (tiny warm starts built on demand)."""
+    from race.models import load_policy, model_shape
 
     threads = default_torch_threads(cfg)
     if threads:
@@ -96,13 +109,18 @@ def load_run_policy(cfg: RunConfig) -> tuple[Any, Any, LoRA | None]:
     torch.manual_seed(cfg.seed)
     model, tok = load_policy(cfg.model, device=cfg.device, dtype=cfg.dtype,
                              attn_implementation=cfg.attn_implementation, build_missing=True)
+    shape = model_shape(model)
     lora = LoRA(cfg.lora.r, tuple(cfg.lora.target_modules)) if cfg.lora is not None else None
-    return model, tok, lora
+    if lora is not None:
+        lora.check(shape)
+    return RunPolicy(model, tok, lora, shape, next(model.parameters()).device)
 
 
-def _shape_of(model: Any) -> ModelShape:
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    return ModelShape.from_hf_config(base.config.to_dict(), name=str(getattr(base.config, "_name_or_path", "")) or None)
+def run_evaluator(cfg: RunConfig, task: Any, policy: RunPolicy) -> Evaluator:
+    """The run's evaluation targets on ``task`` (both engines evaluate the same way)."""
+    return Evaluator(task, cfg.eval, tokenizer=policy.tok, max_new_tokens=cfg.max_completion_length,
+                     temperature=cfg.temperature, shape=policy.shape, lora=policy.lora,
+                     conventions=cfg.conventions, device=policy.device, verify=_verify_fn())
 
 
 class BuiltinEngine:
@@ -119,12 +137,9 @@ class BuiltinEngine:
         from race.rewards import make_reward
 
         cfg = self.cfg
-        model, tok, self.lora = load_run_policy(cfg)
-        self.device = next(model.parameters()).device
+        policy = load_run_policy(cfg)
+        model, tok, self.lora, self.shape, self.device = policy.model, policy.tok, policy.lora, policy.shape, policy.device
         self.tok = tok
-        self.shape = _shape_of(model)
-        if self.lora is not None:
-            self.lora.check(self.shape)
         self.ref_model = None
         if cfg.lora is not None:
             model = wrap_lora(model, cfg.lora)
@@ -137,9 +152,7 @@ class BuiltinEngine:
                                   task=self.task, tokenizer=tok)
         params = [p for p in model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(params, lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
-        self.evaluator = Evaluator(self.task, cfg.eval, tokenizer=tok, max_new_tokens=cfg.max_completion_length,
-                                   temperature=cfg.temperature, shape=self.shape, lora=self.lora,
-                                   conventions=cfg.conventions, device=self.device, verify=_verify_fn())
+        self.evaluator = run_evaluator(cfg, self.task, policy)
 
     def _prompts(self, step: int) -> tuple[list[Any], torch.Tensor, torch.Tensor]:
         cfg = self.cfg

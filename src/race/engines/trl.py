@@ -171,23 +171,20 @@ class TrlEngine:
     def _setup(self) -> None:
         from peft import LoraConfig
 
-        from race.engines.builtin import _verify_fn, load_run_policy, make_task
-        from race.engines.evaluation import Evaluator
+        from race.engines.builtin import load_run_policy, make_task, run_evaluator
         from race.engines.trl_callback import RaceFlopCallback
         from race.engines.trl_flops import TrlStepPlan
-        from race.engines.trl_hooks import _compact_head, shape_of
+        from race.engines.trl_hooks import _compact_head
         from race.models import validate_lora
         from race.rewards import make_reward
 
         cfg = self.cfg
-        model, tok, self.lora = load_run_policy(cfg)
-        self.device = next(model.parameters()).device
+        policy = load_run_policy(cfg)
+        model, tok, self.lora, self.shape, self.device = policy.model, policy.tok, policy.lora, policy.shape, policy.device
         self.tok = tok
-        self.shape = shape_of(model)
         peft_config = None
         if cfg.lora is not None:
             validate_lora(model, cfg.lora)
-            self.lora.check(self.shape)  # type: ignore[union-attr]
             peft_config = LoraConfig(r=cfg.lora.r, lora_alpha=cfg.lora.lora_alpha, lora_dropout=cfg.lora.lora_dropout,
                                      target_modules=list(cfg.lora.target_modules), task_type="CAUSAL_LM", bias="none")
         self.plan = TrlStepPlan(per_device_train_batch_size=cfg.prompts_per_step * cfg.num_generations,
@@ -224,9 +221,7 @@ class TrlEngine:
         for quiet in (PrinterCallback, ProgressCallback):  # the engine reports progress itself
             self.trainer.remove_callback(quiet)
         self.model = self.trainer.model
-        self.evaluator = Evaluator(self.task, cfg.eval, tokenizer=tok, max_new_tokens=cfg.max_completion_length,
-                                   temperature=cfg.temperature, shape=self.shape, lora=self.lora,
-                                   conventions=cfg.conventions, device=self.device, verify=_verify_fn())
+        self.evaluator = run_evaluator(cfg, self.task, policy)
 
     def _schedule_steps(self) -> int:
         """Batches of prompts the budget buys at the first batch's maximum cost (the

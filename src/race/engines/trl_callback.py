@@ -44,7 +44,8 @@ from race.engines.trl_flops import (
     generation_components,
     update_components,
 )
-from race.engines.trl_hooks import FlopTracker, _compact_head, bound_prompt_length, causal_lm, lora_of, shape_of
+from race.engines.trl_hooks import FlopTracker, _compact_head, bound_prompt_length, causal_lm, lora_of
+from race.models.loading import model_shape
 
 RewardBound = Callable[[int, int, int], int]  # (sequences, max prompt len, max completion len) -> FLOPs
 
@@ -210,7 +211,7 @@ class RaceFlopCallback(TrainerCallback):
                 raise AccountingError("RaceFlopCallback got no model: use add_race_accounting(trainer, ...)")
             self._models = [(model, "policy")]
         policy = self._models[0][0]
-        self.shape = shape_of(policy)
+        self.shape = model_shape(policy)
         self.lora = lora_of(policy, self.shape)
         peft_ref = hasattr(policy, "peft_config") and "ref" in getattr(policy, "peft_config", {})
         self.reference_lora = bool(peft_ref)

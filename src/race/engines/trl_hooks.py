@@ -85,13 +85,6 @@ def lora_of(model: Any, shape: ModelShape) -> LoRA | None:
     return lora
 
 
-def shape_of(model: Any) -> ModelShape:
-    lm = causal_lm(model)
-    cfg = lm.config
-    text = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
-    return ModelShape.from_hf_config(text.to_dict(), name=str(getattr(cfg, "_name_or_path", "") or "") or None)
-
-
 def _checkpointing(layers: Any) -> tuple[str | None, int]:
     """How the decoder layers are checkpointed right now: (None | "early_stop" | "full",
     number of checkpointed layers; ``every_n_layers`` checkpoints only some)."""
@@ -293,4 +286,4 @@ def bound_prompt_length(tokenizer: Any, prompts: Sequence[Any], *, chat_template
     return longest
 
 
-__all__ = ["FlopTracker", "bound_prompt_length", "causal_lm", "lora_of", "shape_of"]
+__all__ = ["FlopTracker", "bound_prompt_length", "causal_lm", "lora_of"]

@@ -204,6 +204,17 @@ def load_policy(name_or_path: str | os.PathLike[str], *, device: str | Any = "au
     return model, tok
 
 
+def model_shape(model: Any) -> Any:
+    """The ``race.accounting.ModelShape`` of a loaded causal LM (PEFT-wrapped or not; a
+    multimodal config contributes its text config), named after ``_name_or_path``."""
+    from race.accounting import ModelShape
+
+    get = getattr(model, "get_base_model", None)
+    cfg = (get() if callable(get) else model).config
+    text = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
+    return ModelShape.from_hf_config(text.to_dict(), name=str(getattr(cfg, "_name_or_path", "") or "") or None)
+
+
 def save_policy(model: Any, tokenizer: Any, path: str | os.PathLike[str]) -> Path:
     """Write ``model`` (safetensors) and ``tokenizer`` to ``path`` so that
     :func:`load_policy` reads them back. PEFT-wrapped models save their adapter only."""

@@ -52,9 +52,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from race.accounting import ModelShape, train_flops
+from race.accounting import train_flops
 from race.models.family import build_tiny_model, lm_head_params, non_embedding_params, tiny_config_kwargs
 from race.models.loading import cache_dir as _cache_root
+from race.models.loading import model_shape
 from race.models.tokenizer import ALPHABET, SPECIAL_TOKENS, build_char_tokenizer
 from race.tasks.arith import ArithTask, Problem, solution_text
 from race.tasks.verify import verify
@@ -63,8 +64,43 @@ from race.tasks.verify import verify
 WARMSTART_VERSION = 1
 
 
+class RecipeSchedule:
+    """What the warm-start and reward-model recipes share (a mixin without fields, so the
+    recipes' dataclass fields and cache hashes are their own): checks of ``steps``,
+    ``batch_size`` and ``warmup_steps``, the task from its description, and the learning
+    rate schedule. Needs ``steps, batch_size, warmup_steps, learning_rate, min_lr_ratio,
+    task`` on the dataclass."""
+
+    steps: int
+    batch_size: int
+    warmup_steps: int
+    learning_rate: float
+    min_lr_ratio: float
+    task: dict[str, Any]
+
+    def _check_schedule(self) -> None:
+        if self.steps < 1 or self.batch_size < 1:
+            raise ValueError(f"{type(self).__name__} needs steps >= 1 and batch_size >= 1, "
+                             f"got {self.steps}, {self.batch_size}")
+        if not 0 <= self.warmup_steps <= self.steps:
+            raise ValueError(f"warmup_steps={self.warmup_steps} must lie in 0..steps ({self.steps})")
+
+    def make_task(self) -> ArithTask:
+        return ArithTask.from_description(self.task)
+
+    def lr_at(self, step: int) -> float:
+        """Learning rate at optimizer step ``step`` (0-based): linear warmup, then cosine
+        from ``learning_rate`` down to ``min_lr_ratio * learning_rate``."""
+        if step < self.warmup_steps:
+            return self.learning_rate * (step + 1) / self.warmup_steps
+        span = max(1, self.steps - self.warmup_steps)
+        progress = min(1.0, (step - self.warmup_steps) / span)
+        cos = 0.5 * (1 + math.cos(math.pi * progress))
+        return self.learning_rate * (self.min_lr_ratio + (1 - self.min_lr_ratio) * cos)
+
+
 @dataclass(frozen=True)
-class SFTRecipe:
+class SFTRecipe(RecipeSchedule):
     """The one warm-start recipe shared by every size (all fields enter the hash)."""
 
     steps: int = 500
@@ -81,26 +117,7 @@ class SFTRecipe:
     n_eval_hard: int = 200
 
     def __post_init__(self) -> None:
-        if self.steps < 1 or self.batch_size < 1:
-            raise ValueError(f"SFTRecipe needs steps >= 1 and batch_size >= 1, got {self.steps}, {self.batch_size}")
-        if not 0 <= self.warmup_steps <= self.steps:
-            raise ValueError(f"warmup_steps={self.warmup_steps} must lie in 0..steps ({self.steps})")
-
-    def make_task(self) -> ArithTask:
-        t = dict(self.task)
-        if t.pop("task", "arith") != "arith":
-            raise ValueError("the warm start only knows the built-in arith task")
-        return ArithTask(t.pop("min_ops"), t.pop("max_ops"), t.pop("max_operand"), t.pop("seed"), **t)
-
-    def lr_at(self, step: int) -> float:
-        """Learning rate at optimizer step ``step`` (0-based): linear warmup, then cosine
-        from ``learning_rate`` down to ``min_lr_ratio * learning_rate``."""
-        if step < self.warmup_steps:
-            return self.learning_rate * (step + 1) / self.warmup_steps
-        span = max(1, self.steps - self.warmup_steps)
-        progress = min(1.0, (step - self.warmup_steps) / span)
-        cos = 0.5 * (1 + math.cos(math.pi * progress))
-        return self.learning_rate * (self.min_lr_ratio + (1 - self.min_lr_ratio) * cos)
+        self._check_schedule()
 
 
 DEFAULT_RECIPE = SFTRecipe()
@@ -202,7 +219,7 @@ def sft(model: Any, tok: Any, recipe: SFTRecipe,
     opt = torch.optim.AdamW(model.parameters(), lr=recipe.learning_rate, betas=recipe.betas,
                             weight_decay=recipe.weight_decay)
     encode = _batch_encoder(tok)
-    shape = _shape_of(model)
+    shape = model_shape(model)
     step_flops: dict[tuple[int, int], int] = {}
     model.train()
     tokens = real = loss_tok = flops = 0
@@ -231,10 +248,6 @@ def sft(model: Any, tok: Any, recipe: SFTRecipe,
             progress(step + 1, recipe.steps, value)
     model.eval()
     return dict(tokens_processed=tokens, real_tokens=real, loss_tokens=loss_tok, final_loss=tail, sft_flops=flops)
-
-
-def _shape_of(model: Any) -> ModelShape:
-    return ModelShape.from_hf_config(model.config.to_dict(), name=str(getattr(model.config, "_name_or_path", "")) or None)
 
 
 def greedy_completions(model: Any, tok: Any, prompts: Sequence[str], max_new_tokens: int,

@@ -49,7 +49,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import math
 import os
 import random
 import shutil
@@ -62,6 +61,7 @@ from typing import Any
 from race.models.family import tiny_config_kwargs
 from race.models.loading import cache_dir as _cache_root
 from race.models.tokenizer import ALPHABET, SPECIAL_TOKENS
+from race.models.warmstart import RecipeSchedule
 from race.tasks.arith import END_MARK, FINAL_MARK, STEP_SEP, ArithTask, Problem, solution_text
 from race.tasks.verify import verify
 
@@ -75,7 +75,7 @@ MAX_LENGTH = 256
 
 
 @dataclass(frozen=True)
-class RMRecipe:
+class RMRecipe(RecipeSchedule):
     """How one reward model is trained (every field enters the cache hash)."""
 
     kind: str  # "prm" | "orm"
@@ -100,29 +100,11 @@ class RMRecipe:
         if self.init not in ("base", "scratch"):
             raise ValueError(f"RMRecipe.init must be 'base' or 'scratch', got {self.init!r}")
         tiny_config_kwargs(self.backbone)  # raises KeyError naming the family
-        if self.steps < 1 or self.batch_size < 1:
-            raise ValueError(f"RMRecipe needs steps >= 1 and batch_size >= 1, got {self.steps}, {self.batch_size}")
-        if not 0 <= self.warmup_steps <= self.steps:
-            raise ValueError(f"warmup_steps={self.warmup_steps} must lie in 0..steps ({self.steps})")
+        self._check_schedule()
 
     @property
     def num_labels(self) -> int:
         return 2 if self.kind == "prm" else 1
-
-    def make_task(self) -> ArithTask:
-        t = dict(self.task)
-        if t.pop("task", "arith") != "arith":
-            raise ValueError("the reward-model recipes only know the built-in arith task")
-        return ArithTask(t.pop("min_ops"), t.pop("max_ops"), t.pop("max_operand"), t.pop("seed"), **t)
-
-    def lr_at(self, step: int) -> float:
-        """Linear warmup, then cosine down to ``min_lr_ratio * learning_rate``."""
-        if step < self.warmup_steps:
-            return self.learning_rate * (step + 1) / self.warmup_steps
-        span = max(1, self.steps - self.warmup_steps)
-        progress = min(1.0, (step - self.warmup_steps) / span)
-        cos = 0.5 * (1 + math.cos(math.pi * progress))
-        return self.learning_rate * (self.min_lr_ratio + (1 - self.min_lr_ratio) * cos)
 
 
 #: The reward models RACE builds (``race rm build``): two sizes per kind, so feedback

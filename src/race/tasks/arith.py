@@ -149,6 +149,15 @@ class ArithTask:
         return cls(settings.min_ops, settings.max_ops, settings.max_operand, seed,
                    hard_min_ops=settings.hard_min_ops, hard_max_ops=settings.hard_max_ops)
 
+    @classmethod
+    def from_description(cls, desc: dict[str, Any]) -> "ArithTask":
+        """The task a :meth:`describe` dict describes (its inverse)."""
+        d = dict(desc)
+        name = d.pop("task", "arith")
+        if name != "arith":
+            raise ValueError(f"task {name!r} is not the built-in arith task")
+        return cls(d.pop("min_ops"), d.pop("max_ops"), d.pop("max_operand"), d.pop("seed"), **d)
+
     def describe(self) -> dict[str, Any]:
         """Plain-data description (used in recipe hashes and reports)."""
         return dict(task="arith", min_ops=self.min_ops, max_ops=self.max_ops, max_operand=self.max_operand,
