@@ -42,13 +42,15 @@ class Alloc:
 
 
 def make_study(allocs, budgets, seeds=(0, 1, 2), n_points=8, n_problems=400, seed_sd=0.01,
-               rng=0, target="greedy", first_fraction=1 / 32, truth_override=None):
+               rng=0, target="greedy", first_fraction=1 / 32, truth_override=None, step0=True):
     """(runs, evals) for every allocation x budget x seed.
 
     ``truth_override(alloc, budget, flops) -> scores`` replaces the allocation's curve
-    (used to plant budget-specific outcomes).
+    (used to plant budget-specific outcomes). ``step0`` adds the step-0 evaluation (flops 0,
+    the curve's start R0) that real runs record.
     """
     gen = np.random.default_rng(rng)
+    gen0 = np.random.default_rng([rng, 7919])  # step-0 draws apart, so the other draws keep their values
     run_rows, eval_rows = [], []
     for ai, al in enumerate(allocs):
         for budget in budgets:
@@ -58,6 +60,11 @@ def make_study(allocs, budgets, seeds=(0, 1, 2), n_points=8, n_problems=400, see
                 flops = budget * np.geomspace(first_fraction, 1.0, n_points)
                 true = truth_override(al, budget, flops) if truth_override else al.truth(flops)
                 p = np.clip(true + offset, 0.0, 1.0)
+                if step0:  # the base model before training: the curve's start R0, no seed offset
+                    per0 = (gen0.random(n_problems) < al.r0).astype(float) if n_problems else None
+                    eval_rows.append(dict(run_id=run_id, step=0, flops=0.0, target=target,
+                                          score=float(per0.mean()) if n_problems else al.r0, n=n_problems,
+                                          per_problem=None if per0 is None else list(per0)))
                 for step, (c, pi) in enumerate(zip(flops, p)):
                     per = (gen.random(n_problems) < pi).astype(float) if n_problems else None
                     score = float(per.mean()) if n_problems else float(pi)

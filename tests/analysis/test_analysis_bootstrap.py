@@ -2,7 +2,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from race.analysis import bootstrap_cells, difference, final_scores, win_probabilities
+from race.analysis import bootstrap_cells, difference, draw_replicates, final_scores, study_matrix, win_probabilities
 
 from analysis_synth import LARGE, SMALL, make_study
 
@@ -44,14 +44,18 @@ def test_seed_bootstrap_without_problems_and_single_seed_note():
 
 
 def test_checkpoints_are_not_resampled():
-    """Extra intermediate evaluation points change nothing: the unit is the run."""
-    fin, runs, evals = _finals()
-    extra = evals.assign(flops=evals["flops"] * 0.5, step=evals["step"] - 5, score=0.0)
-    extra["per_problem"] = [list(np.zeros(600))] * len(extra)
-    fin2 = final_scores(pd.concat([evals, extra]), runs, "greedy")
-    a = bootstrap_cells(fin, n_boot=100, rng=0)
-    b = bootstrap_cells(fin2, n_boot=100, rng=0)
-    np.testing.assert_array_equal(a.reps, b.reps)
+    """The unit is the run: one seed count per run, drawn within its (allocation, budget),
+    and adding checkpoints to the runs changes no count."""
+    runs, evals = make_study([SMALL, LARGE], budgets=[1e14, 1e15], n_points=4, n_problems=50, rng=3)
+    sm = study_matrix(evals, runs, "greedy")
+    reps = draw_replicates(sm, 80, 0)
+    assert reps.counts.shape == (80, len(sm.runs)) and len(sm.points) == 4 * len(sm.runs)
+    for idx in reps.strata.values():
+        np.testing.assert_array_equal(reps.counts[:, idx].sum(axis=1), len(idx))
+    assert reps.counts.std() > 0
+    runs2, evals2 = make_study([SMALL, LARGE], budgets=[1e14, 1e15], n_points=9, n_problems=50, rng=3)
+    sm2 = study_matrix(evals2, runs2, "greedy")
+    np.testing.assert_array_equal(draw_replicates(sm2, 80, 0).counts, reps.counts)
 
 
 def test_interval_contains_truth_and_difference_ties():

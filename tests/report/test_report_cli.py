@@ -57,14 +57,14 @@ def test_report_then_validate_then_report(tmp_path, cli):
 
     res, out = cli("validate", study, "--rivals", "1", *FAST)
     assert res.exit_code == 0, out
-    assert "realised regret" in out and "validated at 200 GFLOP" in out
+    assert "realised regret" in out and "validated at 80 GFLOP" in out
     entry = json.loads((study / "validation.json").read_text())["validations"][-1]
-    assert entry["status"] == "complete" and entry["target_budget"] == pytest.approx(2e11)
+    assert entry["status"] == "complete" and entry["target_budget"] == pytest.approx(8e10)
     assert len(entry["allocations"]) == 2 and len(entry["run_ids"]) == 2
     with Store(study, create=False) as store:
         rows = store.runs()
         spec = json.loads(store.rows("studies")[0]["spec_json"])
-    at_target = [r for r in rows if r["budget"] == pytest.approx(2e11)]
+    at_target = [r for r in rows if r["budget"] == pytest.approx(8e10)]
     assert {r["run_id"] for r in at_target} == set(entry["run_ids"])
     assert all(r["status"] == "complete" for r in at_target)
     assert spec["budgets"] == [2e9, 2e10]  # the study's own grid spec is put back
@@ -76,7 +76,7 @@ def test_report_then_validate_then_report(tmp_path, cli):
     res, out = cli("report", study, "--out", tmp_path / "again", *FAST)
     assert res.exit_code == 0, out
     again = unescape((tmp_path / "again" / "report.html").read_text())
-    assert "Realised regret" in again and "Recommendation for 200 GFLOP" in again
+    assert "Realised regret" in again and "Recommendation for 80 GFLOP" in again
 
     # clear errors
     res, out = cli("validate", study, "--target-budget", "1e9", *FAST)

@@ -9,7 +9,7 @@ and validation; plus diagnostics and a scaling-fit sanity check on Chinchilla.
 """
 
 from .bootstrap import BootstrapResult, Difference, as_rng, bootstrap_cells, difference, win_probabilities
-from .curves import best_reached, final_scores, learning_curves, score_at
+from .curves import best_reached, equal_flops_levels, final_scores, learning_curves, score_at
 from .diagnostics import overoptimisation, random_control, waste_table
 from .fits import (
     HoldoutResult,
@@ -23,7 +23,11 @@ from .fits import (
 )
 from .frontier import allocation_scores, frontier, frontier_envelope
 from .isoflop import IsoFLOPFit, fit_isoflop, isoflop_table, optimal_size_trend
-from .recommend import Recommendation, ValidationResult, realised_regret, recommend
+from .families import FAMILIES, binomial_deviance, fit_family, select_and_forecast
+from .gate import learning_gate
+from .joint import Replicates, StudyMatrix, draw_replicates, study_matrix
+from .recommend import NO_LEARNING, ConfidenceRules, Recommendation, recommend
+from .validation import ValidationResult, realised_regret
 from .regimes import AXES, axes_between, pairwise_decision_accuracy, rank_stability, regime_changes, regimes
 from .scaling import ChinchillaFit, bootstrap_chinchilla, fit_chinchilla
 from .tables import (
@@ -58,5 +62,7 @@ __all__ = [
     "pairwise_decision_accuracy", "per_problem_array", "prepare_runs", "random_control", "rank_stability",
     "realised_regret", "recommend", "regime_changes", "regimes", "require_columns", "reward_system",
     "saturating_curve", "score_at", "validate_evals", "validate_runs", "validate_train", "waste_table",
-    "win_probabilities",
+    "win_probabilities", "FAMILIES", "NO_LEARNING", "ConfidenceRules", "Replicates", "StudyMatrix",
+    "binomial_deviance", "draw_replicates", "equal_flops_levels", "fit_family", "learning_gate",
+    "select_and_forecast", "study_matrix",
 ]

@@ -104,6 +104,20 @@ def best_reached(curves: pd.DataFrame, flops_grid: Sequence[float]) -> pd.DataFr
     return pd.concat(rows, ignore_index=True)
 
 
+AT_CHOICES = ("last", "budget", "equal")
+
+
+def equal_flops_levels(curves: pd.DataFrame) -> dict[float, float]:
+    """Per budget, C*_b = min over its runs of the run's last evaluated FLOPs.
+
+    ``curves``: :func:`learning_curves` output with a ``budget`` column. Reading every run
+    of the budget at C*_b compares them at equal counted compute.
+    """
+    require_columns(curves, ["run_id", "budget", "flops"], "curves")
+    last = curves.groupby("run_id", sort=True).agg(budget=("budget", "first"), flops=("flops", "max"))
+    return {float(b): float(v) for b, v in last.groupby("budget")["flops"].min().items()}
+
+
 def final_scores(
     evals: pd.DataFrame,
     runs: pd.DataFrame,
@@ -114,6 +128,10 @@ def final_scores(
     """One score per run on ``target``.
 
     ``at="last"``: the last evaluation point (largest flops, then step).
+    ``at="equal"``: every run of a budget read at the same counted FLOPs C*_b = the
+    smallest last-evaluated FLOPs among that budget's runs (runs spend 38-99% of their
+    budget, so "last" compares unequal compute); interpolated as below, never beyond a
+    run's own evaluated points.
     ``at="budget"``: linear interpolation in FLOPs at the run's budget C_b between the
     points around it, score = (1 - t) s_i + t s_{i+1} with t = (C_b - f_i)/(f_{i+1} - f_i);
     clipped to the last point when the run stopped before its budget. ``per_problem``
@@ -124,10 +142,11 @@ def final_scores(
     ``n`` and ``per_problem`` (object column, None when absent). Sorted by
     (budget, allocation, seed, run_id).
     """
-    if at not in ("last", "budget"):
-        raise ValueError(f"at must be 'last' or 'budget', got {at!r}")
+    if at not in AT_CHOICES:
+        raise ValueError(f"at must be one of {AT_CHOICES}, got {at!r}")
     curves = learning_curves(evals, runs, target=target, include_failed=include_failed)
     has_pp = "per_problem" in curves.columns
+    common = equal_flops_levels(curves) if at == "equal" else {}
     rows = []
     for run_id, g in curves.groupby("run_id", sort=True):
         f = g["flops"].to_numpy()
@@ -135,10 +154,10 @@ def final_scores(
         pp = [per_problem_array(v) for v in g["per_problem"]] if has_pp else [None] * len(g)
         n = g["n"].to_numpy() if "n" in g.columns else np.full(len(g), np.nan)
         last = len(g) - 1
-        if at == "last" or g["budget"].iloc[0] >= f[last]:
+        c = common.get(g["budget"].iloc[0], f[last]) if at == "equal" else g["budget"].iloc[0]
+        if at == "last" or c >= f[last]:
             i, j, t = last, last, 0.0
         else:
-            c = g["budget"].iloc[0]
             j = int(np.searchsorted(f, c, side="left"))
             if j == 0:
                 i, t = 0, 0.0

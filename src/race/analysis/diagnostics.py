@@ -19,9 +19,8 @@ import pandas as pd
 
 from .bootstrap import bootstrap_cells, difference
 from .curves import final_scores
-from .tables import prepare_runs, require_columns, validate_train
+from .tables import is_control, prepare_runs, require_columns, validate_train
 
-RANDOM_REWARD = "random"
 
 
 def waste_table(runs: pd.DataFrame, by: tuple[str, ...] = ("budget", "allocation")) -> pd.DataFrame:
@@ -117,7 +116,7 @@ def random_control(
     evals: pd.DataFrame,
     runs: pd.DataFrame,
     target: str,
-    at: str = "last",
+    at: str = "equal",
     n_boot: int = 1000,
     rng: np.random.Generator | int | None = 0,
     level: float = 0.95,
@@ -133,7 +132,7 @@ def random_control(
     cols = ["budget", "allocation", "control", "score", "control_score", "diff", "lo", "hi", "beats_control",
             "n_seeds", "n_control"]
     finals = final_scores(evals, runs, target, at=at)
-    is_ctl = finals["reward"].astype(str) == RANDOM_REWARD
+    is_ctl = is_control(finals)
     if not is_ctl.any():
         return pd.DataFrame(columns=cols)
     treated = finals[~is_ctl].assign(cell=lambda d: d["allocation"])

@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from .curves import best_reached, final_scores, learning_curves
-from .tables import ALLOCATION_COLUMNS, require_columns
+from .tables import ALLOCATION_COLUMNS, require_columns, without_controls
 
 CONDITIONS = ("reward_system", "reward", None)
 
@@ -56,7 +56,7 @@ def frontier(
     runs: pd.DataFrame,
     target: str,
     condition_on: str | None = "reward_system",
-    at: str = "last",
+    at: str = "equal",
     exclude_random: bool = True,
 ) -> pd.DataFrame:
     """Best allocation at each budget, per condition (reward system by default).
@@ -69,7 +69,7 @@ def frontier(
     group = _group_cols(condition_on)
     finals = final_scores(evals, runs, target, at=at)
     if exclude_random:
-        finals = finals[finals["reward"].astype(str) != "random"]
+        finals = without_controls(finals)
     scores = allocation_scores(finals)
     rows = []
     for key, g in scores.groupby(["budget", *group], sort=True):
@@ -108,7 +108,7 @@ def frontier_envelope(
     group = _group_cols(condition_on)
     curves = learning_curves(evals, runs, target=target)
     if exclude_random:
-        curves = curves[curves["reward"].astype(str) != "random"]
+        curves = without_controls(curves)
     if flops_grid is None:
         pos = curves.loc[curves["flops"] > 0, "flops"]
         flops_grid = np.geomspace(pos.min(), curves["flops"].max(), n_grid)

@@ -23,7 +23,7 @@ import pandas as pd
 from .bootstrap import as_rng, bootstrap_cells
 from .curves import final_scores
 from .frontier import _group_cols
-from .tables import require_columns
+from .tables import require_columns, without_controls
 
 
 @dataclass
@@ -129,7 +129,7 @@ def isoflop_table(
     runs: pd.DataFrame,
     target: str,
     condition_on: str | None = "reward_system",
-    at: str = "last",
+    at: str = "equal",
     n_boot: int = 500,
     rng: np.random.Generator | int | None = 0,
     level: float = 0.95,
@@ -144,7 +144,7 @@ def isoflop_table(
     group = _group_cols(condition_on)
     finals = final_scores(evals, runs, target, at=at)
     if exclude_random:
-        finals = finals[finals["reward"].astype(str) != "random"]
+        finals = without_controls(finals)
     gen = as_rng(rng)
     rows = []
     for key, g in finals.groupby(["budget", *group], sort=True):

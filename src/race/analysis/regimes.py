@@ -28,7 +28,7 @@ from scipy.stats import kendalltau
 from .bootstrap import bootstrap_cells, difference, win_probabilities
 from .curves import final_scores
 from .frontier import _group_cols, allocation_scores
-from .tables import AXIS_PREFIX, OPTIONAL_ALLOCATION_COLUMNS, allocation_table
+from .tables import AXIS_PREFIX, OPTIONAL_ALLOCATION_COLUMNS, allocation_table, without_controls
 
 AXES: dict[str, tuple[str, ...]] = {
     "size": ("model",),
@@ -70,7 +70,7 @@ def regimes(
     runs: pd.DataFrame,
     target: str,
     condition_on: str | None = "reward_system",
-    at: str = "last",
+    at: str = "equal",
     baseline: str | None = None,
     n_boot: int = 1000,
     rng: np.random.Generator | int | None = 0,
@@ -89,7 +89,7 @@ def regimes(
     group = _group_cols(condition_on)
     finals = final_scores(evals, runs, target, at=at)
     if exclude_random:
-        finals = finals[finals["reward"].astype(str) != "random"]
+        finals = without_controls(finals)
     bs = bootstrap_cells(finals, ["budget", *group, "allocation"], n_boot=n_boot, rng=rng, over=over)
     ivals = bs.intervals(level)
     attrs = finals.drop_duplicates("allocation").set_index("allocation")
@@ -196,7 +196,7 @@ def rank_stability(
     runs: pd.DataFrame,
     target: str,
     condition_on: str | None = "reward_system",
-    at: str = "last",
+    at: str = "equal",
     exclude_random: bool = True,
 ) -> pd.DataFrame:
     """Rank agreement of allocations across budgets (per condition).
@@ -208,7 +208,7 @@ def rank_stability(
     group = _group_cols(condition_on)
     finals = final_scores(evals, runs, target, at=at)
     if exclude_random:
-        finals = finals[finals["reward"].astype(str) != "random"]
+        finals = without_controls(finals)
     scores = allocation_scores(finals)
     rows = []
     conds = [(None, scores)] if not group else list(scores.groupby(group[0], sort=True))

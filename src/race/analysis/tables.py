@@ -210,6 +210,20 @@ def reward_system(reward: object) -> str:
     return str(reward).split(":", 1)[0]
 
 
+#: The reward of random-reward control runs: never a candidate, only a comparison.
+RANDOM_REWARD = "random"
+
+
+def is_control(df: pd.DataFrame) -> pd.Series:
+    """Rows of random-reward control runs (``reward == "random"``)."""
+    return df["reward"].astype(str) == RANDOM_REWARD
+
+
+def without_controls(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` without its random-reward control rows."""
+    return df[~is_control(df)]
+
+
 def prepare_runs(runs: pd.DataFrame, include_failed: bool = False) -> pd.DataFrame:
     """Runs with ``allocation`` and ``reward_system`` columns added, sorted by run_id.
 

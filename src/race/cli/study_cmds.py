@@ -54,7 +54,7 @@ def report(
     study_dir: Annotated[Path, typer.Argument(help="study directory (holds study.sqlite)")],
     out: Annotated[Optional[Path], typer.Option(help="output directory (default STUDY_DIR/report)")] = None,
     target_budget: Annotated[Optional[float], typer.Option(help="FLOPs of the run to plan (default: the validated "
-                                                               "budget, else 10x the largest pilot budget)")] = None,
+                                                               "budget, else 4x the largest pilot budget)")] = None,
     target: Annotated[str, typer.Option(help="primary evaluation target: greedy | pass@k | hard")] = "greedy",
     n_boot: Annotated[int, typer.Option(min=10, help="bootstrap replicates of scores")] = 500,
     n_boot_fit: Annotated[int, typer.Option(min=10, help="bootstrap replicates of curve fits")] = 200,
@@ -86,7 +86,7 @@ def _parse_seeds(seeds: str | None) -> list[int] | None:
 
 def validate(
     study_dir: Annotated[Path, typer.Argument(help="study directory (holds study.sqlite)")],
-    target_budget: Annotated[Optional[float], typer.Option(help="FLOPs of the validation runs (default 10x the "
+    target_budget: Annotated[Optional[float], typer.Option(help="FLOPs of the validation runs (default 4x the "
                                                                "largest pilot budget)")] = None,
     rivals: Annotated[int, typer.Option(min=0, help="strongest rivals to run beside the recommendation")] = 2,
     seeds: Annotated[Optional[str], typer.Option(help="comma-separated seeds (default: each allocation's pilot "

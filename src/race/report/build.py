@@ -123,7 +123,7 @@ def build_report(source: "str | Path | Mapping[str, pd.DataFrame] | StudyData", 
     ``source``: a study directory, a dict of tables (``runs``, ``evals``, optional
     ``train``, ``ledger``, ``validations``) or a loaded :class:`StudyData`. ``out_dir``
     defaults to ``<study_dir>/report``. ``target_budget`` defaults to the latest validated
-    target budget, else 10x the largest pilot budget. ``targets[0]`` is the primary target
+    target budget, else 4x the largest pilot budget. ``targets[0]`` is the primary target
     (recommendation, isoFLOP, learning curves, diagnostics); the frontier and regimes use
     every target present. ``n_boot``: bootstrap replicates of scores; ``n_boot_fit``: of
     curve fits (the recommendation).

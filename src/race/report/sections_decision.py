@@ -7,6 +7,7 @@ import numpy as np
 import pandas as pd
 
 from race.analysis import (
+    NO_LEARNING,
     Recommendation,
     overoptimisation,
     rank_stability,
@@ -22,23 +23,25 @@ from .doc import Callout, Context, KeyValues, Note, Section, Table, Text, figure
 from .fmt import fmt_flops, fmt_interval, fmt_num, fmt_pct, fmt_prob, fmt_score, is_num, jsonable, text_or
 from .sections_study import target_regimes
 
-TONES = {"stable regime": "good", "unstable": "caution", "extrapolation too far": "bad"}
+TONES = {"stable regime": "good", "unstable": "caution", "extrapolation too far": "bad", NO_LEARNING: "bad"}
 
 
 def recommend_for(evals: pd.DataFrame, runs: pd.DataFrame, target: str, target_budget: float, *,
                   n_boot: int = 200, rng: int = 0) -> tuple[Recommendation, list[str]]:
-    """:func:`race.analysis.recommend` with the saturating-curve method, falling back to the
-    log-budget trend when the curves cannot be fitted. Returns (recommendation, notes)."""
-    try:
-        return recommend(evals, runs, target, target_budget, method="curve", n_boot=n_boot, rng=rng), []
-    except (ValueError, np.linalg.LinAlgError, FloatingPointError) as e:
-        if "no complete non-random runs" in str(e):
-            raise
-        rec = recommend(evals, runs, target, target_budget, method="trend", n_boot=n_boot, rng=rng)
-        return rec, [f"saturating curves could not be fitted ({e}); the prediction uses the log-budget trend"]
+    """:func:`race.analysis.recommend` (curve families chosen on held-out points).
+
+    Returns (recommendation, notes): the notes are the recommendation's own (missing
+    step-0 or per-problem data, fewer than 3 seeds)."""
+    rec = recommend(evals, runs, target, target_budget, n_boot=n_boot, rng=rng)
+    return rec, list(rec.notes)
 
 
 def headline(rec: Recommendation) -> str:
+    if not rec.forecast_made:
+        return (f"No learning detected: no forecast for {fmt_flops(rec.target_budget)}. Observed at the largest "
+                f"pilot budget ({fmt_flops(rec.largest_pilot_budget)}), {rec.allocation} leads with {rec.target} "
+                f"{fmt_score(rec.predicted_score)} {fmt_interval(rec.predicted_lo, rec.predicted_hi)} "
+                f"(win probability {rec.win_probability:.2f}).")
     return (f"Run {rec.allocation} at {fmt_flops(rec.target_budget)}: predicted {rec.target} score "
             f"{fmt_score(rec.predicted_score)} {fmt_interval(rec.predicted_lo, rec.predicted_hi)} "
             f"({rec.level:.0%} interval), expected regret {rec.expected_regret:.3f}, "
@@ -89,35 +92,65 @@ def regimes_section(ctx: Context) -> Section:
     return sec
 
 
+def _gate_table(rec: Recommendation) -> Table:
+    rows = []
+    for r in rec.gate.itertuples():
+        ctl = (f"{fmt_score(r.control_diff)} {fmt_interval(r.control_lo, r.control_hi)}" if is_num(r.control_diff)
+               else "no control")
+        rows.append([r.allocation, fmt_flops(r.budget), fmt_score(r.start), fmt_score(r.end),
+                     f"{fmt_score(r.gain)} {fmt_interval(r.gain_lo, r.gain_hi)}" if is_num(r.gain) else "-", ctl,
+                     "yes" if r.passed else f"no: {r.reason}"])
+    return Table(["allocation", "largest budget", "step-0 score", "end score (equal FLOPs)", "gain [95%]",
+                  "vs random control", "learned"], rows,
+                 f"Learning gate: end minus step-0 score on the same problems (paired; passes at z > "
+                 f"{rec.gate['threshold_z'].iloc[0]:.2f}, family-wise {1 - 0.05:.0%} over {len(rec.gate)} allocations)")
+
+
 def recommendation_section(ctx: Context) -> Section:
     sec = Section("recommendation", f"Recommendation for {fmt_flops(ctx.target_budget)}")
     rec, notes = recommend_for(ctx.evals, ctx.runs, ctx.primary, ctx.target_budget, n_boot=ctx.n_boot_fit,
                                rng=ctx.rng)
     ctx.cache["rec"] = rec
-    sec.add(Callout("Recommended allocation", [headline(rec)] + [f"- {r}" for r in rec.reasons],
+    sec.add(Callout("Recommended allocation" if rec.forecast_made else "No recommendation: nothing was learned",
+                    [headline(rec)] + [f"- {r}" for r in rec.reasons],
                     label=rec.confidence, tone=TONES.get(rec.confidence, "neutral")))
     for n in notes:
         sec.add(Note(n, "warn"))
     params = [(k, fmt_num(v) if k == "model_params" else str(v)) for k, v in rec.allocation_params.items()]
-    sec.add(KeyValues([("allocation", rec.allocation), *params,
-                       ("method", f"{rec.method} ({'saturating fit per allocation' if rec.method == 'curve' else 'log-budget trend'}), "
-                                  f"target {rec.target}"),
+    how = ("observed standings at the largest pilot budget (no forecast)" if not rec.forecast_made else
+           f"curve family per allocation chosen on held-out points, read at {fmt_flops(rec.forecast_flops)} "
+           "(target budget x the pilots' median spend share)")
+    sec.add(KeyValues([("allocation", rec.allocation), *params, ("method", f"{how}; target {rec.target}"),
                        ("extrapolation", f"{rec.extrapolation_ratio:.3g}x the largest pilot budget "
                                          f"{fmt_flops(rec.largest_pilot_budget)}"),
+                       ("intervals resample", rec.resampled),
                        ("runner-up", str(rec.runner_up or "-"))]))
+    sec.add(_gate_table(rec))
     try:
         res = validation_result(ctx)[0]
     except Exception:  # noqa: BLE001 - the validation section reports its own error
         res = None
     realised = res.table if res is not None else None
-    sec.add(figure("predictions", "Predicted score at the target budget",
+    title = "Predicted score at the target budget" if rec.forecast_made else "Observed score at the largest pilot"
+    sec.add(figure("predictions", title,
                    lambda: F.predictions_figure(rec.predictions, rec.allocation, ctx.labels, realised)))
     pred = rec.predictions.head(10)
-    sec.add(Table(["allocation", "predicted score [95%]", "P(best)", "expected regret", "asymptote identified"],
-                  [[r.allocation, f"{fmt_score(r.score)} {fmt_interval(r.lo, r.hi)}", fmt_prob(r.p_best),
-                    f"{r.expected_regret:.3f}", {True: "yes", False: "no"}.get(r.A_identified, "-")]
-                   for r in pred.itertuples()], "Candidates (best 10)"))
-    sec.data = {"recommendation": jsonable(rec.to_dict()), "notes": notes, "headline": headline(rec)}
+    fam_cols = [c for c in pred.columns if c.startswith("share_")]
+
+    def basis(r: pd.Series) -> str:
+        if not rec.forecast_made:
+            return "observed"
+        shares = ", ".join(f"{c[6:]} {r[c]:.0%}" for c in fam_cols if r[c] >= 0.05)
+        bounds = [f"{c[6:]} {r[c]:.0%}" for c in pred.columns if c.startswith("bound_") and r[c] > 0]
+        return f"{r['family']} ({shares})" + (f"; fits at a bound: {', '.join(bounds)}" if bounds else "")
+
+    sec.add(Table(["allocation", ("predicted" if rec.forecast_made else "observed") + " score [95%]", "P(best)",
+                   "expected regret", "learned", "forecast basis (family share of replicates)"],
+                  [[r["allocation"], f"{fmt_score(r['score'])} {fmt_interval(r['lo'], r['hi'])}", fmt_prob(r["p_best"]),
+                    f"{r['expected_regret']:.3f}", "yes" if r["gate_passed"] else "no", basis(r)]
+                   for _, r in pred.iterrows()], "Candidates (best 10)"))
+    sec.data = {"recommendation": jsonable(rec.to_dict()), "notes": notes, "headline": headline(rec),
+                "gate": jsonable(rec.gate), "resampled": rec.resampled}
     return sec
 
 
@@ -163,13 +196,16 @@ def validation_section(ctx: Context) -> Section:
     sec.add(Callout("Realised regret", [
         f"{res.allocation} scored {fmt_score(res.realised_score)} {fmt_interval(res.realised_lo, res.realised_hi)} at "
         f"{fmt_flops(res.target_budget)}; predicted {fmt_score(res.predicted_score)} "
-        f"{fmt_interval(res.predicted_lo, res.predicted_hi)} ({'inside' if res.prediction_covered else 'outside'} "
-        "the predicted interval).",
-        f"Best rival: {res.best_rival or '-'} ({fmt_score(res.best_rival_score)}). Realised regret "
-        f"{fmt_score(res.realised_regret)} {fmt_interval(res.regret_lo, res.regret_hi)} vs expected regret "
+        f"{fmt_interval(res.predicted_lo, res.predicted_hi)}. Forecast minus realised "
+        f"{fmt_score(res.forecast_error)} {fmt_interval(res.forecast_error_lo, res.forecast_error_hi)} (both noises): "
+        f"{'covered' if res.prediction_covered else 'NOT covered'}.",
+        f"Best rival: {res.best_rival or '-'} ({fmt_score(res.best_rival_score)}; {res.rival_chosen_on}). Realised "
+        f"regret {fmt_score(res.realised_regret)} {fmt_interval(res.regret_lo, res.regret_hi)} vs expected regret "
         f"{res.predicted_regret:.3f}: {verdict}; the recommendation ranked {res.rank} of {len(res.table)}."],
         label="regret " + ("tie" if res.regret_tie else fmt_score(res.realised_regret)),
         tone="good" if res.regret_tie or not is_num(res.realised_regret) or res.realised_regret <= 0 else "bad"))
+    for n in res.notes:
+        sec.add(Note(n, "warn"))
     sec.add(Table(["allocation", "realised score [95%]", "runs", "predicted"],
                   [[r.allocation, f"{fmt_score(r.score)} {fmt_interval(r.lo, r.hi)}", str(r.n_runs),
                     fmt_score(r.predicted)] for r in res.table.itertuples()], "Validated allocations"))
@@ -250,14 +286,28 @@ def diagnostics_section(ctx: Context) -> Section:
 
 def method_section(ctx: Context) -> Section:
     sec = Section("method", "How to read this report")
+    rec: Recommendation | None = ctx.cache.get("rec")
+    resampled = rec.resampled if rec is not None else "no recommendation was made"
     sec.add(Text("RACE is a diagnostic: it identifies allocation regimes from cheap pilot runs before an expensive "
-                 "run; it does not promise held-out improvement. Intervals are 95% bootstrap intervals over seeds "
-                 "(whole runs) and evaluation problems, never over checkpoints of one run; differences whose "
-                 "interval covers 0 are ties. Confidence labels: 'stable regime' (the choice wins in most bootstrap "
-                 "replicates, leads at the largest pilot budget and rankings agree across the two largest budgets), "
-                 "'unstable' (one of those fails), 'extrapolation too far' (the target budget is more than 10x the "
-                 "largest pilot budget, or the chosen curve's asymptote is not identified by the data)."),
-            KeyValues([("bootstrap replicates", f"{ctx.n_boot} (scores), {ctx.n_boot_fit} (curve fits)"),
+                 "run; it does not promise held-out improvement. Allocations are compared at equal counted FLOPs "
+                 "(each budget's runs read at the smallest FLOPs all of them reached). Score intervals in the "
+                 "frontier, regimes and diagnostics are 95% bootstrap intervals over seeds (whole runs) and "
+                 "evaluation problems (one problem draw shared by every run: paired), never over checkpoints of one "
+                 "run; differences whose interval covers 0 are ties."),
+            Text(f"The recommendation's intervals, P(best) and expected regret come from {resampled}. A forecast "
+                 "is made only after the learning gate: an allocation learned if its end score minus its step-0 "
+                 "score (same problems) exceeds the noise at the family-wise 95% level (and beats the random-reward "
+                 "control where one ran); if none did, the confidence is 'no learning detected' and the report "
+                 "shows observed standings instead of forecasts. Curve families (constant, straight line or "
+                 "parabola in log FLOPs, power law and saturating sigmoid from the measured step-0 score) are "
+                 "fitted by binomial likelihood; fits with a parameter at its bound are unidentified and never "
+                 "forecast; each replicate draws a family by its held-out skill and adds that family's own "
+                 "held-out error, scaled to the distance of the target, so the intervals include model "
+                 "uncertainty. Labels: 'stable regime' (the choice learned, wins in most replicates, leads at the "
+                 "largest pilot and rankings agree across the two largest budgets), 'unstable' (one of those "
+                 "fails), 'extrapolation too far' (the target is 10x the largest pilot budget or more), 'no "
+                 "learning detected'."),
+            KeyValues([("bootstrap replicates", f"{ctx.n_boot} (scores), {ctx.n_boot_fit} (recommendation)"),
                        ("random seed", str(ctx.rng)), ("FLOPs", "model FLOPs counted in the budget (see each run's "
                                                         "report card for the conventions)")]))
     return sec

@@ -134,7 +134,7 @@ def frontier_section(ctx: Context) -> Section:
         winners.append(target_regimes(ctx, t))
         env = frontier_envelope(ctx.evals, ctx.runs, t, n_grid=25)
         envs.append(env.rename(columns={"reward_system": "condition"}).assign(target=t))
-        fin = final_scores(ctx.evals, ctx.runs, t)
+        fin = final_scores(ctx.evals, ctx.runs, t, at="equal")
         rnd = fin[fin["reward"].astype(str) == "random"]
         if len(rnd):
             ctls.append(rnd.groupby("budget", as_index=False)["score"].mean().assign(target=t))

@@ -32,6 +32,7 @@ import pandas as pd
 VALIDATION_FILE = "validation.json"
 FINISHED = ("complete", "diverged")
 BUDGET_RTOL = 0.05
+DEFAULT_TARGET_RATIO = 4.0
 
 
 class ReportError(ValueError):
@@ -186,13 +187,15 @@ def load_study(source: "str | Path | Mapping[str, pd.DataFrame]", *,
 
 
 def default_target_budget(study: StudyData, target: str | None = None) -> float:
-    """The latest validated target budget if any, else 10x the largest pilot budget."""
+    """The latest validated target budget if any, else :data:`DEFAULT_TARGET_RATIO` (4x) the
+    largest pilot budget: inside the recommendation's extrapolation limit (below 10x), so the
+    default report makes a forecast it can label."""
     for v in reversed(study.validations):
         if target is None or v.get("target") == target:
             tb = float(v.get("target_budget", 0.0))
             if tb > 0 and math.isfinite(tb):
                 return tb
-    return 10.0 * study.largest_pilot_budget()
+    return DEFAULT_TARGET_RATIO * study.largest_pilot_budget()
 
 
 __all__ = ["StudyData", "ReportError", "load_study", "read_validations", "write_validation",

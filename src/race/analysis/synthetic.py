@@ -1,0 +1,206 @@
+"""Known worlds: synthetic pilot studies whose truth is known, to test RACE's decisions.
+
+A world has a few allocations (model size x group size), each with a true expected score
+mu_k(C) after C counted FLOPs from a family the fitter may or may not assume:
+
+- ``sigmoid``       r0 + g expit(s (ln C - ln c))             (the fitter's saturating form)
+- ``power``         r0 + g (C / c)^s                           (unbounded growth, clipped)
+- ``loglinear``     r0 + g ln(1 + C / c)                       (straight line in log FLOPs late on)
+- ``weibull``       r0 + g (1 - exp(-(C / c)^s))               (saturation of another shape)
+- ``rise_decline``  r0 + g (C / c) exp(1 - C / c)              (over-optimisation: peak at c)
+- ``flat``          r0                                         (nothing is learned)
+
+Evaluation outcomes are per problem and shared across runs: problem j has difficulty
+d_j ~ N(0, sd_d^2) (one draw per world), and a run at mean mu solves it with probability
+p_j = expit(theta(mu) + delta - d_j), where theta(mu) makes the POPULATION mean equal mu and
+delta is the run's seed offset (logit scale, applied after step 0). Outcomes of one model
+are correlated across its evaluations through a latent z_j per (model, problem) (a
+Gaussian copula with correlation ``rho``), so two checkpoints disagree on some problems but
+not on most, as real ones do. The step-0 evaluation is the base model: the same outcomes
+for every seed of that model. "Truth" is the population mean mu_k at the FLOPs a run at
+the target budget counts (target budget x mean spend share): the quantity a forecast
+interval should cover.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+import pandas as pd
+from scipy.special import expit
+from scipy.stats import norm
+
+CURVE_FAMILIES = ("sigmoid", "power", "loglinear", "weibull", "rise_decline", "flat")
+
+
+@dataclass(frozen=True)
+class Curve:
+    """True expected score against counted FLOPs (families in the module docstring)."""
+
+    family: str
+    r0: float
+    gain: float
+    c: float
+    shape: float = 1.0
+
+    def mean(self, flops: np.ndarray | float) -> np.ndarray:
+        C = np.maximum(np.asarray(flops, dtype=float), 0.0)
+        u = C / self.c
+        if self.family == "sigmoid":
+            with np.errstate(divide="ignore"):
+                g = expit(self.shape * np.log(np.where(u > 0, u, 1e-300)))
+        elif self.family == "power":
+            g = u**self.shape
+        elif self.family == "loglinear":
+            g = np.log1p(u)
+        elif self.family == "weibull":
+            g = 1 - np.exp(-(u**self.shape))
+        elif self.family == "rise_decline":
+            g = u * np.exp(1 - u)
+        elif self.family == "flat":
+            g = np.zeros_like(u)
+        else:
+            raise ValueError(f"unknown curve family {self.family!r}; choose from {CURVE_FAMILIES}")
+        return np.clip(self.r0 + self.gain * g, 0.01, 0.97)
+
+
+@dataclass
+class World:
+    """A synthetic study design and its truth (module docstring)."""
+
+    name: str
+    models: dict[str, float]  # model name -> parameters
+    allocations: list[dict]  # model, num_generations, curve (Curve as dict)
+    budgets: list[float]
+    seeds: list[int]
+    target_budget: float
+    n_problems: int = 500
+    n_points: int = 3
+    difficulty_sd: float = 1.5
+    seed_sd: float = 0.05
+    rho: float = 0.8
+    spend: tuple[float, float] = (0.8, 1.0)
+    seed: int = 0
+    tags: dict = field(default_factory=dict)
+
+    def curve(self, k: int) -> Curve:
+        c = self.allocations[k]["curve"]
+        return c if isinstance(c, Curve) else Curve(**c)
+
+    def index(self, model: str, num_generations: int) -> int:
+        for k, a in enumerate(self.allocations):
+            if a["model"] == model and int(a["num_generations"]) == int(num_generations):
+                return k
+        raise KeyError(f"world {self.name} has no allocation {model} G={num_generations}")
+
+    def truth(self, k: int, budget: float | None = None) -> float:
+        """Population mean score of allocation k at the FLOPs counted at ``budget`` (default: target)."""
+        b = self.target_budget if budget is None else budget
+        return float(self.curve(k).mean(b * float(np.mean(self.spend))))
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["allocations"] = [{**a, "curve": asdict(a["curve"]) if isinstance(a["curve"], Curve) else a["curve"]}
+                            for a in self.allocations]
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "World":
+        d = dict(d)
+        d["spend"] = tuple(d.get("spend", (0.8, 1.0)))
+        return cls(**d)
+
+    # -- outcomes ---------------------------------------------------------------------
+    def _theta_table(self) -> tuple[np.ndarray, np.ndarray]:
+        """mu(theta) = E_d expit(theta - d) over the difficulty population (quadrature)."""
+        q = norm.ppf((np.arange(400) + 0.5) / 400) * self.difficulty_sd
+        theta = np.linspace(-12, 12, 481)
+        return theta, expit(theta[:, None] - q[None, :]).mean(axis=1)
+
+    def run_outcomes(self, k: int, budget: float, seed: int) -> list[tuple[float, np.ndarray]]:
+        """(counted FLOPs, per-problem 0/1 outcomes) of one run: step 0 then ``n_points`` points."""
+        a = self.allocations[k]
+        model_idx = sorted(self.models).index(a["model"])
+        world_rng = np.random.default_rng([self.seed, 1])
+        d = world_rng.normal(0.0, self.difficulty_sd, self.n_problems)  # shared by every run
+        z = np.random.default_rng([self.seed, 2, model_idx]).standard_normal(self.n_problems)
+        run_rng = np.random.default_rng([self.seed, 3, k, int(np.log10(budget) * 1000), seed])
+        delta = run_rng.normal(0.0, self.seed_sd)
+        spent = budget * run_rng.uniform(*self.spend)
+        flops = [0.0] + [spent * (i + 1) / self.n_points for i in range(self.n_points)]
+        theta_grid, mu_grid = self._theta_table()
+        curve = self.curve(k)
+        out = []
+        for i, c in enumerate(flops):
+            mu = float(curve.mean(c))
+            theta = float(np.interp(mu, mu_grid, theta_grid)) + (delta if c > 0 else 0.0)
+            p = expit(theta - d)
+            if c > 0:
+                eps = run_rng.standard_normal(self.n_problems)
+            else:  # the base model: the same outcomes for every seed and budget of this model
+                eps = np.random.default_rng([self.seed, 4, model_idx]).standard_normal(self.n_problems)
+            u = norm.cdf(self.rho * z + np.sqrt(1 - self.rho**2) * eps)
+            out.append((float(c), (u < p).astype(int)))
+        return out
+
+
+def random_world(seed: int, flat: bool | None = None, families: tuple[str, ...] = CURVE_FAMILIES) -> World:
+    """A world drawn at random: 2 sizes x 2 group sizes, 3 pilot budgets spanning 4-10x,
+    2-3 seeds, a target 4-16x beyond the largest pilot; ``flat`` forces (or forbids) a world
+    where nothing is learned. Curves of larger models start higher and learn more slowly per
+    FLOP, so crossovers between budgets happen in some worlds and not in others."""
+    rng = np.random.default_rng([seed, 99])
+    b1 = 10 ** rng.uniform(10, 12)
+    span = rng.uniform(4, 10)
+    budgets = [b1, b1 * np.sqrt(span), b1 * span]
+    seeds = list(range(int(rng.integers(2, 4))))
+    target = budgets[-1] * rng.uniform(4, 16)
+    is_flat = bool(rng.random() < 0.2) if flat is None else flat
+    learning = [f for f in families if f != "flat"] or ["flat"]
+    world_family = "flat" if is_flat else str(rng.choice(learning))
+    models = {"small": 1e5, "large": 1e5 * rng.uniform(3, 8)}
+    r0_small = rng.uniform(0.1, 0.4)
+    allocs = []
+    for model in ("small", "large"):
+        r0 = r0_small + (rng.uniform(0.05, 0.25) if model == "large" else 0.0)
+        slow = models[model] / 1e5  # per-FLOP learning slows with size
+        for g in (4, 8):
+            fam = world_family if (is_flat or rng.random() > 0.3) else str(rng.choice(learning))
+            gain = 0.0 if fam == "flat" else rng.uniform(0.05, 0.6) * (1 - r0)
+            c = b1 * 10 ** rng.uniform(-0.5, 1.5) * slow * (rng.uniform(0.7, 1.5) if g == 8 else 1.0)
+            shape = {"sigmoid": rng.uniform(0.6, 2.5), "power": rng.uniform(0.15, 0.7),
+                     "weibull": rng.uniform(0.4, 1.5)}.get(fam, 1.0)
+            if fam == "loglinear":
+                gain /= 3.0
+            allocs.append({"model": model, "num_generations": g, "curve": Curve(fam, float(r0), float(gain), float(c),
+                                                                                  float(shape))})
+    return World(name=f"world-{seed}", models=models, allocations=allocs, budgets=[float(b) for b in budgets],
+                 seeds=seeds, target_budget=float(target), n_problems=int(rng.choice([200, 500, 1000])),
+                 seed_sd=float(rng.uniform(0.02, 0.12)), seed=int(seed),
+                 tags={"family": world_family, "flat": is_flat, "span": float(span),
+                       "target_ratio": float(target / budgets[-1])})
+
+
+def world_tables(world: World) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(runs, evals) of every pilot cell of ``world`` in the analysis schema, without a grid."""
+    from .tables import RUNS_COLUMNS
+
+    run_rows, eval_rows = [], []
+    for k, a in enumerate(world.allocations):
+        for budget in world.budgets:
+            for seed in world.seeds:
+                rid = f"{a['model']}-G{a['num_generations']}-{budget:.3g}-s{seed}"
+                pts = world.run_outcomes(k, budget, seed)
+                for step, (c, per) in enumerate(pts):
+                    eval_rows.append(dict(run_id=rid, step=step, flops=c, target="greedy", score=float(per.mean()),
+                                          n=len(per), per_problem=per.tolist()))
+                row = {c: None for c in RUNS_COLUMNS}
+                row.update(run_id=rid, study=world.name, budget=budget, model=a["model"],
+                           model_params=world.models[a["model"]], num_generations=a["num_generations"],
+                           prompts_per_step=4, num_iterations=1, learning_rate=1e-4, reward="rule", seed=seed,
+                           status="complete", total_flops=pts[-1][0], rollout_flops=0.7 * pts[-1][0],
+                           learning_flops=0.3 * pts[-1][0], feedback_flops=0.0, steps=10, wall_s=1.0,
+                           zero_var_frac=0.1, trunc_rate=0.0)
+                run_rows.append(row)
+    return pd.DataFrame(run_rows), pd.DataFrame(eval_rows)
