@@ -176,6 +176,14 @@ def test_equal_flops_reading():
         assert g["flops"].nunique() == 1  # every run of a budget read at the same FLOPs
         assert g["flops"].iloc[0] == pytest.approx(last[last["budget"] == b]["flops"].min())
     assert (eq["score"] <= last["score"] + 1e-12).any()
+    # a run evaluated only at step 0 (it could not afford a step) is read at step 0 and does
+    # not drag its budget's comparison level down to 0 FLOPs
+    stuck = runs["run_id"].iloc[-1]
+    eq2 = final_scores(evals[(evals["run_id"] != stuck) | (evals["flops"] == 0)], runs, "greedy", at="equal")
+    b = runs["budget"].iloc[-1]
+    assert eq2.loc[eq2["run_id"] == stuck, "flops"].item() == 0.0
+    others = eq2[(eq2["budget"] == b) & (eq2["run_id"] != stuck)]
+    assert (others["flops"] > 0).all()
 
 
 def test_validation_split_half_resists_the_winners_curse():

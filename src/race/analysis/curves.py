@@ -115,7 +115,8 @@ def equal_flops_levels(curves: pd.DataFrame) -> dict[float, float]:
     """
     require_columns(curves, ["run_id", "budget", "flops"], "curves")
     last = curves.groupby("run_id", sort=True).agg(budget=("budget", "first"), flops=("flops", "max"))
-    return {float(b): float(v) for b, v in last.groupby("budget")["flops"].min().items()}
+    trained = last[last["flops"] > 0]  # a run with no evaluation after step 0 does not pull the level to 0
+    return {float(b): float(v) for b, v in trained.groupby("budget")["flops"].min().items()}
 
 
 def final_scores(
