@@ -56,7 +56,7 @@ def flops(
     iterations: Annotated[Optional[int], typer.Option(help="policy-update passes per batch (num_iterations)")] = None,
     beta: Annotated[Optional[float], typer.Option(help="KL coefficient; != 0 adds reference log-probs")] = None,
     reward: Annotated[Optional[str], typer.Option(help="rule | random | orm:MODEL | prm:MODEL | judge:MODEL")] = None,
-    conventions: Annotated[Optional[str], typer.Option(help="race | torch | verl | megatron | palm | 6nd")] = None,
+    conventions: Annotated[Optional[str], typer.Option(help="race | torch | verl | verl-legacy | megatron | palm | 6nd")] = None,
     share_prompt: Annotated[bool, typer.Option(help="prefill each prompt once for its G samples")] = False,
     recompute: Annotated[bool, typer.Option(help="gradient checkpointing (recompute as hardware FLOPs)")] = False,
     steps: Annotated[Optional[int], typer.Option(help="whole-run totals for this many steps")] = None,
