@@ -7,7 +7,8 @@ relative error (analytic - measured) / measured of:
 - RACE, ``conventions="torch"`` (full-square attention, as the counter counts): exact;
 - RACE default (``"race"``: causal attention pairs) -- what the causal mask leaves to compute,
   so it sits *below* the counter, which multiplies the masked half too;
-- 6ND (2ND for forward-only passes), verl's FlopsCounter, PaLM appendix B, Megatron-LM;
+- 6ND (2ND for forward-only passes), verl's FlopsCounter (current and before its January
+  2026 attention fix), PaLM appendix B, Megatron-LM;
 
 for the phases of a GRPO step: rollout (HF-style KV-cache generation), log-prob (a forward
 over prompt+completion with logits at the completion positions) and update (forward +
@@ -42,7 +43,7 @@ from race.accounting import LAYER_MATRICES, LoRA, ModelShape, forward_flops, gen
 from race.measure import build_model, measure_forward, measure_generate, measure_train_step
 
 CONVENTIONS = [("RACE (torch)", "torch"), ("RACE (causal)", "race"), ("6ND / 2ND", "6nd"), ("verl", "verl"),
-               ("PaLM", "palm"), ("Megatron", "megatron")]
+               ("verl-legacy", "verl-legacy"), ("PaLM", "palm"), ("Megatron", "megatron")]
 PHASES = ["rollout", "log-prob", "update (LoRA r=16)", "update (full)"]
 RANK = 16
 

@@ -75,27 +75,83 @@ QWEN25_7B = ModelShape.from_hf_config({"model_type": "qwen2", "vocab_size": 1520
                                        "num_attention_heads": 28, "num_key_value_heads": 4})
 
 
-def _verl(vocab, hidden, inter, layers, heads, kv_heads, lens):
-    """verl's FlopsCounter (_estimate_qwen2_flops), written out."""
+def _verl_dense_n(vocab, hidden, inter, layers, heads, kv_heads):
+    """verl's FlopsCounter (_estimate_qwen2_flops) dense parameter count, written out."""
     head_dim = hidden // heads
     mlp_n = hidden * inter * 3
     attn_linear_n = hidden * (heads * head_dim + 2 * kv_heads * head_dim + heads * head_dim)
     emb_and_lm_head_n = vocab * hidden * 2
-    dense_n = (mlp_n + attn_linear_n) * layers + emb_and_lm_head_n
-    return 6 * dense_n * sum(lens) + 12 * sum(s * s for s in lens) * head_dim * heads * layers
+    return (mlp_n + attn_linear_n) * layers + emb_and_lm_head_n
 
 
-@pytest.mark.parametrize("shape,lens,expected", [
-    (LLAMA2_7B, [512, 1024, 2048], 153555818250240),
-    (LLAMA2_7B, [4096] * 3, 575955114393600),
-    (QWEN25_7B, [512, 1024, 2048], 170388331954176),
-    (QWEN25_7B, [4096] * 3, 622070178250752),
-])
-def test_verl_published_values(shape, lens, expected):
-    """verl's own test values (tests/utils/test_flops_counter.py)."""
-    assert train_flops(shape, lens, conventions="verl") == expected
+def _verl(vocab, hidden, inter, layers, heads, kv_heads, lens, attn_coeff):
+    """verl's total FLOPs of one training pass over a batch of ``lens``: 6 x dense_n per
+    token + attn_coeff x sum(seqlen^2) x layers x heads x head_dim (attn_coeff 6 since
+    PR #4959, 12 before). verl's test reads FlopsCounter.estimate_flops(lens, delta_time=1),
+    which reports TFLOP/s: the total / 1e12."""
+    head_dim = hidden // heads
+    dense_n = _verl_dense_n(vocab, hidden, inter, layers, heads, kv_heads)
+    return 6 * dense_n * sum(lens) + attn_coeff * sum(s * s for s in lens) * layers * heads * head_dim
+
+
+# verl tests/utils/test_flops_counter.py, current (after PR #4959, January 2026): attention
+# 6*sum(seqlen^2)*layer*head*head_dim. The expected totals, their arithmetic as verl writes it:
+VERL_CURRENT = [
+    # llama2-7B: 6*(32000*4096*2+32*(4096*4096*4+4096*11008*3))*(512+1024+2048)
+    #            + 6*(512*512+1024*1024+2048*2048)*32*4096
+    (LLAMA2_7B, [512, 1024, 2048], 149226491215872,
+     6 * (32000 * 4096 * 2 + 32 * (4096 * 4096 * 4 + 4096 * 11008 * 3)) * (512 + 1024 + 2048)
+     + 6 * (512 * 512 + 1024 * 1024 + 2048 * 2048) * 32 * 4096),
+    (LLAMA2_7B, [4096] * 3, 536372695793664,
+     6 * (32000 * 4096 * 2 + 32 * (4096 * 4096 * 4 + 4096 * 11008 * 3)) * (4096 * 3)
+     + 6 * (4096 * 4096 * 3) * 32 * 4096),
+    # Qwen2.5-7B-Instruct: q = o = 3584, k = v = 4 kv heads x 128 = 512
+    (QWEN25_7B, [512, 1024, 2048], 167073690943488,
+     6 * (152064 * 3584 * 2 + 28 * (3584 * (3584 + 512 + 512 + 3584) + 3584 * 18944 * 3)) * (512 + 1024 + 2048)
+     + 6 * (512 * 512 + 1024 * 1024 + 2048 * 2048) * 28 * 3584),
+    (QWEN25_7B, [4096] * 3, 591764889010176,
+     6 * (152064 * 3584 * 2 + 28 * (3584 * (3584 + 512 + 512 + 3584) + 3584 * 18944 * 3)) * (4096 * 3)
+     + 6 * (4096 * 4096 * 3) * 28 * 3584),
+]
+
+# The same test before PR #4959: 12*sum(seqlen^2)*layer*head*head_dim (the full square).
+VERL_LEGACY = [
+    (LLAMA2_7B, [512, 1024, 2048], 153555818250240,
+     6 * (32000 * 4096 * 2 + 32 * (4096 * 4096 * 4 + 4096 * 11008 * 3)) * (512 + 1024 + 2048)
+     + 12 * (512 * 512 + 1024 * 1024 + 2048 * 2048) * 32 * 4096),
+    (LLAMA2_7B, [4096] * 3, 575955114393600,
+     6 * (32000 * 4096 * 2 + 32 * (4096 * 4096 * 4 + 4096 * 11008 * 3)) * (4096 * 3)
+     + 12 * (4096 * 4096 * 3) * 32 * 4096),
+    (QWEN25_7B, [512, 1024, 2048], 170388331954176,
+     6 * (152064 * 3584 * 2 + 28 * (3584 * (3584 + 512 + 512 + 3584) + 3584 * 18944 * 3)) * (512 + 1024 + 2048)
+     + 12 * (512 * 512 + 1024 * 1024 + 2048 * 2048) * 28 * 3584),
+    (QWEN25_7B, [4096] * 3, 622070178250752,
+     6 * (152064 * 3584 * 2 + 28 * (3584 * (3584 + 512 + 512 + 3584) + 3584 * 18944 * 3)) * (4096 * 3)
+     + 12 * (4096 * 4096 * 3) * 28 * 3584),
+]
+_IDS = ["llama2-7b-mixed", "llama2-7b-4096", "qwen2.5-7b-mixed", "qwen2.5-7b-4096"]
+
+
+@pytest.mark.parametrize("preset,attn_coeff,case", [
+    *[("verl", 6, c) for c in VERL_CURRENT],
+    *[("verl-legacy", 12, c) for c in VERL_LEGACY],
+], ids=[f"verl-{i}" for i in _IDS] + [f"verl-legacy-{i}" for i in _IDS])
+def test_verl_published_values(preset, attn_coeff, case):
+    """verl's own golden totals (tests/utils/test_flops_counter.py, which compares
+    estimate_flops(lens, 1) = total / 1e12 with math.isclose); here they must match exactly."""
+    shape, lens, published, arithmetic = case
+    assert arithmetic == published  # the written-out arithmetic is the published number
+    assert train_flops(shape, lens, conventions=preset) == published
+    assert train_flops(shape, lens, conventions=preset) / 1e12 == pytest.approx(published / 1e12, rel=1e-15)
     args = (shape.vocab, shape.hidden, shape.intermediate, shape.num_layers, shape.num_heads, shape.num_kv_heads)
-    assert _verl(*args, lens) == expected
+    assert _verl(*args, lens, attn_coeff) == published
+
+
+def test_verl_fix_removed_half_the_attention_square():
+    """PR #4959 in one line: legacy - current = 6 x sum(seqlen^2) x layers x heads x head_dim."""
+    lens = [512, 1024, 2048]
+    diff = train_flops(QWEN25_7B, lens, conventions="verl-legacy") - train_flops(QWEN25_7B, lens, conventions="verl")
+    assert diff == 170388331954176 - 167073690943488 == 6 * (512**2 + 1024**2 + 2048**2) * 28 * 28 * 128
 
 
 LENS = [5, 9, 12]
@@ -103,7 +159,7 @@ TOK, SQ = sum(LENS), sum(s * s for s in LENS)
 
 
 def test_megatron_formula():
-    # verl without the embedding term: 6 x (matrices + lm_head) per token + 12 sum(s^2) L H d
+    # verl-legacy without the embedding term: 6 x (matrices + lm_head) per token + 12 sum(s^2) L H d
     assert train_flops(S, LENS, conventions="megatron") == 6 * (L * MATS + V * h) * TOK + 12 * SQ * L * H * d
 
 
@@ -124,7 +180,33 @@ def test_megatron_lm_published_formula(shape):
 
 
 def test_verl_formula_small():
-    assert train_flops(S, LENS, conventions="verl") == 6 * (L * MATS + 2 * V * h) * TOK + 12 * SQ * L * H * d
+    # current verl: half the square, 6 sum(s^2) L H d per training pass (3 x forward 4 x s^2/2 pairs x H d)
+    assert train_flops(S, LENS, conventions="verl") == 6 * (L * MATS + 2 * V * h) * TOK + 6 * SQ * L * H * d
+    assert train_flops(S, LENS, conventions="verl-legacy") == 6 * (L * MATS + 2 * V * h) * TOK + 12 * SQ * L * H * d
+
+
+def test_half_square_attention_odd_lengths_are_exact():
+    """s^2/2 pairs is a half pair for odd s; the FLOPs stay whole (forward 4 x s^2/2 x H d
+    = 2 s^2 H d) and no rounding creeps in: 5 and 9 are odd."""
+    half = Conventions(attention="half")
+    assert forward_flops(S, [5], conventions=half) == 2 * 5 * L * MATS + 2 * 25 * L * H * d + 2 * 5 * h * V
+    assert isinstance(forward_flops(S, LENS, conventions=half), int)
+    assert train_flops(S, LENS, conventions="verl") - train_flops(S, LENS, conventions="verl-legacy") \
+        == -6 * (25 + 81 + 144) * L * H * d
+
+
+def test_half_square_attention_is_additive_over_decode():
+    """Block of n over c cached: n*c + n^2/2 pairs; decoding T-1 one-token steps after a
+    P-token prefill therefore adds up to the pairs of the whole P+T-1 sequence."""
+    half = Conventions(attention="half")
+    P, Tn = 7, 6
+    gen = generate_components(S, [P], [Tn], conventions=half)
+    s_all = P + Tn - 1
+    pairs_all = Fraction(s_all * s_all, 2)  # 12^2/2 = 72
+    assert Fraction(gen["prefill"] + gen["decode"]) == (
+        s_all * (2 * L * MATS) + 4 * pairs_all * L * H * d + Tn * 2 * h * V)
+    dec_pairs = sum(Fraction(2 * (P + j - 1) + 1, 2) for j in range(1, Tn))  # P+j-1 cached, +1/2
+    assert gen["decode"] == (Tn - 1) * 2 * L * MATS + 4 * dec_pairs * L * H * d + (Tn - 1) * 2 * h * V
 
 
 def test_palm_formula():
@@ -160,8 +242,10 @@ def test_conventions_describe_and_validate():
     assert "full-square" in Conventions.preset("torch").describe()
     with pytest.raises(AccountingError, match="unknown conventions"):
         Conventions.preset("chinchilla")
-    with pytest.raises(AccountingError, match="attention"):
-        Conventions(attention="half")
+    assert "half-square" in Conventions.preset("verl").describe()
+    assert "full-square" in Conventions.preset("verl-legacy").describe()
+    with pytest.raises(AccountingError, match="attention must be one of causal, half, full, none"):
+        Conventions(attention="quarter")
     with pytest.raises(AccountingError, match="backward='2x'"):
         train_flops(S, LENS, conventions=Conventions(dense="params"))
 

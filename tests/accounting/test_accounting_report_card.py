@@ -57,12 +57,27 @@ def test_markdown():
     assert "conventions=torch" in md
 
 
-def test_latex_escapes():
+def test_latex_escapes_and_keeps_the_conventions_out_of_the_l_column():
     tex = _card().to_latex()
-    assert tex.startswith("\\begin{tabular}{ll}") and tex.rstrip().endswith("\\end{tabular}")
+    assert tex.startswith("% RACE compute report card")
+    assert "\\begin{tabular}{@{}lp{0.55\\linewidth}@{}}" in tex and tex.rstrip().endswith("\\end{tabular}")
     assert "qwen2.5\\_0.5b" in tex
     assert "40.0\\%" in tex
     assert "search & 800 GFLOP (40.0\\%) \\\\" in tex
+    assert "Total FLOPs (model, counted)$^\\dagger$ & 2 TFLOP \\\\" in tex
+    rows = [ln for ln in tex.splitlines() if ln.endswith("\\\\") and not ln.startswith("\\multicolumn")]
+    assert all(len(ln.split(" & ")[0]) <= 40 for ln in rows)  # the l column holds short labels only
+    assert not any("conventions=" in ln for ln in rows)
+    note = [ln for ln in tex.splitlines() if ln.startswith("\\multicolumn")]
+    assert len(note) == 1 and note[0].startswith("\\multicolumn{2}{@{}p{\\linewidth}@{}}{\\footnotesize $^\\dagger$")
+    assert "conventions=torch; matmul=2mnk; full-square attention" in note[0]
+
+
+def test_latex_escape_every_special_character():
+    from race.accounting.report_card import latex_escape
+
+    assert latex_escape("a_b|c%d&e#f$g{h}i^j~k\\l<m>") == (
+        "a\\_b\\textbar{}c\\%d\\&e\\#f\\$g\\{h\\}i\\^{}j\\~{}k\\textbackslash{}l\\textless{}m\\textgreater{}")
 
 
 def test_full_finetune_and_write(tmp_path):

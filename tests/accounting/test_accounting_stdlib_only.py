@@ -1,4 +1,4 @@
-"""race.accounting imports nothing outside the standard library (DESIGN.md section 2)."""
+"""race.accounting imports nothing outside the standard library (docs/design.md section 1)."""
 
 from __future__ import annotations
 

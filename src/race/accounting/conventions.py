@@ -12,10 +12,14 @@ Presets reproduce other published conventions so users can compare:
 
 - ``torch``: exactly what ``torch.utils.flop_counter.FlopCounterMode`` counts (the
   causal mask is ignored: full-square attention).
-- ``verl``: verl's ``FlopsCounter``: 6 x (matrices + embedding + lm_head) per token
-  + 12 x sum(seq^2) x layers x heads x head_dim; full square, logits at every position.
-- ``megatron``: Megatron-LM's ``num_floating_point_operations``: as verl without the
-  embedding term.
+- ``verl``: verl's ``FlopsCounter`` as of its January 2026 attention fix (PR #4959):
+  6 x (matrices + embedding + lm_head) per token + 6 x sum(seq^2) x layers x heads x
+  head_dim per training pass; attention is half the square (seq^2/2 pairs), logits at
+  every position.
+- ``verl-legacy``: verl's ``FlopsCounter`` before that fix: the same with
+  12 x sum(seq^2) x layers x heads x head_dim (the full square).
+- ``megatron``: Megatron-LM's ``num_floating_point_operations``: as ``verl-legacy``
+  without the embedding term.
 - ``palm``: PaLM's appendix B: 6N + 12 L H Q T per token, N all parameters.
 - ``6nd``: 6 x parameters x tokens (2ND forward), no attention term.
 """
@@ -27,7 +31,8 @@ from typing import Literal
 
 from .errors import AccountingError
 
-Attention = Literal["causal", "full", "none"]
+Attention = Literal["causal", "half", "full", "none"]
+ATTENTION = ("causal", "half", "full", "none")
 
 
 @dataclass(frozen=True)
@@ -35,7 +40,8 @@ class Conventions:
     """How FLOPs are counted. Every field is a setting; ``describe()`` prints them."""
 
     name: str = "race"
-    #: "causal": pairs the causal mask keeps; "full": the whole square; "none": not counted.
+    #: "causal": pairs the causal mask keeps; "half": half the square (n^2/2, verl);
+    #: "full": the whole square; "none": not counted.
     attention: Attention = "causal"
     #: charge 2*vocab*hidden per token for the embedding lookup (verl and Chinchilla do).
     embedding: bool = False
@@ -48,8 +54,9 @@ class Conventions:
     backward: Literal["exact", "2x"] = "exact"
 
     def __post_init__(self) -> None:
-        if self.attention not in ("causal", "full", "none"):
-            raise AccountingError(f"Conventions.attention must be causal, full or none, got {self.attention!r}")
+        if self.attention not in ATTENTION:
+            raise AccountingError(
+                f"Conventions.attention must be one of {', '.join(ATTENTION)}, got {self.attention!r}")
         if self.logits not in ("computed", "all"):
             raise AccountingError(f"Conventions.logits must be computed or all, got {self.logits!r}")
         if self.dense not in ("matmul", "params"):
@@ -72,7 +79,8 @@ class Conventions:
 
     def describe(self) -> str:
         """One line stating the convention, to print beside every number."""
-        att = {"causal": "causal attention (n*c + n(n+1)/2 pairs)", "full": "full-square attention",
+        att = {"causal": "causal attention (n*c + n(n+1)/2 pairs)",
+               "half": "half-square attention (n*c + n^2/2 pairs)", "full": "full-square attention",
                "none": "attention not counted"}[self.attention]
         parts = [
             f"conventions={self.name}",
@@ -89,7 +97,8 @@ class Conventions:
 PRESETS: dict[str, Conventions] = {
     "race": Conventions(),
     "torch": Conventions(name="torch", attention="full"),
-    "verl": Conventions(name="verl", attention="full", embedding=True, logits="all", backward="2x"),
+    "verl": Conventions(name="verl", attention="half", embedding=True, logits="all", backward="2x"),
+    "verl-legacy": Conventions(name="verl-legacy", attention="full", embedding=True, logits="all", backward="2x"),
     "megatron": Conventions(name="megatron", attention="full", logits="all", backward="2x"),
     "palm": Conventions(name="palm", attention="full", logits="all", dense="params", backward="2x"),
     "6nd": Conventions(name="6nd", attention="none", logits="all", dense="params", backward="2x"),

@@ -1,6 +1,6 @@
 """FLOPs of one GRPO step, split by phase.
 
-Phases and when they run (DESIGN.md section 3):
+Phases and when they run (docs/design.md section 2):
 
 - ``rollout``: always; the prompt is prefilled once per prompt when the engine shares the
   prefix across the G samples (``share_prompt``), else G times; then KV-cache decode.

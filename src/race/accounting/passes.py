@@ -27,7 +27,7 @@ class Work:
     """What a pass executes: tokens through the layers, attention pairs, head positions."""
 
     tokens: int = 0
-    pairs: int = 0
+    pairs: terms.Pairs = 0  # a Fraction only under the ``half`` attention convention
     logit_positions: int = 0
 
     def __add__(self, other: "Work") -> "Work":
@@ -113,7 +113,7 @@ def generate_work(prompt_lens: Sequence[int], completion_lens: Sequence[int], *,
         logit_positions=sum(plens) if conv.logits == "all" else len(plens),
     )
     dec_tokens = sum(t - 1 for t in clens)
-    dec_pairs = 0 if conv.attention == "none" else sum(terms.decode_pairs(p, t) for p, t in zip(seq_prompts, clens))
+    dec_pairs = sum(terms.decode_pairs(p, t, conv.attention) for p, t in zip(seq_prompts, clens))
     return prefill, Work(dec_tokens, dec_pairs, dec_tokens)
 
 

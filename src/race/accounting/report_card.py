@@ -12,8 +12,16 @@ from .conventions import Conventions, resolve
 from .ledger import FlopLedger
 
 _LATEX_ESCAPES = {"&": r"\&", "%": r"\%", "_": r"\_", "#": r"\#", "$": r"\$", "{": r"\{", "}": r"\}",
-                  "^": r"\^{}", "~": r"\~{}", "\\": r"\textbackslash{}"}
+                  "^": r"\^{}", "~": r"\~{}", "\\": r"\textbackslash{}", "|": r"\textbar{}",
+                  "<": r"\textless{}", ">": r"\textgreater{}"}
 SPLIT = {"search": ("rollout",), "learning": ("update", "old_logprobs", "reference"), "feedback": ("reward",)}
+
+
+def latex_escape(text: str) -> str:
+    """Text safe inside a LaTeX table cell: the ten special characters escaped, and ``|``,
+    ``<``, ``>`` spelled as text commands (in the default OT1 encoding they print as other
+    glyphs)."""
+    return "".join(_LATEX_ESCAPES.get(c, c) for c in str(text))
 
 
 def fmt_flops(x: float) -> str:
@@ -77,7 +85,7 @@ class ReportCard:
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2, sort_keys=True)
 
-    def _rows(self) -> list[tuple[str, str]]:
+    def _rows(self, conventions: bool = True) -> list[tuple[str, str]]:
         rows = [("Total FLOPs (model, counted)", fmt_flops(self.total_flops))]
         if self.budget_flops:
             rows.append(("Budget", f"{fmt_flops(self.budget_flops)} ({self.total_flops / self.budget_flops:.1%} used)"))
@@ -91,7 +99,8 @@ class ReportCard:
                  ("Rollout tokens", f"{self.tokens:,}")]
         if self.seconds:
             rows.append(("Wall seconds by phase", ", ".join(f"{k} {v:.1f}" for k, v in sorted(self.seconds.items()))))
-        rows.append(("Conventions", self.conventions_text))
+        if conventions:
+            rows.append(("Conventions", self.conventions_text))
         return rows
 
     def to_markdown(self) -> str:
@@ -100,12 +109,19 @@ class ReportCard:
         return "\n".join(lines) + "\n"
 
     def to_latex(self) -> str:
-        def esc(s: str) -> str:
-            return "".join(_LATEX_ESCAPES.get(c, c) for c in s)
-
-        body = "\n".join(f"{esc(k.strip())} & {esc(v)} \\\\" for k, v in self._rows())
-        return ("\\begin{tabular}{ll}\n\\hline\nItem & Value \\\\\n\\hline\n" + body +
-                "\n\\hline\n\\end{tabular}\n")
+        r"""A ``tabular`` to ``\input`` in a table environment (no package needed). Long
+        values wrap in a ``p`` column; the conventions, a long line, are a note under the
+        table, marked from the total with a dagger."""
+        lines = []
+        for i, (k, v) in enumerate(self._rows(conventions=False)):
+            mark = r"$^\dagger$" if i == 0 else ""
+            lines.append(f"{latex_escape(k.strip())}{mark} & {latex_escape(v)} \\\\")
+        note = latex_escape(self.conventions_text or "not recorded")
+        return ("% RACE compute report card: \\input it inside a table environment (no package needed).\n"
+                "\\begin{tabular}{@{}lp{0.55\\linewidth}@{}}\n\\hline\nItem & Value \\\\\n\\hline\n"
+                + "\n".join(lines)
+                + "\n\\hline\n\\multicolumn{2}{@{}p{\\linewidth}@{}}{\\footnotesize $^\\dagger$Conventions: "
+                + note + "} \\\\\n\\end{tabular}\n")
 
     def write(self, directory: "str | Any") -> None:
         from pathlib import Path

@@ -6,9 +6,23 @@ adds, norms, activations, softmax and other elementwise work cost 0.
 
 from __future__ import annotations
 
-from typing import Iterable
+from fractions import Fraction
+from typing import Iterable, Union
 
 from .errors import AccountingError
+
+#: Query-key pair counts are integers except under the ``half`` convention, where an odd
+#: block length gives a half pair (n^2/2); every FLOP count built from them is an integer.
+Pairs = Union[int, Fraction]
+
+
+def _whole(x: Pairs) -> int:
+    """An exact integer from an int or a Fraction whose denominator is 1."""
+    if isinstance(x, Fraction):
+        if x.denominator != 1:
+            raise AccountingError(f"internal: FLOP count {x} is not a whole number")
+        return int(x)
+    return x
 
 
 def matmul_flops(m: int, k: int, n: int) -> int:
@@ -45,40 +59,55 @@ def lora_backward_flops(tokens: int, d_in: int, d_out: int, rank: int, *, input_
     return weights + mid + x
 
 
-def attention_pairs(n_new: int, n_cached: int, attention: str) -> int:
+def attention_pairs(n_new: int, n_cached: int, attention: str) -> Pairs:
     """Query-key pairs of a block of ``n_new`` tokens over ``n_cached`` cached tokens.
 
     causal: n_new*n_cached + n_new*(n_new+1)/2 (what the causal mask keeps);
-    full: n_new*(n_new+n_cached) (the square torch's counter sees); none: 0."""
+    half: n_new*n_cached + n_new^2/2 (half the square, verl's causal approximation since
+    its January 2026 fix: the triangle without the diagonal's extra n/2; a Fraction when
+    n_new is odd);
+    full: n_new*(n_new+n_cached) (the square torch's counter sees); none: 0.
+
+    causal and half are additive: a sequence split into blocks has the pairs of the whole."""
     if attention == "none":
         return 0
     if attention == "full":
         return n_new * (n_new + n_cached)
     if attention == "causal":
         return n_new * n_cached + n_new * (n_new + 1) // 2
-    raise AccountingError(f"attention convention must be causal, full or none, got {attention!r}")
+    if attention == "half":
+        sq = n_new * n_new
+        return n_new * n_cached + (sq // 2 if sq % 2 == 0 else Fraction(sq, 2))
+    raise AccountingError(f"attention convention must be causal, half, full or none, got {attention!r}")
 
 
-def decode_pairs(prompt_len: int, completion_len: int) -> int:
+def decode_pairs(prompt_len: int, completion_len: int, attention: str = "causal") -> Pairs:
     """Query-key pairs of KV-cache decoding: the first completion token comes from the
     prefill logits; each later token j = 1..T-1 is one forward of 1 token over P+j-1
     cached ones, i.e. P+j pairs (causal and full agree for one new token):
-    sum_{j=1}^{T-1} (P + j) = (T-1)*P + (T-1)*T/2."""
+    sum_{j=1}^{T-1} (P + j) = (T-1)*P + (T-1)*T/2.
+    Under ``half`` a one-token block has P+j-1/2 pairs: (T-1)/2 fewer in all; under
+    ``none``, 0."""
+    if attention == "none":
+        return 0
     t = completion_len - 1
-    return t * prompt_len + t * (t + 1) // 2
+    pairs = t * prompt_len + t * (t + 1) // 2
+    if attention == "half":
+        return pairs - (t // 2 if t % 2 == 0 else Fraction(t, 2))
+    return pairs
 
 
-def attention_flops(pairs: int, num_heads: int, head_dim: int) -> int:
+def attention_flops(pairs: Pairs, num_heads: int, head_dim: int) -> int:
     """QK^T and softmax(.)V: 2*head_dim FLOPs per pair and head each: 4 * pairs * H * d.
     Grouped-query attention does not cut this (every query head does its own dot products)."""
-    return 4 * pairs * num_heads * head_dim
+    return _whole(4 * pairs * num_heads * head_dim)
 
 
-def attention_backward_flops(pairs: int, num_heads: int, head_dim: int, *, q_grad: bool, k_grad: bool,
+def attention_backward_flops(pairs: Pairs, num_heads: int, head_dim: int, *, q_grad: bool, k_grad: bool,
                              v_grad: bool) -> int:
     """Backward of the attention core, 2*pairs*H*d per product: dQ (if q needs grad), dK
     (if k does), dP = dO V^T (if q or k does), dV (if v does). All four: 2x forward."""
-    unit = 2 * pairs * num_heads * head_dim
+    unit = _whole(2 * pairs * num_heads * head_dim)
     return unit * (int(q_grad) + int(k_grad) + int(q_grad or k_grad) + int(v_grad))
 
 

@@ -3,7 +3,7 @@
 numpy, pandas and scipy only (no torch, transformers or matplotlib). Every function is
 deterministic: randomness comes from an explicit ``rng`` (a seed or a numpy Generator).
 
-Pipeline (see DESIGN.md section 6): learning curves -> frontiers -> isoFLOP profiles ->
+Pipeline (see docs/design.md section 5): learning curves -> frontiers -> isoFLOP profiles ->
 saturating fits -> bootstrap uncertainty -> regimes and rank stability -> recommendation
 and validation; plus diagnostics and a scaling-fit sanity check on Chinchilla.
 """

@@ -56,7 +56,7 @@ def flops(
     iterations: Annotated[Optional[int], typer.Option(help="policy-update passes per batch (num_iterations)")] = None,
     beta: Annotated[Optional[float], typer.Option(help="KL coefficient; != 0 adds reference log-probs")] = None,
     reward: Annotated[Optional[str], typer.Option(help="rule | random | orm:MODEL | prm:MODEL | judge:MODEL")] = None,
-    conventions: Annotated[Optional[str], typer.Option(help="race | torch | verl | megatron | palm | 6nd")] = None,
+    conventions: Annotated[Optional[str], typer.Option(help="race | torch | verl | verl-legacy | megatron | palm | 6nd")] = None,
     share_prompt: Annotated[bool, typer.Option(help="prefill each prompt once for its G samples")] = False,
     recompute: Annotated[bool, typer.Option(help="gradient checkpointing (recompute as hardware FLOPs)")] = False,
     steps: Annotated[Optional[int], typer.Option(help="whole-run totals for this many steps")] = None,
@@ -93,6 +93,7 @@ def _print_flops(rep: dict) -> None:
     from rich.table import Table
 
     from race.accounting import fmt_flops
+    from race.cli.tables import print_table
 
     c = _console()
     t = Table(title=f"GRPO step: {rep['model']} ({rep['params'] / 1e9:.3g}B params), "
@@ -111,7 +112,7 @@ def _print_flops(rep: dict) -> None:
         if "run" in rep:
             row.append(fmt_flops(rep["run"][ph]))
         t.add_row(*row, style="bold" if ph == "total" else None)
-    c.print(t)
+    print_table(c, t)
     s = rep["shares"]
     c.print(f"split: search {s['search']:.1%}, learning {s['learning']:.1%}, feedback {s['feedback']:.1%}")
     c.print(f"[dim]{rep['conventions_text']}[/dim]")
@@ -135,6 +136,7 @@ def plan(
 
     from race.accounting import LoRA, fmt_flops, plan_allocations
     from race.cli.flops import resolve_reward, resolve_shape
+    from race.cli.tables import print_table
 
     try:
         shapes = [resolve_shape(m.strip()) for m in models.split(",") if m.strip()]
@@ -159,7 +161,7 @@ def plan(
     for r in rows:
         t.add_row(str(r["model"]), str(r["num_generations"]), str(r["reward"]), fmt_flops(r["step_flops"]),
                   str(r["steps"]), f"{r['search']:.0%}", f"{r['learning']:.0%}", f"{r['feedback']:.0%}")
-    _console().print(t)
+    print_table(_console(), t)
 
 
 def _register_subapps() -> None:

@@ -43,6 +43,7 @@ def build(
     from rich.table import Table
 
     from race.cli.prepare import build_with_bars
+    from race.cli.tables import print_table
     from race.models import warmstart
 
     recipe = warmstart.DEFAULT_RECIPE  # looked up at call time (tests swap in a tiny recipe)
@@ -59,6 +60,6 @@ def build(
     for info in infos:
         table.add_row(info.name, f"{info.non_embedding_params:,}", str(info.steps), f"{info.seconds:.0f}",
                       f"{info.test_accuracy:.3f}", f"{info.hard_accuracy:.3f}", "cached" if info.reused else "built")
-    console.print(table)
+    print_table(console, table)
     for info in infos:
         console.print(f"  {info.name}: {info.path}")

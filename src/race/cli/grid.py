@@ -47,6 +47,7 @@ def plan(
     from rich.markup import escape
     from rich.table import Table
 
+    from race.cli.tables import print_table
     from race.grid import plan_grid
 
     p = plan_grid(_load(grid_file), study_dir=study_dir)
@@ -63,7 +64,7 @@ def plan(
         table.add_row(c.cell.run_id, escape(c.cell.label), f"{c.cell.budget:.3g}", str(c.cell.seed), steps, *pct,
                       "[red]refused[/red]" if c.refusal else "")
     con = Console()
-    con.print(table)
+    print_table(con, table)
     pred = p.total_predicted_flops
     con.print(f"runnable cells: {len(p.runnable)}   budget total: {p.total_budget:.3g} FLOPs"
               + (f"   predicted spend: {pred:.3g} FLOPs" if pred is not None else "")
@@ -152,6 +153,7 @@ def status(
     from rich.markup import escape
     from rich.table import Table
 
+    from race.cli.tables import print_table
     from race.grid import StoreError, study_status
 
     try:
@@ -170,7 +172,7 @@ def status(
                       "" if c["total_flops"] is None else f"{c['total_flops']:.3g}", _fmt_s(c["wall_s"]) if c["wall_s"] else "",
                       escape(c["error"] or ""))
     con = Console()
-    con.print(table)
+    print_table(con, table)
     con.print("  ".join(f"{k}: {v}" for k, v in st.counts.items() if v) + f"   FLOPs {st.flops_done:.3g} / {st.flops_planned:.3g}")
     if st.driver:
         con.print(f"driver: pid {st.driver.get('pid')} on {st.driver.get('host')} is running this study")

@@ -46,6 +46,7 @@ def build(
 
     from race.accounting import fmt_flops
     from race.cli.prepare import build_with_bars
+    from race.cli.tables import print_table
     from race.rewards import training
 
     chosen = _parse_names(names)
@@ -70,7 +71,7 @@ def build(
                       f"{info.seconds:.0f}", fmt_flops(info.train_flops), num(ev, "step_accuracy"),
                       num(ev, "bad_step_recall"), num(ev, "step_auc"), num(ev, "outcome_accuracy"),
                       num(ev, "outcome_auc"), "cached" if info.reused else "built")
-    console.print(table)
+    print_table(console, table)
     console.print("  training FLOPs: race conventions, full fine-tuning, head at the scored positions; "
                   "not charged to any run's budget. Step metrics: ';' markers; outcome: PRM min over markers "
                   "(0 if unfinished) / ORM score vs final-answer correctness.")

@@ -1,5 +1,5 @@
 """Local runner: a spawn-context process pool, ``workers`` processes x
-``threads_per_worker`` threads (2 x 1 on a 2-core machine, DESIGN.md section 5)."""
+``threads_per_worker`` threads (2 x 1 on a 2-core machine, docs/design.md section 4)."""
 
 from __future__ import annotations
 

@@ -17,7 +17,7 @@ from race.grid.expand import Cell, expand_grid
 from race.grid.spec import GridSpec, as_grid_spec
 
 # Wall-time model of one cell on one worker: steps x per-step overhead + FLOPs / rate.
-# Tiny models are overhead-bound (DESIGN.md section 5), so both terms matter. Rough
+# Tiny models are overhead-bound (docs/design.md section 4), so both terms matter. Rough
 # defaults; plan_grid rescales them by what the study's finished runs actually took.
 # Measured on the demo grid (2 workers x 1 thread, 2-core CPU): tiny-xs 0.25-0.3 s per
 # step, ~1 s per evaluation point (3 per cell) and ~1 s to load a cell's models. Runs take

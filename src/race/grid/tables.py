@@ -19,7 +19,7 @@ from race.grid.store import FINISHED, STATUSES, Store
 RUN_COLUMNS = ["run_id", "study", "budget", "model", "model_params", "num_generations", "prompts_per_step",
                "num_iterations", "learning_rate", "reward", "seed", "status", "total_flops", "rollout_flops",
                "learning_flops", "feedback_flops", "steps", "wall_s", "zero_var_frac", "trunc_rate"]
-EXTRA_RUN_COLUMNS = ["lora_r", "engine", "allocation", "attempts", "error"]
+EXTRA_RUN_COLUMNS = ["lora_r", "engine", "allocation", "attempts", "error", "conventions"]
 EVAL_COLUMNS = ["run_id", "step", "flops", "target", "score", "n", "per_problem"]
 LEDGER_COLUMNS = ["run_id", "step", "phase", "component", "flops", "tokens", "seconds", "counted"]
 LEARNING_PHASES = ("update", "old_logprobs", "reference")
@@ -113,7 +113,7 @@ def load_tables(study_dir: str | Path) -> dict[str, "Any"]:
             "steps": run.get("steps"), "wall_s": r["wall_s"],
             "zero_var_frac": diag.get("zero_var_frac"), "trunc_rate": diag.get("trunc_rate"),
             "lora_r": r["lora_r"], "engine": r["engine"], "allocation": r["label"], "attempts": r["attempts"],
-            "error": r["error"],
+            "error": r["error"], "conventions": run.get("conventions"),
         }
         alloc = json.loads(r["allocation_json"])
         for path in alloc:

@@ -1,5 +1,5 @@
 """Counting what executes: ``torch.utils.flop_counter.FlopCounterMode`` with the blind spots
-of torch 2.13 CPU filled in (DESIGN.md section 4), and a meter that keeps counts under the
+of torch 2.13 CPU filled in (docs/design.md section 3), and a meter that keeps counts under the
 ledger's ``phase/component`` keys.
 
 What torch's counter sees, and what this module adds:

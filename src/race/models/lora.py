@@ -8,7 +8,7 @@ target names at least one linear layer and that the rank fits each targeted matr
 without adding expressiveness, and the accounting would charge for it.
 
 With LoRA the GRPO reference policy is the base model with the adapter switched off
-(DESIGN.md section 3): :func:`reference_policy` is that switch, so no second copy of the
+(docs/design.md section 2): :func:`reference_policy` is that switch, so no second copy of the
 weights is kept.
 """
 

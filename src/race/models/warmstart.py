@@ -5,7 +5,7 @@ carries no signal), but not all (then nothing is left to learn). :func:`build_ba
 supervised-fine-tunes a tiny size on ``prompt -> worked solution + <eos>`` pairs from the
 train split of the built-in arithmetic task with ONE recipe for every size: AdamW,
 linear warmup then cosine decay, batch 32, and the SAME number of optimizer steps for
-every size. DESIGN.md section 5: fixing the step count (rather than the wall-clock time)
+every size. docs/design.md section 4: fixing the step count (rather than the wall-clock time)
 ranks bigger models stronger, which is the ordering the pilot grid should start from.
 The loss is on completion tokens only (prompt tokens are random draws: nothing to learn).
 

@@ -23,6 +23,7 @@ from race.analysis import prepare_runs
 
 from .doc import Context, Section, guarded
 from .fmt import fmt_flops, jsonable, short_labels
+from .latex import write_study_table
 from .render import render_html, render_markdown
 from .sections_decision import (
     diagnostics_section,
@@ -158,6 +159,7 @@ def build_report(source: "str | Path | Mapping[str, pd.DataFrame] | StudyData", 
     html_path.write_text(render_html(title, subtitle, sections, footer), encoding="utf-8")
     md_path.write_text(render_markdown(title, subtitle, sections, {k: f"figures/{p.name}" for k, p in figures.items()},
                                        footer), encoding="utf-8")
+    write_study_table(ctx, out)  # study_table.tex beside report.md, for a paper to \input
     missing = {s.key: s.missing for s in sections if s.missing}
     payload: dict[str, Any] = {
         "title": title, "study": study.name, "source": study.source, "generated": generated,

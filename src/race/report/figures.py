@@ -60,20 +60,85 @@ def _compact(x: float, unit: str = "") -> str:
     return f"{x:g} {unit}".rstrip()
 
 
+#: Ticks per decade tried on a log axis, densest first (then every k-th decade).
+LOG_TICK_SUBS = ((1.0, 2.0, 5.0), (1.0, 3.0), (1.0,))
+
+
+def _spaced_log_locator(formatter: Any, gap_px: float = 8.0) -> Any:
+    """A matplotlib Locator for a log axis: major ticks at 1-2-5, 1-3 or 1 per decade, or
+    every k-th decade, the densest choice whose labels (measured with the axis's own font
+    at draw time, after layout) keep ``gap_px`` between neighbours. A fixed choice collides
+    on short spans ("5 GFLOP10 GFLOP20 GFLOP" over one decade in a narrow panel)."""
+    from matplotlib.ticker import Locator
+
+    class SpacedLogLocator(Locator):
+        def __call__(self) -> Any:
+            vmin, vmax = self.axis.get_view_interval()
+            return self.tick_values(vmin, vmax)
+
+        def tick_values(self, vmin: float, vmax: float) -> Any:
+            return np.asarray(_spaced_log_ticks(self.axis, formatter, vmin, vmax, gap_px))
+
+    return SpacedLogLocator()
+
+
+def _decade_ticks(lo: float, hi: float, subs: tuple[float, ...], every: int = 1) -> list[float]:
+    e0, e1 = int(np.floor(np.log10(lo))) - 1, int(np.ceil(np.log10(hi))) + 1
+    out = [m * 10.0 ** e for e in range(e0, e1 + 1) if e % every == 0 for m in subs]
+    return [t for t in out if lo * (1 - 1e-9) <= t <= hi * (1 + 1e-9)]
+
+
+def _labels_fit(axis: Any, formatter: Any, ticks: list[float], lo: float, hi: float, gap_px: float) -> bool:
+    """Do the labels of ``ticks`` keep ``gap_px`` between neighbours on this axis?"""
+    if len(ticks) < 2 or axis is None or axis.axes is None:
+        return True
+    fig = axis.axes.figure
+    renderer = fig.canvas.get_renderer()
+    box = axis.axes.get_window_extent(renderer)
+    horizontal = axis.axis_name == "x"
+    length = box.width if horizontal else box.height
+    major = axis.get_major_ticks(1)  # with a count, no locator call (no recursion)
+    if major:
+        font = major[0].label1.get_fontproperties()
+    else:  # pragma: no cover - an axis always has a tick to copy from
+        from matplotlib.font_manager import FontProperties
+
+        font = FontProperties()
+    span = np.log10(hi) - np.log10(lo)
+    pos = [(np.log10(t) - np.log10(lo)) / span * length for t in ticks]
+    sizes = []
+    for t in ticks:
+        w, h, _ = renderer.get_text_width_height_descent(formatter(t, None), font, ismath=False)
+        sizes.append(w if horizontal else h)
+    return all(pos[i + 1] - pos[i] >= (sizes[i] + sizes[i + 1]) / 2 + gap_px for i in range(len(ticks) - 1))
+
+
+def _spaced_log_ticks(axis: Any, formatter: Any, vmin: float, vmax: float, gap_px: float) -> list[float]:
+    lo, hi = sorted((float(vmin), float(vmax)))
+    if not (lo > 0 and np.isfinite(hi)) or hi <= lo:
+        return [hi] if hi > 0 else []
+    choices = [_decade_ticks(lo, hi, subs) for subs in LOG_TICK_SUBS]
+    choices += [_decade_ticks(lo, hi, (1.0,), every=k) for k in range(2, 13)]
+    for ticks in choices:
+        if len(ticks) >= 2 and _labels_fit(axis, formatter, ticks, lo, hi, gap_px):
+            return ticks
+    # no two labels fit (a narrow panel): one label, a power of ten when there is one
+    single = next((c for c in choices[2:] if c), None) or choices[0]
+    return single[len(single) // 2:len(single) // 2 + 1]
+
+
 def _log_axis(ax: Any, axis: str = "x", unit: str = "", limits: tuple[float, float] | None = None) -> None:
-    """Log scale with plain-text major labels (1 PFLOP, 10 PFLOP, ...) and no minor ticks
-    (cheap to lay out); ``limits`` fixes the axis range."""
-    from matplotlib.ticker import FuncFormatter, LogLocator, NullLocator
+    """Log scale with plain-text major labels (1 PFLOP, 10 PFLOP, ...) spaced so they never
+    touch (:func:`_spaced_log_locator`) and no minor ticks; ``limits`` fixes the axis range."""
+    from matplotlib.ticker import FuncFormatter, NullLocator
 
     getattr(ax, f"set_{axis}scale")("log")
     a = ax.xaxis if axis == "x" else ax.yaxis
     if limits is not None:
         (ax.set_xlim if axis == "x" else ax.set_ylim)(*limits)
-    lo, hi = limits or (ax.dataLim.intervalx if axis == "x" else ax.dataLim.intervaly)
-    decades = np.log10(hi / lo) if lo > 0 and hi > 0 else 3.0
-    subs = (1.0,) if decades >= 2 else (1.0, 2.0, 5.0)
-    a.set_major_locator(LogLocator(base=10, subs=subs, numticks=12))
-    a.set_major_formatter(FuncFormatter(lambda v, _pos: _compact(v, unit)))
+    formatter = FuncFormatter(lambda v, _pos: _compact(v, unit))
+    a.set_major_locator(_spaced_log_locator(formatter))
+    a.set_major_formatter(formatter)
     a.set_minor_locator(NullLocator())
 
 
@@ -93,6 +158,11 @@ def frontier_figure(winners: pd.DataFrame, envelope: pd.DataFrame | None = None,
     in place of the reward system), drawn thin. ``controls`` (optional): ``target,
     budget, score`` of random-reward controls.
     """
+    return to_png(_frontier(winners, envelope, controls))
+
+
+def _frontier(winners: pd.DataFrame, envelope: pd.DataFrame | None = None,
+              controls: pd.DataFrame | None = None) -> Any:
     targets = list(dict.fromkeys(winners["target"]))
     rows, cols = _grid(len(targets))
     fig = _figure(4.2 * cols, 3.4 * rows)
@@ -125,7 +195,7 @@ def frontier_figure(winners: pd.DataFrame, envelope: pd.DataFrame | None = None,
         if i == 0:
             _legend(ax, loc="best")
     fig.tight_layout()
-    return to_png(fig)
+    return fig
 
 
 def compute_split_figure(split: pd.DataFrame, labels: Mapping[str, str] | None = None) -> bytes:
@@ -173,7 +243,15 @@ def _pct_formatter() -> Any:
 def isoflop_figure(table: pd.DataFrame) -> bytes:
     """Score vs model parameters (log) per budget, fitted parabola in ln N and its vertex
     with the bootstrap interval, one panel per condition with >= 3 sizes; the axis spans
-    the sizes tried (x3 each side). ``table``: :func:`race.analysis.isoflop_table`."""
+    the sizes tried (x3 each side). ``table``: :func:`race.analysis.isoflop_table`.
+
+    A budget whose parabola has no interior optimum (it opens upward), or whose vertex
+    lies off the plotted range, has no star: its legend entry says which, and a panel with
+    no star at all says so in its title instead of promising stars."""
+    return to_png(_isoflop(table))
+
+
+def _isoflop(table: pd.DataFrame) -> Any:
     table = table[table.groupby(table["condition"].fillna("all"))["n_sizes"].transform("max") >= 3]
     if table.empty:
         raise ValueError("no budget has >= 3 model sizes: nothing to fit")
@@ -184,67 +262,116 @@ def isoflop_figure(table: pd.DataFrame) -> bytes:
     color = dict(zip(budgets, _colors(len(budgets))))
     for i, cond in enumerate(conds):
         ax = fig.add_subplot(rows, cols, i + 1)
-        for _, r in table[table["condition"].fillna("all") == cond].sort_values("budget").iterrows():
+        here = table[table["condition"].fillna("all") == cond]
+        tried = np.concatenate([np.asarray(v, float) for v in here["sizes"]])
+        xlim = (tried.min() / 3, tried.max() * 3)
+        stars = 0
+        for _, r in here.sort_values("budget").iterrows():
             c = color[r["budget"]]
             sizes, scores = np.asarray(r["sizes"], float), np.asarray(r["scores"], float)
-            ax.plot(sizes, scores, "o", color=c, label=f"budget {fmt_flops(r['budget'])}")
             coef = r["coef"]
             if isinstance(coef, (list, tuple, np.ndarray)) and len(coef) == 3:
                 xs = np.linspace(np.log(sizes.min()) - 0.3, np.log(sizes.max()) + 0.3, 100)
                 ax.plot(np.exp(xs), np.polyval(coef, xs), "-", color=c, lw=1.2, alpha=0.8)
-            if is_num(r["opt_params"]) and is_num(r["opt_score"]):
+            has_opt = is_num(r["opt_params"]) and is_num(r["opt_score"])
+            shown = has_opt and xlim[0] <= r["opt_params"] <= xlim[1]
+            note = "" if shown else " (optimum off this range)" if has_opt else " (no interior optimum)"
+            ax.plot(sizes, scores, "o", color=c, label=f"budget {fmt_flops(r['budget'])}{note}")
+            if shown:
+                stars += 1
                 lo = r["ci_low"] if is_num(r["ci_low"]) else r["opt_params"]
                 hi = r["ci_high"] if is_num(r["ci_high"]) else r["opt_params"]
                 ax.errorbar([r["opt_params"]], [r["opt_score"]],
                             xerr=[[max(r["opt_params"] - lo, 0)], [max(hi - r["opt_params"], 0)]],
                             fmt="*", ms=12, color=c, mec="black", capsize=4)
-        tried = np.concatenate([np.asarray(v, float) for v in table.loc[table["condition"].fillna("all") == cond, "sizes"]])
-        _log_axis(ax, "x", limits=(tried.min() / 3, tried.max() * 3))  # an optimum far off the grid is named in the notes
+        _log_axis(ax, "x", limits=xlim)  # an optimum far off the grid is named in the notes
         ax.set_xlabel("policy parameters (non-embedding)")
         ax.set_ylabel("best score at that size")
-        ax.set_title(f"IsoFLOP profiles: {cond} (star: optimum, bar: 95% interval)", fontsize=10)
+        if stars:
+            ax.set_title(f"IsoFLOP profiles: {cond} (star: optimum, bar: 95% interval)", fontsize=10)
+        else:  # said above the panel, where it covers no data
+            ax.set_title(f"IsoFLOP profiles: {cond}\nno budget has an interior optimum in the sizes plotted: "
+                         "no star or interval", fontsize=9)
         ax.grid(alpha=0.3)
         _legend(ax, loc="best")
     fig.tight_layout()
-    return to_png(fig)
+    return fig
+
+
+#: Line styles that tell apart series sharing a colour.
+LINESTYLES = ("-", "--", ":", "-.")
+
+
+def series_styles(keys: Any) -> dict[str, dict[str, Any]]:
+    """A colour and line style per series, every pair distinguishable. Up to 10 series:
+    one tab10 colour each (distinct hues, never light/dark pairs of one hue). More, with
+    ``|``-separated allocation keys: the setting with the fewest values (<= 4) picks the
+    line style and the other varying settings the colour (3 sizes x 2 group sizes x 2
+    rewards: 6 colours x solid/dashed). Otherwise tab10 colours cycle through the styles."""
+    import matplotlib
+
+    keys = list(dict.fromkeys(keys))
+    tab10 = [matplotlib.colormaps["tab10"](i) for i in range(10)]
+    if len(keys) <= 10:
+        return {k: {"color": tab10[i], "ls": "-"} for i, k in enumerate(keys)}
+    parts = [str(k).split("|") for k in keys]
+    if len({len(p) for p in parts}) == 1:
+        varying = [j for j in range(len(parts[0])) if len({p[j] for p in parts}) > 1]
+        for j in sorted(varying, key=lambda j: len({p[j] for p in parts})):
+            styles = sorted({p[j] for p in parts})
+            rest = list(dict.fromkeys(tuple(p[i] for i in varying if i != j) for p in parts))
+            if 2 <= len(styles) <= len(LINESTYLES) and len(rest) <= 10:
+                return {k: {"color": tab10[rest.index(tuple(p[i] for i in varying if i != j))],
+                            "ls": LINESTYLES[styles.index(p[j])]} for k, p in zip(keys, parts)}
+    return {k: {"color": tab10[i % 10], "ls": LINESTYLES[(i // 10) % len(LINESTYLES)]} for i, k in enumerate(keys)}
 
 
 def learning_curves_figure(curves: pd.DataFrame, labels: Mapping[str, str] | None = None,
                            max_panels: int = 6) -> bytes:
-    """Score vs cumulative training FLOPs, one panel per budget: each seed a thin line,
-    the seed mean (interpolated on a common FLOP grid) bold, one color per allocation.
+    """Score vs cumulative training FLOPs (log), one panel per budget: each seed a thin
+    line, the seed mean (interpolated on a common log-FLOP grid) bold, one colour and line
+    style per allocation (:func:`series_styles`), the legend outside the panels. Points at
+    0 FLOPs (a step-0 evaluation) sit at the panel's left edge.
     ``curves``: :func:`race.analysis.learning_curves` for one target (with ``runs``)."""
+    return to_png(_learning_curves(curves, labels, max_panels))
+
+
+def _learning_curves(curves: pd.DataFrame, labels: Mapping[str, str] | None = None, max_panels: int = 6) -> Any:
     budgets = sorted(curves["budget"].unique())[-max_panels:]
     allocs = sorted(curves["allocation"].unique())
     labels = dict(labels) if labels else short_labels(allocs)
-    color = dict(zip(allocs, _colors(len(allocs))))
+    style = series_styles(allocs)
     rows, cols = _grid(len(budgets))
-    fig = _figure(4.3 * cols, 3.3 * rows + 0.5)
+    fig = _figure(4.3 * cols, 3.3 * rows)
     for i, b in enumerate(budgets):
         ax = fig.add_subplot(rows, cols, i + 1)
         cb = curves[curves["budget"] == b]
+        positive = cb.loc[cb["flops"] > 0, "flops"]
+        left = float(positive.min()) / 2 if len(positive) else 1.0  # where 0 FLOPs is drawn
         for alloc, ga in cb.groupby("allocation", sort=True):
-            grid = np.linspace(0.0, float(ga["flops"].max()), 60)
+            x_all = ga["flops"].clip(lower=left)
+            grid = np.geomspace(max(left, float(x_all.min())), max(float(x_all.max()), left * 1.0001), 60)
             interp = []
             for _, gr in ga.groupby("run_id", sort=True):
                 gr = gr.sort_values("flops")
-                ax.plot(gr["flops"], gr["score"], lw=0.7, alpha=0.45, color=color[alloc])
-                ok = grid <= gr["flops"].max() * (1 + 1e-9)
-                interp.append(np.where(ok, np.interp(grid, gr["flops"], gr["score"]), np.nan))
+                x = gr["flops"].clip(lower=left).to_numpy(float)
+                ax.plot(x, gr["score"], lw=0.7, alpha=0.4, **style[alloc])
+                ok = (grid <= x.max() * (1 + 1e-9)) & (grid >= x.min() * (1 - 1e-9))
+                interp.append(np.where(ok, np.interp(np.log(grid), np.log(x), gr["score"]), np.nan))
             with np.errstate(all="ignore"):
                 mean = np.nanmean(np.vstack(interp), axis=0) if interp else grid * np.nan
-            ax.plot(grid, mean, lw=2.2, color=color[alloc], label=labels.get(alloc, alloc) if i == 0 else None)
+            ax.plot(grid, mean, lw=2.2, label=labels.get(alloc, alloc) if i == 0 else None, **style[alloc])
+        _log_axis(ax, "x", "FLOP")
         ax.set_title(f"budget {fmt_flops(b)}", fontsize=10)
-        ax.set_xlabel("training FLOPs")
+        ax.set_xlabel("training FLOPs (log)")
         ax.set_ylabel("score")
-        ax.ticklabel_format(axis="x", style="sci", scilimits=(0, 0))
         ax.grid(alpha=0.3)
     handles, labs = fig.axes[0].get_legend_handles_labels() if fig.axes else ([], [])
-    if handles:
-        fig.legend(handles, labs, loc="lower center", ncol=min(4, len(labs)), fontsize=8, frameon=False,
-                   bbox_to_anchor=(0.5, 0.0))
-    fig.tight_layout(rect=(0, 0.04 + 0.03 * ((len(labs) - 1) // 4 if handles else 0), 1, 1))
-    return to_png(fig)
+    fig.tight_layout()
+    if handles:  # outside the panels, right of them: never over an axis label
+        fig.legend(handles, labs, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8, frameon=False,
+                   ncol=1 if len(labs) <= 16 else 2, title="allocation (mean of seeds)", title_fontsize=8)
+    return fig
 
 
 def _axis_category(axes: str, tie: bool, compared: Any) -> str:
@@ -375,4 +502,4 @@ def predictions_figure(predictions: pd.DataFrame, chosen: str, labels: Mapping[s
 
 
 __all__ = ["to_png", "frontier_figure", "compute_split_figure", "isoflop_figure", "learning_curves_figure",
-           "regime_heatmap", "flops_seconds_figure", "predictions_figure", "AXIS_COLORS"]
+           "regime_heatmap", "flops_seconds_figure", "predictions_figure", "series_styles", "AXIS_COLORS"]

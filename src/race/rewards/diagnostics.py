@@ -12,7 +12,7 @@ least-squares fits against the run's progress ``x`` (step / last step, so a slop
 change over the whole run) over the SECOND HALF of the run (the early climb is the
 policy learning the format, not over-optimisation). The flag needs both a proxy slope of
 at least ``min_slope`` and a verified slope of at most ``-min_slope`` (noise-sized
-wobbles, DESIGN.md section 5, stay unflagged), and at least ``min_points`` points.
+wobbles, docs/design.md section 4, stay unflagged), and at least ``min_points`` points.
 The verified signal is the greedy evaluation of ``eval_target`` when the second half has
 ``min_points`` evaluations; otherwise the train rows' ``verified_mean``.
 """

@@ -11,13 +11,13 @@ separator; ``#`` (:data:`FINAL_MARK`) introduces the final answer and ``.``
 (:data:`END_MARK`) closes it. All characters are in the character tokenizer's alphabet.
 
 Why this task: it is verifiable by parsing (no ``eval``), has step structure for process
-rewards, and its difficulty is a dial (number of operations, operand range). DESIGN.md
-section 5 trained operands 0-49 with 2-4 operations; the default here is the easier
-0-19 with 2-4 operations, because with one fixed-step SFT recipe shared by the tiny
-family (a few minutes on 2 CPU cores) that is where the sizes land at partial greedy
-accuracy (see ``race.models.warmstart``). By default intermediate results never go
-below zero (a subtraction draws its operand from ``0..running value``), which keeps every
-number sign-free.
+rewards, and its difficulty is a dial (number of operations, operand range). The first
+experiments (docs/design.md section 4) trained operands 0-49 with 2-4 operations; the
+default here is the easier 0-19 with 2-4 operations, because with one fixed-step SFT
+recipe shared by the tiny family (a few minutes on 2 CPU cores) that is where the sizes
+land at partial greedy accuracy (see ``race.models.warmstart``). By default intermediate
+results never go below zero (a subtraction draws its operand from ``0..running value``),
+which keeps every number sign-free.
 
 Splits are DISJOINT by construction: each expression is hashed (SHA-256) into one of 100
 buckets; ``test`` owns buckets 0-9, ``hard`` buckets 10-19 and ``train`` buckets 20-99,

@@ -1,0 +1,117 @@
+"""Declared dependencies match what the code imports; the constraints file pins the tested
+versions without forcing a torch build on anyone."""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+REPO = Path(__file__).resolve().parents[1]
+SRC = REPO / "src" / "race"
+PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
+EXTRAS: dict[str, list[str]] = PYPROJECT["project"]["optional-dependencies"]
+CONSTRAINTS = REPO / "constraints" / "cpu.txt"
+
+# distribution name -> the module RACE imports it as
+MODULE = {"pyyaml": "yaml", "math-verify": "math_verify"}
+# declared but imported by no RACE module, and why
+NOT_IMPORTED = {
+    "pyarrow": "datasets reads .parquet task files through it (race.tasks.files)",
+    "tensorboard": "torch.utils.tensorboard writes through it (log_to: tensorboard)",
+    "pytest": "test runner",
+    "pytest-timeout": "pytest plugin",
+}
+
+
+def _requirements(group: str) -> list[Requirement]:
+    specs = PYPROJECT["project"]["dependencies"] if group == "core" else EXTRAS[group]
+    return [Requirement(s) for s in specs]
+
+
+def _declared() -> dict[str, Requirement]:
+    out = {}
+    for group in ["core", *EXTRAS]:
+        for r in _requirements(group):
+            if canonicalize_name(r.name) != "race-rl":
+                out[canonicalize_name(r.name)] = r
+    return out
+
+
+def _imported_top_modules() -> set[str]:
+    pat = re.compile(r"^\s*(?:from|import)\s+([A-Za-z_][A-Za-z0-9_]*)", re.M)
+    found: set[str] = set()
+    for f in SRC.rglob("*.py"):
+        found |= set(pat.findall(f.read_text()))
+    return found
+
+
+def test_every_declared_dependency_is_imported_or_explained():
+    imported = _imported_top_modules()
+    unused = []
+    for name in _declared():
+        module = MODULE.get(name, name.replace("-", "_"))
+        if module not in imported and name not in NOT_IMPORTED:
+            unused.append(name)
+    assert not unused, f"declared in pyproject.toml but never imported by race: {unused}"
+    assert "tqdm" not in _declared() and "accelerate" not in _declared()
+
+
+def test_log_to_backends_have_an_extra_outside_all():
+    from typing import get_args
+
+    from race.config import RunConfig
+
+    backends = set(get_args(get_args(RunConfig.model_fields["log_to"].annotation)[0]))
+    assert backends == {"tensorboard", "wandb"}
+    assert {canonicalize_name(r.name) for r in _requirements("logging")} == backends
+    all_groups = re.search(r"\[(.*)\]", EXTRAS["all"][0]).group(1).split(",")
+    assert "logging" not in all_groups
+    assert set(all_groups) == set(EXTRAS) - {"all", "logging"}
+
+
+def test_trl_and_transformers_ranges_are_the_tested_ones():
+    d = _declared()
+    assert "1.16.0" in d["trl"].specifier and "1.17.0" not in d["trl"].specifier
+    assert "1.15.0" not in d["trl"].specifier and "0.23.0" not in d["trl"].specifier
+    assert "5.24.0" in d["transformers"].specifier and "4.56.0" not in d["transformers"].specifier
+
+
+def _pins() -> dict[str, str]:
+    pins = {}
+    for line in CONSTRAINTS.read_text().splitlines():
+        if not line.strip() or line.startswith("#"):
+            continue
+        m = re.fullmatch(r"([A-Za-z0-9_.\-]+)==([A-Za-z0-9_.+\-]+)", line.strip())
+        assert m, f"constraints/cpu.txt: not a name==version pin: {line!r}"
+        pins[canonicalize_name(m.group(1))] = m.group(2)
+    return pins
+
+
+def test_constraints_pin_tested_versions_within_the_declared_ranges():
+    pins = _pins()
+    assert len(pins) > 50
+    forced = {n for n in pins if n in {"torch", "triton", "race-rl", "pip", "setuptools"} or n.startswith("nvidia-")}
+    assert not forced, f"constraints/cpu.txt must not pin {forced}: GPU users bring their own torch"
+    torch_version = re.search(r"^# torch-version: (\d+\.\d+\.\d+)$", CONSTRAINTS.read_text(), re.M).group(1)
+    assert torch_version in _declared()["torch"].specifier
+    for name, req in _declared().items():
+        if name == "torch" or (name in ("tensorboard", "wandb") and name not in pins):
+            continue  # torch is installed apart; the logging extra is not in the tested install
+        assert name in pins, f"{name} is declared but constraints/cpu.txt does not pin it"
+        assert pins[name] in req.specifier, f"{name}=={pins[name]} is outside pyproject's {req}"
+
+
+def test_setup_script_uses_the_constraints_and_keeps_an_existing_torch():
+    sh = (REPO / "scripts" / "setup.sh").read_text()
+    assert "constraints/cpu.txt" in sh and 'ARGS=(-c "$CONSTRAINTS")' in sh
+    assert "RACE_TORCH_SPEC" in sh and 'if ! $VPY -c "import torch"' in sh
+    assert "torch-version" in sh  # constraints skipped when the venv's torch differs
