@@ -4,7 +4,7 @@ ran alone (greedy rows), and evaluation FLOPs equal to what FlopCounterMode meas
 from __future__ import annotations
 
 from race.accounting import LoRA, ModelShape
-from race.config import EvalSettings, LoraSettings
+from race.spec.run import EvalSettings, LoraSettings
 from race.tasks import ArithTask
 
 

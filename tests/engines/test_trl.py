@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from race.config import ConfigError, run_config_from_dict
+from race.spec import ConfigError, run_config_from_dict
 
 # the keys of the built-in engine's run.json (race.engines.builtin.BuiltinEngine._finish)
 RUN_KEYS = {"run_id", "name", "engine", "status", "stop_reason", "error", "budget_flops", "total_flops",

@@ -4,6 +4,7 @@ happen inside the commands so `race --help` and `race flops` start fast."""
 from __future__ import annotations
 
 import json
+import math
 import sys
 from pathlib import Path
 from typing import Annotated, Optional
@@ -36,13 +37,21 @@ def _console():
 def _yaml_defaults(path: Optional[Path]) -> dict:
     if path is None:
         return {}
-    from race.config import ConfigError, load_yaml
+    from race.spec.errors import ConfigError, load_yaml_mapping
 
     try:
-        return load_yaml(path)
+        return load_yaml_mapping(path, ConfigError, "settings file")
     except ConfigError as e:
         _fail(str(e))
     return {}
+
+
+def _one_line(text: str) -> str:
+    """A multi-line validation message as one line (``a; b; c``)."""
+    lines = [ln.strip().removeprefix("- ") for ln in str(text).splitlines() if ln.strip()]
+    if len(lines) > 1 and lines[0].endswith(":"):
+        return lines[0] + " " + "; ".join(lines[1:])
+    return "; ".join(lines)
 
 
 @app.command()
@@ -65,28 +74,38 @@ def flops(
     as_json: Annotated[bool, typer.Option("--json", help="print JSON instead of a table")] = False,
 ) -> None:
     """Per-phase FLOPs of one GRPO step and of a whole run, with percentages."""
-    from race.cli.flops import FlopsQuery, flops_report
+    from race.estimate import flops_report
+    from race.spec.errors import ConfigError
+    from race.spec.flops import FlopsQuery, flops_query
 
     data = _yaml_defaults(config)
     flags = dict(model=model, lora_rank=lora_rank, prompts=prompts, group=group, prompt_len=prompt_len,
                  completion_len=completion_len, iterations=iterations, beta=beta, reward=reward,
                  conventions=conventions, steps=steps, budget=budget)
-    data.update({k: v for k, v in flags.items() if v is not None})
+    for name, value in flags.items():  # a flag replaces the file's setting, whichever name it used there
+        if value is not None:
+            for alias in _aliases(FlopsQuery, name):
+                data.pop(alias, None)
+            data[name] = value
     data["share_prompt"] = share_prompt or bool(data.get("share_prompt", False))
-    data["recompute"] = recompute or bool(data.get("recompute", False))
+    if recompute:
+        data.pop("gradient_checkpointing", None)
+        data["recompute"] = True
     if not data.get("model"):
         _fail("--model is required (a preset such as qwen2.5-7b, a tiny-family name, or a config.json path)")
-    unknown = set(data) - set(FlopsQuery.__dataclass_fields__)
-    if unknown:
-        _fail(f"unknown setting(s) in {config}: {', '.join(sorted(unknown))}")
     try:
-        rep = flops_report(FlopsQuery(**data))
-    except AccountingError as e:
-        _fail(str(e))
+        rep = flops_report(flops_query(data, str(config) if config else "flags"))
+    except (AccountingError, ConfigError, ValueError) as e:
+        _fail(_one_line(str(e)))
     if as_json:
         typer.echo(json.dumps(rep, indent=2))
         return
     _print_flops(rep)
+
+
+def _aliases(model: type, name: str) -> list[str]:
+    alias = model.model_fields[name].validation_alias  # type: ignore[attr-defined]
+    return list(getattr(alias, "choices", [])) if alias is not None else []
 
 
 def _print_flops(rep: dict) -> None:
@@ -134,19 +153,30 @@ def plan(
     from rich.table import Table
 
     from race.accounting import LoRA, fmt_flops, plan_allocations
-    from race.cli.flops import resolve_reward, resolve_shape
+    from race.models.refs import resolve_shape
+    from race.rewards.systems import reward_system
 
+    if not math.isfinite(budget) or budget <= 0:
+        _fail(f"--budget {budget:g}: budget must be > 0 (a finite FLOP count)")
+    if lora_rank is not None and lora_rank < 1:
+        _fail(f"--lora-rank {lora_rank}: must be >= 1 (omit it for full fine-tuning)")
+    for flag, value in (("--prompts", prompts), ("--prompt-len", prompt_len), ("--completion-len", completion_len)):
+        if value < 1:
+            _fail(f"{flag} {value}: must be >= 1")
+    try:
+        gs = [int(g) for g in groups.split(",") if g.strip()]
+    except ValueError:
+        _fail(f"--groups {groups!r}: give comma-separated whole numbers, e.g. 4,8,16")
+    if not gs or any(g < 2 for g in gs):
+        _fail(f"--groups {groups}: GRPO needs group sizes >= 2")
     try:
         shapes = [resolve_shape(m.strip()) for m in models.split(",") if m.strip()]
-        gs = [int(g) for g in groups.split(",") if g.strip()]
-        rws = [resolve_reward(r.strip()) for r in rewards.split(",") if r.strip()]
-        if any(g < 2 for g in gs):
-            raise AccountingError(f"--groups {groups}: GRPO needs group sizes >= 2")
+        rws = [reward_system(r.strip()) for r in rewards.split(",") if r.strip()]
         allocs = plan_allocations(budget, shapes, gs, rws, prompts_per_step=prompts, prompt_len=prompt_len,
                                   completion_len=completion_len, lora=LoRA(lora_rank) if lora_rank else None,
                                   conventions=conventions)
     except (AccountingError, ValueError) as e:
-        _fail(str(e))
+        _fail(_one_line(str(e)))
     if not allocs:
         _fail(f"no allocation affords one step within {budget:.3g} FLOPs; raise --budget or shrink the step")
     rows = [a.row() for a in allocs]
@@ -163,20 +193,14 @@ def plan(
 
 
 def _register_subapps() -> None:
-    """Sub-apps live in their own modules; each imports only typer at module level."""
-    import importlib
+    """Sub-apps live in their own modules; each imports only typer at module level. They
+    are part of the CLI: an ImportError here is a bug to see, not a command to hide."""
+    from race.cli import base, grid, rm, run_cmds, study_cmds
 
-    for mod, name in (("race.cli.base", "base"), ("race.cli.rm", "rm"), ("race.cli.grid", "grid")):
-        try:
-            sub = importlib.import_module(mod)
-        except ImportError:
-            continue
+    for sub, name in ((base, "base"), (rm, "rm"), (grid, "grid")):
         app.add_typer(sub.app, name=name)
-    for mod in ("race.cli.run_cmds",):
-        try:
-            importlib.import_module(mod).register(app)
-        except ImportError:
-            continue
+    run_cmds.register(app)
+    study_cmds.register(app)
 
 
 _register_subapps()

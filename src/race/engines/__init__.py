@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
-from race.config import RunConfig
+from race.spec.run import RunConfig
 
 
 class Engine(Protocol):

@@ -40,7 +40,7 @@ from race.accounting import (
     rollout_components,
     steps_in_budget,
 )
-from race.config import RunConfig
+from race.spec.run import RunConfig
 from race.engines.checkpoint import find_checkpoint, load_checkpoint, save_checkpoint
 from race.engines.evaluation import Evaluator
 from race.engines.grpo_math import completion_logprobs, group_advantages, grpo_loss, lr_at
@@ -65,9 +65,9 @@ def make_task(cfg: RunConfig) -> Any:
 
 
 def _verify_fn() -> Callable[[Any, str], bool]:
-    from race.rewards.rule import _verify
+    from race.rewards.text import verify_terms
 
-    return lambda p, text: _verify(p, text)[0] == 1.0
+    return lambda p, text: verify_terms(p, text)[0] == 1.0
 
 
 def default_torch_threads(cfg: RunConfig) -> int | None:

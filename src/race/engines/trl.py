@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from race.accounting import AccountingError, steps_in_budget
-from race.config import ConfigError, RunConfig
+from race.spec import ConfigError, RunConfig
 from race.engines.run_io import MetricsLog, read_run, write_config, write_json_atomic
 
 Progress = Callable[[dict[str, Any]], None]

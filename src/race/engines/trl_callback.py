@@ -45,7 +45,7 @@ from race.engines.trl_flops import (
     update_components,
 )
 from race.engines.trl_hooks import FlopTracker, _compact_head, bound_prompt_length, causal_lm, lora_of
-from race.models.loading import model_shape
+from race.models.refs import model_shape
 
 RewardBound = Callable[[int, int, int], int]  # (sequences, max prompt len, max completion len) -> FLOPs
 

@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
-from race.grid.expand import Cell
+from race.spec.cells import Cell
 from race.grid.lock import StudyLock
 from race.grid.plan import GridPlan, PlannedCell, Predictor, plan_grid
-from race.grid.spec import GridSpec, RunnerSettings, as_grid_spec
+from race.spec.grid import GridSpec, RunnerSettings, as_grid_spec
 from race.grid.store import FINISHED, Store
 
 

@@ -20,11 +20,11 @@ from race.models.loading import (
     cache_dir,
     load_policy,
     load_tokenizer,
-    model_shape,
     resolve_device,
     resolve_dtype,
     save_policy,
 )
+from race.models.refs import model_shape, resolve_shape
 from race.models.lora import reference_policy, trainable_params, validate_lora, wrap_lora
 from race.models.tokenizer import VOCAB_SIZE, build_char_tokenizer, check_vocab_fits
 from race.models.warmstart import (
@@ -42,7 +42,7 @@ __all__ = [
     "TINY_FAMILY", "VOCAB_SIZE", "DEFAULT_RECIPE", "BaseInfo", "SFTRecipe",
     "base_dir", "build_all", "build_base", "build_char_tokenizer", "build_tiny_model", "cache_dir",
     "check_vocab_fits", "evaluate_greedy", "family_table", "greedy_completions", "is_tiny_name",
-    "lm_head_params", "load_policy", "load_tokenizer", "model_shape", "non_embedding_params", "non_embedding_params_from_config",
+    "lm_head_params", "load_policy", "load_tokenizer", "model_shape", "resolve_shape", "non_embedding_params", "non_embedding_params_from_config",
     "reference_policy", "resolve_device", "resolve_dtype", "save_policy", "tiny_config", "tiny_config_kwargs",
     "trainable_params", "validate_lora", "wrap_lora",
 ]

@@ -37,6 +37,9 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from race.rewards.base import RewardOutput
+from race.rewards.rm_encoding import Scorer
+from race.rewards.terms import rule_terms, weighted
+from race.rewards.text import prompt_of, question_of, sanitize
 
 SUPPORTED = {"orm": ("ForSequenceClassification",), "prm": ("ForTokenClassification", "Qwen2ForProcessRewardModel")}
 QWEN_PRM_SYSTEM = "Please reason step by step, and put your final answer within \\boxed{}."
@@ -167,14 +170,8 @@ def _load_model(path: Path, kind: str, config: dict[str, Any], device: Any) -> A
     return model.to(device).eval()
 
 
-def _question(problem: Any) -> str:
-    return str(getattr(problem, "question", None) or getattr(problem, "prompt", "") or "")
-
-
 def _renderer(kind: str, tok: Any, settings: dict[str, Any]) -> tuple[Any, frozenset[int] | None, int | None]:
     """(render, marker ids, final marker id) for this RM."""
-    from race.rewards.models import _prompt_of
-
     def tok_id(t: str) -> int:
         i = tok.convert_tokens_to_ids(t)
         if i is None or i == tok.unk_token_id:
@@ -193,11 +190,11 @@ def _renderer(kind: str, tok: Any, settings: dict[str, Any]) -> tuple[Any, froze
     final_id = tok_id(final) if final else None
     if kind == "orm":
         if use_chat:
-            return (lambda p, c: chat(_question(p), c, settings.get("system"))), None, None
-        return (lambda p, c: (_prompt_of(p), c)), None, None
+            return (lambda p, c: chat(question_of(p), c, settings.get("system"))), None, None
+        return (lambda p, c: (prompt_of(p), c)), None, None
     if settings.get("markers"):  # markers already in the text (RACE's own PRMs)
         ids = frozenset(tok_id(m) for m in settings["markers"])
-        return (lambda p, c: (_prompt_of(p), c)), ids, final_id
+        return (lambda p, c: (prompt_of(p), c)), ids, final_id
     sep = settings.get("sep_token", "<extra_0>")
     sep_id = tok_id(sep)
     delim = settings.get("step_delimiter", "\n\n")
@@ -206,16 +203,15 @@ def _renderer(kind: str, tok: Any, settings: dict[str, Any]) -> tuple[Any, froze
     def render(p: Any, c: str) -> tuple[str, str]:
         steps = [s.strip() for s in c.replace(sep, "").split(delim) if s.strip()]
         body = "".join(s + sep for s in steps)
-        return chat(_question(p), body, system) if use_chat else (_prompt_of(p), body)
+        return chat(question_of(p), body, system) if use_chat else (prompt_of(p), body)
 
     return render, frozenset({sep_id}), final_id
 
 
 def load_hf_scorer(path: str | Path, kind: str, *, device: Any = "auto", name: str | None = None) -> Any:
-    """A ``Scorer`` (see ``race.rewards.models``) for the checkpoint at ``path``."""
+    """A ``Scorer`` (see ``race.rewards.rm_encoding``) for the checkpoint at ``path``."""
     from race.models.loading import resolve_device
     from race.models.tokenizer import check_vocab_fits
-    from race.rewards.models import Scorer
 
     p = Path(path).expanduser()
     config = _check_dir(p)
@@ -263,12 +259,11 @@ class JudgeReward:
         import torch
 
         from race.accounting import reward_model_flops
-        from race.rewards.models import _prompt_of, rule_terms, sanitize
 
         t0 = time.perf_counter()
         if not completions:
             return RewardOutput([], [])
-        texts = [self.template.format(prompt=_prompt_of(p), completion=sanitize(c))
+        texts = [self.template.format(prompt=prompt_of(p), completion=sanitize(c))
                  for p, c in zip(problems, completions, strict=True)]
         self.tok.truncation_side = "left"
         enc = self.tok(texts, return_tensors="pt", padding=True, truncation=True, max_length=self.max_length,
@@ -288,7 +283,7 @@ class JudgeReward:
             terms = rule_terms(p, sanitize(c), needed)
             terms["rm"] = 1.0 if v.strip()[:1] in ("Y", "y") else 0.0
             yes += int(terms["rm"])
-            rewards.append(sum(w * terms[t] for t, w in self.spec.weights.items()))
+            rewards.append(weighted(self.spec.weights, terms))
             verified.append(terms["outcome"])
         return RewardOutput(rewards, verified, components=comps, tokens=B * (L + k), seconds=time.perf_counter() - t0,
                             extra={"judge_yes_frac": yes / B})

@@ -1,0 +1,86 @@
+"""The ``race flops`` query: one GRPO step (and optionally a whole run) to account,
+validated like a run file. Settings come from ``race flops -c FILE`` and the command's
+flags; a file may use the run file's TRL names (``num_generations``,
+``max_prompt_length``, ``max_completion_length``, ``num_iterations``, ``budget_flops``,
+``prompts_per_step``, ``lora.r``) or the command's own."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from race.spec.errors import ConfigError, format_errors
+from race.spec.reward import parse_reward
+
+#: Longest sequence accounted (Qwen2.5's longest context, 128k tokens).
+MAX_TOKENS = 131_072
+
+
+def _alias(*names: str) -> Any:
+    return AliasChoices(*names)
+
+
+class FlopsQuery(BaseModel):
+    """Per-phase FLOPs of one step (``race.estimate.flops_report``)."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    model: str = Field(..., min_length=1, description="preset, tiny-family name, config.json or model directory")
+    lora_rank: int | None = Field(None, ge=1, validation_alias=_alias("lora_rank", "r"),
+                                  description="LoRA rank (omit for full fine-tuning)")
+    prompts: int = Field(16, ge=1, validation_alias=_alias("prompts", "prompts_per_step"))
+    group: int = Field(8, ge=2, validation_alias=_alias("group", "num_generations"),
+                       description="group size G (GRPO needs >= 2)")
+    prompt_len: int = Field(64, ge=1, le=MAX_TOKENS, validation_alias=_alias("prompt_len", "max_prompt_length"))
+    completion_len: int = Field(64, ge=1, le=MAX_TOKENS,
+                                validation_alias=_alias("completion_len", "max_completion_length"))
+    iterations: int = Field(1, ge=1, validation_alias=_alias("iterations", "num_iterations"))
+    beta: float = Field(0.0, ge=0, allow_inf_nan=False)
+    reward: str = "rule"
+    reward_completion_len: int = Field(64, ge=1, le=MAX_TOKENS)
+    conventions: str = "race"
+    share_prompt: bool = False
+    recompute: bool = Field(False, validation_alias=_alias("recompute", "gradient_checkpointing"))
+    steps: int | None = Field(None, ge=1)
+    budget: float | None = Field(None, gt=0, allow_inf_nan=False, validation_alias=_alias("budget", "budget_flops"))
+
+    @model_validator(mode="before")
+    @classmethod
+    def _lora_section(cls, data: Any) -> Any:
+        """``lora: {r: 16}`` as in a run file; ``lora: null`` is full fine-tuning."""
+        if isinstance(data, dict) and "lora" in data:
+            data = dict(data)
+            lora = data.pop("lora")
+            if isinstance(lora, dict) and "r" in lora and "lora_rank" not in data:
+                data["lora_rank"] = lora["r"]
+        return data
+
+    @model_validator(mode="after")
+    def _check(self) -> "FlopsQuery":
+        parse_reward(self.reward)
+        if self.steps is not None and self.budget is not None:
+            raise ValueError("give steps or budget, not both")
+        return self
+
+
+_FLAG = {"lora_rank": "--lora-rank", "prompts": "--prompts", "group": "--group", "prompt_len": "--prompt-len",
+         "completion_len": "--completion-len", "iterations": "--iterations", "budget": "--budget",
+         "steps": "--steps", "reward": "--reward", "beta": "--beta", "model": "--model"}
+
+
+def flops_query(data: dict[str, Any], source: str = "settings") -> FlopsQuery:
+    """Validate ``race flops`` settings; ``ConfigError`` names the setting (and its flag)."""
+    try:
+        return FlopsQuery.model_validate(data)
+    except ValidationError as e:
+        def name(loc: tuple[Any, ...]) -> str:
+            return "unknown setting (check the spelling)"
+
+        text = format_errors(e, f"invalid flops query ({source}):", name)
+        for field, flag in _FLAG.items():
+            text = text.replace(f"  - {field}: ", f"  - {field} ({flag}): ")
+        raise ConfigError(text) from None
+
+
+__all__ = ["FlopsQuery", "MAX_TOKENS", "flops_query"]
