@@ -168,7 +168,7 @@ def test_non_finite_loss_stops_and_keeps_the_last_checkpoint(tiny_model_dir, tmp
 
 def test_default_torch_threads_config_then_worker_then_one_for_tiny(monkeypatch):
     from race.spec.run import RunConfig
-    from race.engines.builtin import default_torch_threads
+    from race.engines.common import default_torch_threads
 
     monkeypatch.delenv("RACE_TORCH_THREADS", raising=False)
     assert default_torch_threads(RunConfig(model="tiny-s", budget_flops=1e9)) == 1

@@ -9,7 +9,7 @@ from race.tasks import ArithTask
 
 
 def _evaluator(tok, model, settings, batch_size=256):
-    from race.engines.builtin import _verify_fn
+    from race.engines.common import _verify_fn
     from race.engines.evaluation import Evaluator
 
     shape = ModelShape.from_hf_config(model.get_base_model().config.to_dict())
