@@ -157,12 +157,17 @@ def plan(
     from race.rewards.systems import reward_system
 
     if not math.isfinite(budget) or budget <= 0:
-        _fail(f"--budget {budget:g}: budget must be > 0 (a finite FLOP count)")
+        _fail(f"--budget {budget:g}: budget must be > 0 and finite (a FLOP count)")
     if lora_rank is not None and lora_rank < 1:
         _fail(f"--lora-rank {lora_rank}: must be >= 1 (omit it for full fine-tuning)")
-    for flag, value in (("--prompts", prompts), ("--prompt-len", prompt_len), ("--completion-len", completion_len)):
+    from race.spec.flops import MAX_TOKENS
+
+    for flag, value, top in (("--prompts", prompts, None), ("--prompt-len", prompt_len, MAX_TOKENS),
+                             ("--completion-len", completion_len, MAX_TOKENS)):
         if value < 1:
             _fail(f"{flag} {value}: must be >= 1")
+        if top is not None and value > top:
+            _fail(f"{flag} {value}: must be <= {top}")
     try:
         gs = [int(g) for g in groups.split(",") if g.strip()]
     except ValueError:

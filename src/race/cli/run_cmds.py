@@ -33,7 +33,7 @@ def train(
     from race.spec.run import load_run_config
 
     if budget is not None and not (math.isfinite(budget) and budget > 0):
-        _fail(f"--budget {budget:g}: budget must be > 0 (a finite FLOP count)")
+        _fail(f"--budget {budget:g}: budget must be > 0 and finite (a FLOP count)")
     try:  # the budget travels as a float, not through YAML text
         cfg = load_run_config(config, list(set_ or []), values={"budget_flops": budget} if budget is not None else None)
     except ConfigError as e:

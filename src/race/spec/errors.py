@@ -22,19 +22,31 @@ class GridSpecError(ValueError):
     """A grid file is wrong; the message says which field and what to change."""
 
 
+_BOUNDS = {"greater_than": (">", "gt"), "greater_than_equal": (">=", "ge"), "less_than": ("<", "lt"),
+           "less_than_equal": ("<=", "le")}
+
+
 def format_errors(err: ValidationError, title: str,
-                  unknown: Callable[[tuple[Any, ...]], str] | None = None) -> str:
-    """``title`` then one ``  - field: message`` line per pydantic error. ``unknown(loc)``
-    words the message for a field that does not exist (default: check the spelling)."""
+                  unknown: Callable[[tuple[Any, ...]], str] | None = None,
+                  label: Callable[[str], str] | None = None) -> str:
+    """``title`` then one ``  - field: message`` line per pydantic error (``  - field must
+    be > 0`` for a bound). ``unknown(loc)`` words the message for a field that does not
+    exist (default: check the spelling); ``label(field)`` names a field (e.g. its flag)."""
     lines = [title]
     for e in err.errors():
         loc = ".".join(str(p) for p in e["loc"]) or "(top level)"
+        name = label(loc) if label else loc
         msg = e["msg"].removeprefix("Value error, ")
+        if e["type"] in _BOUNDS and (e.get("ctx") or {}).get(_BOUNDS[e["type"]][1]) is not None:
+            op, key = _BOUNDS[e["type"]]
+            lines.append(f"  - {name} must be {op} {e['ctx'][key]:g}" if isinstance(e["ctx"][key], float)
+                         else f"  - {name} must be {op} {e['ctx'][key]}")
+            continue
         if e["type"] == "extra_forbidden":
             msg = unknown(tuple(e["loc"])) if unknown else "unknown field (check the spelling; see configs/ for examples)"
         elif e["type"] == "missing":
             msg = "required field is missing"
-        lines.append(f"  - {msg}" if msg.startswith(f"{loc}.") else f"  - {loc}: {msg}")
+        lines.append(f"  - {msg}" if msg.startswith(f"{loc}.") else f"  - {name}: {msg}")
     return "\n".join(lines)
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from race.spec.errors import ConfigError, format_errors
 from race.spec.reward import parse_reward
@@ -56,9 +56,14 @@ class FlopsQuery(BaseModel):
                 data["lora_rank"] = lora["r"]
         return data
 
+    @field_validator("reward")
+    @classmethod
+    def _reward(cls, v: str) -> str:
+        parse_reward(v)  # the one grammar (race.spec.reward)
+        return v
+
     @model_validator(mode="after")
     def _check(self) -> "FlopsQuery":
-        parse_reward(self.reward)
         if self.steps is not None and self.budget is not None:
             raise ValueError("give steps or budget, not both")
         return self
@@ -74,13 +79,11 @@ def flops_query(data: dict[str, Any], source: str = "settings") -> FlopsQuery:
     try:
         return FlopsQuery.model_validate(data)
     except ValidationError as e:
-        def name(loc: tuple[Any, ...]) -> str:
+        def unknown(loc: tuple[Any, ...]) -> str:
             return "unknown setting (check the spelling)"
 
-        text = format_errors(e, f"invalid flops query ({source}):", name)
-        for field, flag in _FLAG.items():
-            text = text.replace(f"  - {field}: ", f"  - {field} ({flag}): ")
-        raise ConfigError(text) from None
+        raise ConfigError(format_errors(e, f"invalid flops query ({source}):", unknown,
+                                        lambda field: _FLAG.get(field, field))) from None
 
 
 __all__ = ["FlopsQuery", "MAX_TOKENS", "flops_query"]
