@@ -12,6 +12,8 @@ from typing import Annotated, Optional
 import typer
 
 from race.accounting import AccountingError
+from race.cli.ui import fail as _fail
+from race.cli.ui import one_line
 
 app = typer.Typer(
     name="race",
@@ -23,9 +25,6 @@ app = typer.Typer(
 )
 
 
-def _fail(msg: str, code: int = 2) -> None:
-    typer.secho(f"error: {msg}", fg=typer.colors.RED, err=True)
-    raise typer.Exit(code)
 
 
 def _console():
@@ -44,14 +43,6 @@ def _yaml_defaults(path: Optional[Path]) -> dict:
     except ConfigError as e:
         _fail(str(e))
     return {}
-
-
-def _one_line(text: str) -> str:
-    """A multi-line validation message as one line (``a; b; c``)."""
-    lines = [ln.strip().removeprefix("- ") for ln in str(text).splitlines() if ln.strip()]
-    if len(lines) > 1 and lines[0].endswith(":"):
-        return lines[0] + " " + "; ".join(lines[1:])
-    return "; ".join(lines)
 
 
 @app.command()
@@ -96,7 +87,7 @@ def flops(
     try:
         rep = flops_report(flops_query(data, str(config) if config else "flags"))
     except (AccountingError, ConfigError, ValueError) as e:
-        _fail(_one_line(str(e)))
+        _fail(one_line(str(e)))
     if as_json:
         typer.echo(json.dumps(rep, indent=2))
         return
@@ -181,7 +172,7 @@ def plan(
                                   completion_len=completion_len, lora=LoRA(lora_rank) if lora_rank else None,
                                   conventions=conventions)
     except (AccountingError, ValueError) as e:
-        _fail(_one_line(str(e)))
+        _fail(one_line(str(e)))
     if not allocs:
         _fail(f"no allocation affords one step within {budget:.3g} FLOPs; raise --budget or shrink the step")
     rows = [a.row() for a in allocs]

@@ -42,7 +42,7 @@ def build(
     from rich.console import Console
     from rich.table import Table
 
-    from race.cli.bars import build_with_bars
+    from race.cli.ui import build_with_bars
     from race.models import warmstart
 
     recipe = warmstart.DEFAULT_RECIPE  # looked up at call time (tests swap in a tiny recipe)

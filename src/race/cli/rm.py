@@ -45,7 +45,7 @@ def build(
     from rich.table import Table
 
     from race.accounting import fmt_flops
-    from race.cli.bars import build_with_bars
+    from race.cli.ui import build_with_bars
     from race.rewards import training
     from race.rewards.rm_recipes import recipe_for
 

@@ -10,10 +10,9 @@ from typing import Annotated, Any, Optional
 
 import typer
 
+from race.cli.ui import fail as _fail
 
-def _fail(msg: str) -> None:
-    typer.secho(f"error: {msg}", fg=typer.colors.RED, err=True)
-    raise typer.Exit(2)
+
 
 
 def train(

@@ -1,9 +1,25 @@
-"""A rich progress bar per build, shared by ``race base build`` and ``race rm build``."""
+"""What the commands share: the one-line error exit and a progress bar per build."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NoReturn
+
+import typer
+
+
+def fail(msg: str, code: int = 2) -> NoReturn:
+    """Print ``error: msg`` (one line for one problem) to stderr and exit with ``code``."""
+    typer.secho(f"error: {msg}", fg=typer.colors.RED, err=True)
+    raise typer.Exit(code)
+
+
+def one_line(text: str) -> str:
+    """A multi-line validation message as one line (``title a; b; c``)."""
+    lines = [ln.strip().removeprefix("- ") for ln in str(text).splitlines() if ln.strip()]
+    if len(lines) > 1 and lines[0].endswith(":"):
+        return lines[0] + " " + "; ".join(lines[1:])
+    return "; ".join(lines)
 
 
 def build_with_bars(console: Any, items: Sequence[tuple[str, int, Callable[[Callable[[int, int, float], None]], Any]]],
