@@ -1,5 +1,6 @@
-"""Models: the character tokenizer, the tiny Qwen2 family, loading any HF causal LM,
-LoRA wrapping, and the warm-start builder.
+"""Models: the character tokenizer, the tiny Qwen2 family, model references -> shapes
+(``refs``, torch-free), loading any HF causal LM, LoRA wrapping, and the warm starts
+(built with ``race.builds``).
 
 Importing this package is cheap (no torch/transformers at import time); the heavy
 libraries load inside the functions that need them.
@@ -24,8 +25,8 @@ from race.models.loading import (
     resolve_dtype,
     save_policy,
 )
-from race.models.refs import model_shape, resolve_shape
 from race.models.lora import reference_policy, trainable_params, validate_lora, wrap_lora
+from race.models.refs import model_shape, resolve_shape
 from race.models.tokenizer import VOCAB_SIZE, build_char_tokenizer, check_vocab_fits
 from race.models.warmstart import (
     DEFAULT_RECIPE,
