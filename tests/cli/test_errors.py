@@ -81,3 +81,24 @@ def test_train_refuses_a_bad_budget_before_loading_anything(run, tmp_path):
     f.write_text("model: tiny-s\nbudget_flops: 1.0e+12\n")
     _one_line_error(*run("train", f, "--budget", "-5"), "--budget", "budget must be > 0")
     _one_line_error(*run("train", f, "--budget", "inf"), "--budget", "budget must be > 0")
+
+
+def test_flops_reads_a_whole_run_file_as_that_runs_step(run):
+    """One vocabulary: ``race flops -c`` takes a run file (TRL's names) as it is."""
+    import json
+    from pathlib import Path
+
+    run_file = Path(__file__).resolve().parents[2] / "configs" / "tiny-rule.yaml"
+    code, out = run("flops", "-c", run_file, "--json")
+    assert code == 0, out
+    rep = json.loads(out)
+    assert (rep["model"], rep["lora_rank"], rep["num_generations"], rep["completion_len"]) == ("tiny-s", 16, 8, 48)
+    assert rep["budget"] == 2.0e11 and rep["steps"] >= 1
+    code, out = run("flops", "-c", run_file, "--steps", "10", "--group", "4", "--json")
+    assert code == 0 and json.loads(out)["steps"] == 10 and json.loads(out)["num_generations"] == 4
+
+
+def test_a_wrong_type_in_a_flops_file_is_one_line(run, tmp_path):
+    f = tmp_path / "q.yaml"
+    f.write_text('model: tiny-s\ngroup: "sixteen"\n')
+    _one_line_error(*run("flops", "-c", f), "group", "valid integer")

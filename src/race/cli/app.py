@@ -67,36 +67,25 @@ def flops(
     """Per-phase FLOPs of one GRPO step and of a whole run, with percentages."""
     from race.estimate import flops_report
     from race.spec.errors import ConfigError
-    from race.spec.flops import FlopsQuery, flops_query
+    from race.spec.flops import flops_query
 
     data = _yaml_defaults(config)
     flags = dict(model=model, lora_rank=lora_rank, prompts=prompts, group=group, prompt_len=prompt_len,
                  completion_len=completion_len, iterations=iterations, beta=beta, reward=reward,
-                 conventions=conventions, steps=steps, budget=budget)
-    for name, value in flags.items():  # a flag replaces the file's setting, whichever name it used there
-        if value is not None:
-            for alias in _aliases(FlopsQuery, name):
-                data.pop(alias, None)
-            data[name] = value
-    data["share_prompt"] = share_prompt or bool(data.get("share_prompt", False))
-    if recompute:
-        data.pop("gradient_checkpointing", None)
-        data["recompute"] = True
-    if not data.get("model"):
+                 conventions=conventions, steps=steps, budget=budget,
+                 share_prompt=True if share_prompt else None, recompute=True if recompute else None)
+    if not (model or data.get("model")):
         _fail("--model is required (a preset such as qwen2.5-7b, a tiny-family name, or a config.json path)")
     try:
-        rep = flops_report(flops_query(data, str(config) if config else "flags"))
+        query = flops_query(data, str(config) if config else "flags",
+                            {k: v for k, v in flags.items() if v is not None})
+        rep = flops_report(query)
     except (AccountingError, ConfigError, ValueError) as e:
         _fail(one_line(str(e)))
     if as_json:
         typer.echo(json.dumps(rep, indent=2))
         return
     _print_flops(rep)
-
-
-def _aliases(model: type, name: str) -> list[str]:
-    alias = model.model_fields[name].validation_alias  # type: ignore[attr-defined]
-    return list(getattr(alias, "choices", [])) if alias is not None else []
 
 
 def _print_flops(rep: dict) -> None:

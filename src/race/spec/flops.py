@@ -2,7 +2,9 @@
 validated like a run file. Settings come from ``race flops -c FILE`` and the command's
 flags; a file may use the run file's TRL names (``num_generations``,
 ``max_prompt_length``, ``max_completion_length``, ``num_iterations``, ``budget_flops``,
-``prompts_per_step``, ``lora.r``) or the command's own."""
+``prompts_per_step``, ``lora.r``) or the command's own, and a whole run file is a query
+too (its step as that run would take it: the built-in engine shares each prompt's prefill
+across its group, ``gradient_checkpointing`` is recompute)."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError
 
 from race.spec.errors import ConfigError, format_errors
 from race.spec.reward import parse_reward
+from race.spec.run import RunConfig, run_config_from_dict
 
 #: Longest sequence accounted (Qwen2.5's longest context, 128k tokens).
 MAX_TOKENS = 131_072
@@ -74,8 +77,43 @@ _FLAG = {"lora_rank": "--lora-rank", "prompts": "--prompts", "group": "--group",
          "steps": "--steps", "reward": "--reward", "beta": "--beta", "model": "--model"}
 
 
-def flops_query(data: dict[str, Any], source: str = "settings") -> FlopsQuery:
-    """Validate ``race flops`` settings; ``ConfigError`` names the setting (and its flag)."""
+def _names(field: str) -> list[str]:
+    alias = FlopsQuery.model_fields[field].validation_alias
+    return [field, *(getattr(alias, "choices", None) or [])]
+
+
+def is_run_file(data: dict[str, Any]) -> bool:
+    """Whether ``data`` holds run settings a flops query does not have (``task``,
+    ``learning_rate``, ...): then it is read as a run file."""
+    names = {n for f in FlopsQuery.model_fields for n in _names(f)} | {"lora"}
+    return any(k in RunConfig.model_fields and k not in names for k in data)
+
+
+def query_of_run(data: dict[str, Any], source: str = "run file") -> dict[str, Any]:
+    """A run file's settings as flops-query settings (validated as a run config first)."""
+    given_budget = "budget_flops" in data
+    cfg = run_config_from_dict(data if given_budget else {**data, "budget_flops": 1.0}, source)
+    q: dict[str, Any] = dict(
+        model=cfg.model, lora_rank=cfg.lora.r if cfg.lora is not None else None, prompts=cfg.prompts_per_step,
+        group=cfg.num_generations, prompt_len=cfg.max_prompt_length, completion_len=cfg.max_completion_length,
+        iterations=cfg.num_iterations, beta=cfg.beta, reward=cfg.reward, conventions=cfg.conventions,
+        share_prompt=cfg.engine == "builtin", recompute=cfg.gradient_checkpointing)
+    if given_budget:
+        q["budget"] = cfg.budget_flops
+    return q
+
+
+def flops_query(data: dict[str, Any], source: str = "settings", flags: dict[str, Any] | None = None) -> FlopsQuery:
+    """Validate ``race flops`` settings: ``data`` from a file (flops settings or a whole run
+    file), then ``flags`` (field name -> value) replacing the file's setting under any of
+    its names (``steps`` and ``budget`` replace each other). ``ConfigError`` names the
+    setting (and its flag)."""
+    data = query_of_run(data, source) if is_run_file(data) else dict(data)
+    for field, value in (flags or {}).items():
+        for name in _names(field) + (_names("budget") if field == "steps" else
+                                     _names("steps") if field == "budget" else []):
+            data.pop(name, None)
+        data[field] = value
     try:
         return FlopsQuery.model_validate(data)
     except ValidationError as e:
