@@ -22,6 +22,7 @@ from typing import Any
 from race.builds.cache import cache_root as cache_dir  # race.models.cache_dir: the cache root (race.builds)
 from race.models.family import is_tiny_name
 from race.models.tokenizer import check_vocab_fits
+from race.models.warmstart import base_dir, build_base
 
 ATTN_IMPLEMENTATIONS = ("eager", "sdpa")
 _DTYPES = {"float32": "float32", "fp32": "float32", "bfloat16": "bfloat16", "bf16": "bfloat16",
@@ -84,8 +85,6 @@ def resolve_source(name_or_path: str | os.PathLike[str], *, cache_dir: str | os.
     """
     name = os.fspath(name_or_path)
     if is_tiny_name(name):
-        from race.models.warmstart import base_dir, build_base
-
         path = base_dir(name, cache_dir=cache_dir)
         if _local_dir_problem(path) is not None:
             if not build_missing:

@@ -36,6 +36,9 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
+from race.accounting import ModelShape, RewardSystem, reward_model_flops
+from race.models.loading import load_policy, load_tokenizer, resolve_device, resolve_dtype
+from race.models.tokenizer import check_vocab_fits
 from race.rewards.base import RewardOutput
 from race.rewards.rm_encoding import Scorer
 from race.rewards.terms import rule_terms, weighted
@@ -79,8 +82,6 @@ def load_rm_tokenizer(path: Path) -> Any:
     character tokenizer saves) is loaded as exactly that: ``AutoTokenizer`` would pick the
     config's model-type class (Qwen2Tokenizer for a Qwen2 config), whose byte-level
     pre-tokenizer silently drops spaces, newlines and unknown characters."""
-    from race.models.loading import load_tokenizer
-
     return load_tokenizer(str(path))
 
 
@@ -97,8 +98,6 @@ def head_matrices(score: Any) -> tuple[tuple[tuple[int, int], ...], bool]:
 def scorer_shape(model: Any, name: str) -> Any:
     """``ModelShape`` of a scoring model: backbone from its config, head from its module."""
     from dataclasses import replace
-
-    from race.accounting import ModelShape
 
     cfg = model.config.to_dict()
     cfg["architectures"] = []
@@ -154,8 +153,6 @@ class _ProcessRewardModel:
 def _load_model(path: Path, kind: str, config: dict[str, Any], device: Any) -> Any:
     from transformers import AutoModelForSequenceClassification, AutoModelForTokenClassification
 
-    from race.models.loading import resolve_dtype
-
     dtype = resolve_dtype("auto", device)  # float32 on CPU, bfloat16 on CUDA
     archs = config.get("architectures") or []
     if kind == "prm" and "Qwen2ForProcessRewardModel" in archs:
@@ -210,9 +207,6 @@ def _renderer(kind: str, tok: Any, settings: dict[str, Any]) -> tuple[Any, froze
 
 def load_hf_scorer(path: str | Path, kind: str, *, device: Any = "auto", name: str | None = None) -> Any:
     """A ``Scorer`` (see ``race.rewards.rm_encoding``) for the checkpoint at ``path``."""
-    from race.models.loading import resolve_device
-    from race.models.tokenizer import check_vocab_fits
-
     p = Path(path).expanduser()
     config = _check_dir(p)
     settings = _settings(p)
@@ -236,8 +230,6 @@ class JudgeReward:
 
     def __init__(self, name: str, model: Any, tokenizer: Any, spec: Any, *, conventions: Any = None,
                  verdict_tokens: int = 2, max_length: int = 512, template: str = JUDGE_TEMPLATE) -> None:
-        from race.accounting import ModelShape, RewardSystem
-
         self.name, self.model, self.tok, self.spec = name, model, tokenizer, spec
         self.conventions, self.verdict_tokens, self.max_length, self.template = (conventions, verdict_tokens,
                                                                                    max_length, template)
@@ -248,8 +240,6 @@ class JudgeReward:
 
     @classmethod
     def load(cls, spec: Any, *, device: Any = "auto", conventions: Any = None, cache_dir: Any = None) -> "JudgeReward":
-        from race.models.loading import load_policy
-
         model, tok = load_policy(spec.target, device=device, dtype="float32", attn_implementation="eager",
                                  cache_dir=cache_dir, build_missing=True)
         return cls(Path(spec.target).name, model, tok, spec, conventions=conventions,
@@ -257,8 +247,6 @@ class JudgeReward:
 
     def score(self, problems: Sequence[Any], completions: Sequence[str]) -> RewardOutput:
         import torch
-
-        from race.accounting import reward_model_flops
 
         t0 = time.perf_counter()
         if not completions:
@@ -289,8 +277,6 @@ class JudgeReward:
                             extra={"judge_yes_frac": yes / B})
 
     def step_bound(self, n_sequences: int, max_prompt_len: int, max_completion_len: int) -> int:
-        from race.accounting import reward_model_flops
-
         L = max(1, self.max_length)
         return sum(reward_model_flops(self.system, [L] * n_sequences,
                                       judge_completion_lens=[self.verdict_tokens] * n_sequences,

@@ -22,10 +22,14 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
+from race.accounting import RewardSystem, reward_model_flops
 from race.rewards.base import RewardOutput
+from race.rewards.hf import JudgeReward, article, load_hf_scorer
 from race.rewards.rm_encoding import MAX_MARKERS, Scorer, encode, head_logits, positive_prob
+from race.rewards.rm_recipes import known_rms, recipe_for
 from race.rewards.terms import aggregate, rule_terms, weighted
 from race.rewards.text import sanitize
+from race.rewards.training import resolve_rm
 from race.spec.reward import RewardSpec
 
 
@@ -34,8 +38,6 @@ class LearnedReward:
 
     def __init__(self, name: str, kind: str, scorer: Scorer, spec: RewardSpec, *,
                  conventions: Any = None, tokens_per_policy_token: int | None = None) -> None:
-        from race.accounting import RewardSystem
-
         self.name, self.kind, self.scorer, self.spec = name, kind, scorer, spec
         self.conventions = conventions
         self.system = RewardSystem(kind, scorer.shape, name)  # type: ignore[arg-type]
@@ -65,8 +67,6 @@ class LearnedReward:
         return out, batch
 
     def score(self, problems: Sequence[Any], completions: Sequence[str]) -> RewardOutput:
-        from race.accounting import reward_model_flops
-
         t0 = time.perf_counter()
         if not completions:
             return RewardOutput([], [])
@@ -88,8 +88,6 @@ class LearnedReward:
                             extra=extra)
 
     def step_bound(self, n_sequences: int, max_prompt_len: int, max_completion_len: int) -> int:
-        from race.accounting import reward_model_flops
-
         L = self.scorer.max_length
         if self.k is not None:
             L = min(L, self.k * (max_prompt_len + max_completion_len))
@@ -123,10 +121,6 @@ def _is_path(target: str) -> bool:
 def load_race_rm(name: str, *, device: Any = "auto", cache_dir: Any = None, build_missing: bool = True) -> Scorer:
     """Load RACE-built RM ``name`` (building it first when missing and ``build_missing``);
     its ``race_rm.json`` says how it reads texts (see ``race.rewards.hf``)."""
-    from race.rewards.hf import load_hf_scorer
-    from race.rewards.rm_recipes import recipe_for
-    from race.rewards.training import resolve_rm
-
     path = resolve_rm(name, cache_dir=cache_dir, build_missing=build_missing)
     return load_hf_scorer(path, recipe_for(name).kind, device=device, name=name)
 
@@ -134,9 +128,6 @@ def load_race_rm(name: str, *, device: Any = "auto", cache_dir: Any = None, buil
 def build_learned(spec: RewardSpec, *, device: Any = "auto", conventions: Any = None, cache_dir: Any = None,
                   tokenizer: Any = None, build_missing: bool = True, **_: Any) -> LearnedReward:
     """An ORM or PRM from its parsed spec: a local HF directory or one RACE builds."""
-    from race.rewards.hf import article, load_hf_scorer
-    from race.rewards.rm_recipes import known_rms, recipe_for
-
     kind = spec.kind
     if _is_path(spec.target):
         scorer = load_hf_scorer(spec.target, kind, device=device)
@@ -160,6 +151,4 @@ def build_learned(spec: RewardSpec, *, device: Any = "auto", conventions: Any = 
 def build_judge(spec: RewardSpec, *, device: Any = "auto", conventions: Any = None, cache_dir: Any = None,
                 **_: Any) -> Any:
     """A generative judge (``race.rewards.hf.JudgeReward``) from its parsed spec."""
-    from race.rewards.hf import JudgeReward
-
     return JudgeReward.load(spec, device=device, conventions=conventions, cache_dir=cache_dir)

@@ -9,6 +9,7 @@ from typing import Any, Sequence
 
 from race.rewards.base import RewardOutput
 from race.rewards.text import sanitize, verify_terms
+from race.tasks.files import TextProblem
 
 
 class _Deadline(BaseException):
@@ -91,8 +92,6 @@ def math_correct(problem: Any, completion: Any, *, max_chars: int = MATH_MAX_CHA
     ``max_chars`` characters are read, numbers over 40 digits and power towers are not
     parsed, and parsing + comparison stop after ``timeout_s`` (a signal timer, so only
     in the main thread; elsewhere the rule check alone decides). Never evaluates text."""
-    from race.tasks.files import TextProblem
-
     if not isinstance(completion, str):
         return False
     text = sanitize(completion, max_chars)

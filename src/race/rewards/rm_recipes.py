@@ -13,10 +13,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from race.accounting import ModelShape
 from race.builds.cache import ArtefactCache, recipe_digest
 from race.builds.recipe import RecipeSchedule
 from race.models.family import tiny_config_kwargs
 from race.models.tokenizer import ALPHABET, SPECIAL_TOKENS
+from race.models.warmstart import recipe_hash as base_hash
 from race.rewards.rm_encoding import MARKERS, MAX_LENGTH
 from race.tasks.arith import END_MARK, ArithTask
 
@@ -86,8 +88,6 @@ def recipe_hash(name: str, recipe: RMRecipe | None = None) -> str:
     recipe = recipe or recipe_for(name)
     base = ""
     if recipe.init == "base":
-        from race.models.warmstart import recipe_hash as base_hash
-
         base = base_hash(recipe.backbone)
     return recipe_digest(dict(version=RM_VERSION, name=name, recipe=dataclasses.asdict(recipe), base=base,
                               config=tiny_config_kwargs(recipe.backbone), alphabet="".join(ALPHABET),
@@ -103,8 +103,6 @@ def shape_of_rm(name: str) -> Any:
     """``ModelShape`` of RACE's RM ``name`` from its recipe alone (no torch, nothing
     built): for ``race flops --reward prm:prm-s`` and planning."""
     from dataclasses import replace
-
-    from race.accounting import ModelShape
 
     recipe = recipe_for(name)
     base = ModelShape.from_hf_config(dict(tiny_config_kwargs(recipe.backbone), model_type="qwen2"), name=name)

@@ -6,6 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from race.tasks import partial_credit, verify, verify_final_answer
+from race.tasks.files import TextProblem
+
 #: Characters of a completion a reward model reads at most (before tokenising).
 MAX_TEXT_CHARS = 16_384
 
@@ -32,9 +35,6 @@ def question_of(problem: Any) -> str:
 def verify_terms(problem: Any, completion: Any) -> tuple[float, float, float]:
     """(outcome 0/1, partial credit, format 0/1) of one completion: ``race.tasks.verify``
     for the built-in task, ``verify_final_answer`` for question/answer problems."""
-    from race.tasks import partial_credit, verify, verify_final_answer
-    from race.tasks.files import TextProblem
-
     if isinstance(problem, TextProblem):
         ok = 1.0 if verify_final_answer(problem, completion).correct else 0.0
         return ok, ok, ok

@@ -54,12 +54,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from race.accounting import train_flops
 from race.builds.cache import build_each
 from race.builds.train import optimise
 from race.models.family import tiny_config_kwargs
+from race.models.tokenizer import build_char_tokenizer
+from race.models.warmstart import build_base
 from race.rewards.hf import scorer_shape
 from race.rewards.rm_data import make_dataset, marker_labels
-from race.rewards.rm_encoding import MARKERS, MAX_LENGTH, encode, head_logits, positive_prob
+from race.rewards.rm_encoding import MAX_LENGTH, encode, head_logits, positive_prob
 from race.rewards.rm_recipes import CACHE, RM_RECIPES, RMRecipe, recipe_for, recipe_hash, rm_dir, rm_settings
 from race.tasks.arith import END_MARK, FINAL_MARK, STEP_SEP, Problem
 from race.tasks.verify import verify
@@ -95,8 +98,6 @@ def build_rm_model(recipe: RMRecipe, attn_implementation: str = "eager", *,
     origin: dict[str, Any] = {"init": recipe.init}
     if recipe.init == "base":
         from safetensors.torch import load_file
-
-        from race.models.warmstart import build_base
 
         base = build_base(recipe.backbone, cache_dir=cache_dir)
         weights = load_file(str(Path(base.path) / "model.safetensors"))
@@ -135,8 +136,6 @@ def _labels(recipe: RMRecipe, batch: dict[str, Any], pairs: Sequence[tuple[Probl
 def train_rm(model: Any, tok: Any, recipe: RMRecipe, *, max_length: int = MAX_LENGTH,
              progress: Callable[[int, int, float], None] | None = None) -> dict[str, float]:
     """Train ``model`` in place; returns token counts, FLOPs and the final loss."""
-    from race.accounting import train_flops
-
     shape = rm_shape(model)
     task = recipe.make_task()
     stats = dict(tokens_processed=0, real_tokens=0, scored_positions=0, train_flops=0)
@@ -265,8 +264,6 @@ def build_rm(name: str, *, cache_dir: str | os.PathLike[str] | None = None, forc
 def _train(name: str, recipe: RMRecipe, final: Path, cache_dir: str | os.PathLike[str] | None,
            progress: Callable[[int, int, float], None] | None) -> RMInfo:
     import json
-
-    from race.models.tokenizer import build_char_tokenizer
 
     tok = build_char_tokenizer()
     model, origin = build_rm_model(recipe, attn_implementation="sdpa", cache_dir=cache_dir)
