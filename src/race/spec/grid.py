@@ -179,6 +179,11 @@ class GridSpec(BaseModel):
     def source(self) -> str:
         return self._source
 
+    def __setattr__(self, name: str, value: Any) -> None:
+        super().__setattr__(name, value)
+        if not name.startswith("_"):
+            super().__setattr__("_cells", None)  # a changed setting: expand again when asked
+
     def cells(self) -> list[Cell]:
         """Every cell of the grid (expanded once, when the spec was validated)."""
         if self._cells is None:

@@ -114,9 +114,10 @@ class TrlEngine:
         self.reward = make_reward(cfg.reward, seed=cfg.seed, device=str(self.device), conventions=cfg.conventions,
                                   task=self.task)
         dataset, problems, self.max_prompt = self._dataset(tok)
+        reward = self.reward
         self.flops = RaceFlopCallback(
             cfg.budget_flops, self.run_dir, conventions=cfg.conventions, max_prompt_length=self.max_prompt,
-            reward_step_bound=lambda n, p, t: int(self.reward.step_bound(n, p, t)), model_name=cfg.model)
+            reward_step_bound=lambda n, p, t: int(reward.step_bound(n, p, t)), model_name=cfg.model)
         eos_ids = {int(tok.eos_token_id)}
         gen_eos = getattr(model.generation_config, "eos_token_id", None)
         eos_ids |= set(gen_eos if isinstance(gen_eos, (list, tuple)) else [gen_eos] if gen_eos is not None else [])
