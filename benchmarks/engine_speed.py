@@ -41,7 +41,7 @@ def make_model_dir(size: str, root: Path) -> Path:
 
 def builtin_engine(model_dir: Path, prompts: int, group: int, length: int, tmp: Path):
     from race.accounting import FlopLedger
-    from race.config import run_config_from_dict
+    from race.spec.run import run_config_from_dict
     from race.engines.builtin import BuiltinEngine
     from race.engines.run_io import MetricsLog
 

@@ -68,7 +68,7 @@ def test_every_declared_dependency_is_imported_or_explained():
 def test_log_to_backends_have_an_extra_outside_all():
     from typing import get_args
 
-    from race.config import RunConfig
+    from race.spec.run import RunConfig
 
     backends = set(get_args(get_args(RunConfig.model_fields["log_to"].annotation)[0]))
     assert backends == {"tensorboard", "wandb"}

@@ -11,9 +11,9 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from race.cli.prepare import BuildJob, plan_builds, run_builds
+from race.grid.prebuild import BuildJob, plan_builds, run_builds
 from race.models.warmstart import SFTRecipe, base_dir
-from race.rewards.training import RMRecipe
+from race.rewards.rm_recipes import RMRecipe
 
 TINY_SFT = SFTRecipe(steps=3, batch_size=4, warmup_steps=1, n_eval_test=4, n_eval_hard=2)
 TINY_PRM = RMRecipe("prm", "tiny-xs", steps=3, batch_size=4, warmup_steps=1, n_eval=8)
@@ -23,7 +23,7 @@ FAKE_CELL_FN = f"{(Path(__file__).parents[1] / 'grid' / 'fake_engine.py').resolv
 @pytest.fixture
 def tiny_recipes(monkeypatch):
     import race.models.warmstart as ws
-    import race.rewards.training as tr
+    import race.rewards.rm_recipes as tr
 
     monkeypatch.setattr(ws, "DEFAULT_RECIPE", TINY_SFT)
     monkeypatch.setitem(tr.RM_RECIPES, "prm-xs", TINY_PRM)
@@ -56,7 +56,7 @@ def test_builds_run_side_by_side_one_thread_each_and_are_cached(tmp_path, tiny_r
 
 
 def test_rms_from_a_base_wait_for_the_bases_and_failures_surface(tmp_path, tiny_recipes, monkeypatch):
-    import race.rewards.training as tr
+    import race.rewards.rm_recipes as tr
 
     monkeypatch.setitem(tr.RM_RECIPES, "prm-xs", dataclasses.replace(TINY_PRM, init="base"))
     jobs = plan_builds(["tiny-xs"], ["prm-xs"], cache_dir=tmp_path)

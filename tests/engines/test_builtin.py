@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from race.accounting import AccountingError
-from race.config import run_config_from_dict
+from race.spec.run import run_config_from_dict
 
 
 def _cfg(model_dir: Path, **over):
@@ -135,7 +135,7 @@ def test_budget_below_one_step_says_what_a_step_costs(tiny_model_dir, tmp_path):
 
 
 def test_bad_configs_are_refused_with_the_field_named():
-    from race.config import ConfigError
+    from race.spec.errors import ConfigError
 
     with pytest.raises(ConfigError, match="num_generations"):
         run_config_from_dict({"budget_flops": 1e9, "num_generations": 1})
@@ -167,8 +167,8 @@ def test_non_finite_loss_stops_and_keeps_the_last_checkpoint(tiny_model_dir, tmp
 
 
 def test_default_torch_threads_config_then_worker_then_one_for_tiny(monkeypatch):
-    from race.config import RunConfig
-    from race.engines.builtin import default_torch_threads
+    from race.spec.run import RunConfig
+    from race.engines.common import default_torch_threads
 
     monkeypatch.delenv("RACE_TORCH_THREADS", raising=False)
     assert default_torch_threads(RunConfig(model="tiny-s", budget_flops=1e9)) == 1

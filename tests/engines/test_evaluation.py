@@ -4,12 +4,12 @@ ran alone (greedy rows), and evaluation FLOPs equal to what FlopCounterMode meas
 from __future__ import annotations
 
 from race.accounting import LoRA, ModelShape
-from race.config import EvalSettings, LoraSettings
+from race.spec.run import EvalSettings, LoraSettings
 from race.tasks import ArithTask
 
 
 def _evaluator(tok, model, settings, batch_size=256):
-    from race.engines.builtin import _verify_fn
+    from race.engines.common import _verify_fn
     from race.engines.evaluation import Evaluator
 
     shape = ModelShape.from_hf_config(model.get_base_model().config.to_dict())

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from race.accounting import LoRA, ModelShape, generate_components
-from race.config import LoraSettings
+from race.spec.run import LoraSettings
 
 PROMPTS = ["Q:12+5-3\nA:", "Q:1+2\nA:", "Q:40-13+2-7\nA:"]
 

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from race.config import ConfigError, run_config_from_dict
+from race.spec import ConfigError, run_config_from_dict
 
-# the keys of the built-in engine's run.json (race.engines.builtin.BuiltinEngine._finish)
+# the keys of every engine's run.json (race.engines.common.RunDir.finish)
 RUN_KEYS = {"run_id", "name", "engine", "status", "stop_reason", "error", "budget_flops", "total_flops",
             "phase_flops", "steps", "wall_s", "phase_seconds", "model_params", "non_embedding_params", "initial",
             "final", "diagnostics", "resumed_from", "conventions", "config"}
@@ -241,9 +241,9 @@ def test_callback_in_callbacks_list_stops_at_the_budget(tiny_model_dir, tmp_path
 @pytest.mark.slow
 def test_non_finite_loss_stops_the_trl_run_and_keeps_the_last_checkpoint(tiny_model_dir, tmp_path, monkeypatch):
     from race.engines import run_engine
-    from race.engines import trl as trl_engine
+    from race.engines.trl import trainer as trl_trainer
 
-    make = trl_engine._trainer_class
+    make = trl_trainer.trainer_class
 
     def poisoned():
         base = make()
@@ -255,7 +255,7 @@ def test_non_finite_loss_stops_the_trl_run_and_keeps_the_last_checkpoint(tiny_mo
 
         return Poisoned
 
-    monkeypatch.setattr(trl_engine, "_trainer_class", poisoned)
+    monkeypatch.setattr(trl_trainer, "trainer_class", poisoned)
     out = run_engine(_cfg(tiny_model_dir, budget_flops=4e9), tmp_path / "d")
     assert out["status"] == "diverged" and out["stop_reason"] == "diverged" and "non-finite" in out["error"]
     assert out["steps"] == 3 and not (tmp_path / "d" / "adapter").exists()

@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from race.grid import GridSpecError, expand_grid, grid_spec_from_dict, load_grid_spec, plan_grid, predict_cell
-from race.grid.spec import DEFAULT_CELL_FN
+from race.spec.grid import DEFAULT_CELL_FN
 
 from .conftest import FAKE_CELL_FN, grid, write_grid
 from .fake_engine import step_ledger
@@ -158,7 +158,7 @@ def test_plan_refuses_cells_below_min_steps_with_a_clear_message():
 
 def test_predict_cell_uses_the_accounting_module():
     from race.accounting import grpo_step_flops  # noqa: F401
-    from race.config import RunConfig
+    from race.spec.run import RunConfig
 
     cfg = RunConfig(model="tiny-s", budget_flops=1e12, num_generations=4, prompts_per_step=8)
     p = predict_cell(cfg)
@@ -175,7 +175,7 @@ def test_predict_cell_uses_the_accounting_module():
 
 def test_plan_without_accounting_still_plans(monkeypatch):
     monkeypatch.setitem(sys.modules, "race.accounting", None)  # import fails
-    from race.config import RunConfig
+    from race.spec.run import RunConfig
 
     assert predict_cell(RunConfig(budget_flops=1e12)) is None
     p = plan_grid(grid_spec_from_dict(grid(min_steps=50)))

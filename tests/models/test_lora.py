@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from race.config import LoraSettings
+from race.spec.run import LoraSettings
 from race.models.lora import reference_policy, trainable_params, wrap_lora
 
 

@@ -11,11 +11,11 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from race.rewards import training  # noqa: E402
+from race.rewards import rm_recipes, training  # noqa: E402
 
 #: What the tests build instead of the real recipes (seconds, not minutes).
 FAST = {name: dataclasses.replace(r, steps=4, batch_size=8, warmup_steps=1, n_eval=16, init="scratch")
-        for name, r in training.RM_RECIPES.items()}
+        for name, r in rm_recipes.RM_RECIPES.items()}
 
 
 @pytest.fixture(autouse=True)
@@ -26,12 +26,12 @@ def _quiet(quiet_warnings):
 @pytest.fixture(scope="session", autouse=True)
 def fast_recipes():
     """Swap in the fast recipes for the whole session (restored afterwards)."""
-    saved = dict(training.RM_RECIPES)
-    training.RM_RECIPES.update(FAST)
+    saved = dict(rm_recipes.RM_RECIPES)
+    rm_recipes.RM_RECIPES.update(FAST)
     torch.set_num_threads(1)
     yield FAST
-    training.RM_RECIPES.clear()
-    training.RM_RECIPES.update(saved)
+    rm_recipes.RM_RECIPES.clear()
+    rm_recipes.RM_RECIPES.update(saved)
 
 
 @pytest.fixture(scope="session")

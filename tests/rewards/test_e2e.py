@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from race.config import run_config_from_dict
+from race.spec.run import run_config_from_dict
 
 
 def _cfg(model_dir: Path, reward: str, **over):
@@ -28,7 +28,7 @@ def _ledger(run: Path) -> list[dict]:
 @pytest.mark.parametrize("spec", ["prm:prm-xs", "prm:prm-xs:mean+outcome", "orm:orm-xs"])
 def test_learned_reward_is_charged_to_the_reward_phase(spec, built_rms, tiny_model_dir, tmp_path, monkeypatch):
     from race.engines import run_engine
-    from race.rewards.models import LearnedReward
+    from race.rewards.learned import LearnedReward
 
     outputs = []
     real = LearnedReward.score

@@ -7,7 +7,7 @@ import threading
 import pytest
 
 from race.rewards import RandomReward, make_reward
-from race.rewards.models import math_correct
+from race.rewards.mathverify import math_correct
 from race.tasks import TextProblem, make_problem, solution_text
 
 
@@ -55,9 +55,9 @@ def test_math_outside_the_main_thread_falls_back_to_the_rule_check():
 
 
 def test_math_term_mixes_into_a_learned_reward_spec():
-    from race.rewards.models import parse_spec
+    from race.spec.reward import parse_learned
 
-    assert parse_spec("prm", "prm-s:min+math").weights == {"rm": 0.5, "math": 0.5}
+    assert parse_learned("prm", "prm-s:min+math").weights == {"rm": 0.5, "math": 0.5}
 
 
 def test_random_reward_ignores_the_text_and_costs_nothing():

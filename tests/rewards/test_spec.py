@@ -7,23 +7,24 @@ import math
 import pytest
 
 from race.rewards import make_reward
-from race.rewards.models import AGGREGATIONS, aggregate, parse_spec
+from race.rewards.terms import AGGREGATIONS, aggregate
+from race.spec.reward import parse_learned
 
 
 def test_defaults_and_terms():
-    s = parse_spec("prm", "prm-s")
+    s = parse_learned("prm", "prm-s")
     assert (s.target, s.agg, s.weights) == ("prm-s", "min", {"rm": 1.0})
-    s = parse_spec("prm", "prm-s:mean")
+    s = parse_learned("prm", "prm-s:mean")
     assert (s.target, s.agg, s.weights) == ("prm-s", "mean", {"rm": 1.0})
-    s = parse_spec("prm", "prm-s:min+outcome")
+    s = parse_learned("prm", "prm-s:min+outcome")
     assert s.agg == "min" and s.weights == {"rm": 0.5, "outcome": 0.5}
-    s = parse_spec("prm", "prm-xs:prod+3*outcome")
+    s = parse_learned("prm", "prm-xs:prod+3*outcome")
     assert s.agg == "prod" and s.weights == {"rm": 0.25, "outcome": 0.75}
-    s = parse_spec("orm", "orm-s:rm+partial+format")
+    s = parse_learned("orm", "orm-s:rm+partial+format")
     assert s.agg == "rm" and all(math.isclose(w, 1 / 3) for w in s.weights.values())
-    s = parse_spec("prm", "/models/my:prm:last")  # a path with ':' keeps its colon
+    s = parse_learned("prm", "/models/my:prm:last")  # a path with ':' keeps its colon
     assert s.target == "/models/my:prm" and s.agg == "last"
-    s = parse_spec("prm", "/models/my:prm")
+    s = parse_learned("prm", "/models/my:prm")
     assert s.target == "/models/my:prm" and s.agg == "min"
 
 
@@ -36,7 +37,7 @@ def test_defaults_and_terms():
 ])
 def test_bad_terms(bad, match):
     with pytest.raises(ValueError, match=match):
-        parse_spec("prm", bad)
+        parse_learned("prm", bad)
 
 
 def test_aggregations():

@@ -10,6 +10,9 @@ import pytest
 
 from race.accounting import train_flops
 from race.models.family import tiny_config_kwargs
+from race.rewards import rm_data as D
+from race.rewards import rm_encoding as E
+from race.rewards import rm_recipes as R
 from race.rewards import training as T
 from race.tasks import make_problem, solution_text, verify
 
@@ -24,25 +27,25 @@ def prob():
 def test_labels_of_the_reference_and_of_each_corruption(prob):
     ref = solution_text(prob)
     assert ref == "23+5=28;28-7=21;21+10=31;#31."
-    assert T.marker_labels(prob, ref) == [1, 1, 1, 1]
+    assert D.marker_labels(prob, ref) == [1, 1, 1, 1]
     # a slip at step 1, carried forward: step 1 wrong, later steps valid, answer wrong
-    assert T.marker_labels(prob, "23+5=28;28-7=22;22+10=32;#32.") == [1, 0, 1, 0]
+    assert D.marker_labels(prob, "23+5=28;28-7=22;22+10=32;#32.") == [1, 0, 1, 0]
     # the slip ignored: step 2 does not chain from the written 22
-    assert T.marker_labels(prob, "23+5=28;28-7=22;21+10=31;#31.") == [1, 0, 0, 1]
-    assert T.marker_labels(prob, "23+5=28;28-7=21;21+10=31;#30.") == [1, 1, 1, 0]  # wrong final
-    assert T.marker_labels(prob, "23+5=28;28-7=21;") == [1, 1]  # truncated: no final marker
-    assert T.marker_labels(prob, "23+5=28;28-7=21;21+10=31;31+1=32;#32.") == [1, 1, 1, 0, 0]  # extra step
-    assert T.marker_labels(prob, "x;.;") == [0, 0, 0]
+    assert D.marker_labels(prob, "23+5=28;28-7=22;21+10=31;#31.") == [1, 0, 0, 1]
+    assert D.marker_labels(prob, "23+5=28;28-7=21;21+10=31;#30.") == [1, 1, 1, 0]  # wrong final
+    assert D.marker_labels(prob, "23+5=28;28-7=21;") == [1, 1]  # truncated: no final marker
+    assert D.marker_labels(prob, "23+5=28;28-7=21;21+10=31;31+1=32;#32.") == [1, 1, 1, 0, 0]  # extra step
+    assert D.marker_labels(prob, "x;.;") == [0, 0, 0]
 
 
 def test_corruptions_are_wrong_and_labels_agree_with_verify(arith):
     rng = random.Random(0)
-    flagged = {k: 0 for k in T.CORRUPTIONS}
+    flagged = {k: 0 for k in D.CORRUPTIONS}
     problems = arith.problems("train", 60, seed=1)
     for p in problems:
-        for kind in T.CORRUPTIONS:
-            c = T.corrupt(p, rng, kind)
-            labels = T.marker_labels(p, c)
+        for kind in D.CORRUPTIONS:
+            c = D.corrupt(p, rng, kind)
+            labels = D.marker_labels(p, c)
             v = verify(p, c)
             assert c != solution_text(p), (kind, c)
             if labels and c.endswith(".") and "#" in c:
@@ -55,7 +58,7 @@ def test_corruptions_are_wrong_and_labels_agree_with_verify(arith):
 
 def test_encode_reads_markers_of_the_completion_only(char_tokenizer, prob):
     ref = solution_text(prob)
-    b = T.encode(char_tokenizer, [prob.prompt, prob.prompt], [ref, ref[:9]], "prm", max_length=256)
+    b = E.encode(char_tokenizer, [prob.prompt, prob.prompt], [ref, ref[:9]], "prm", max_length=256)
     ids = b["input_ids"]
     assert ids.shape == (2, len(prob.prompt) + len(ref))
     assert b["counts"] == [4, 1]  # three ';' and the final '.'; the prompt's chars are not read
@@ -63,15 +66,15 @@ def test_encode_reads_markers_of_the_completion_only(char_tokenizer, prob):
     assert chars == [";", ";", ";", ".", ";"]
     assert int(b["attention_mask"][1].sum()) == len(prob.prompt) + 9  # left padding
     assert b["position_ids"][1, -1] == len(prob.prompt) + 8  # positions count real tokens only
-    o = T.encode(char_tokenizer, [prob.prompt], [ref], "orm", max_length=256)
+    o = E.encode(char_tokenizer, [prob.prompt], [ref], "orm", max_length=256)
     assert o["counts"] == [1] and int(o["cols"][0]) == o["input_ids"].shape[1] - 1
-    cut = T.encode(char_tokenizer, [prob.prompt], [ref * 50], "prm", max_length=64)
-    assert cut["input_ids"].shape[1] == 64 and cut["counts"][0] <= T.MAX_MARKERS
+    cut = E.encode(char_tokenizer, [prob.prompt], [ref * 50], "prm", max_length=64)
+    assert cut["input_ids"].shape[1] == 64 and cut["counts"][0] <= E.MAX_MARKERS
 
 
 def test_build_caches_reuses_and_rebuilds_on_recipe_change(built_rms, fast_recipes, monkeypatch, _race_cache):
     info = built_rms["prm-xs"]
-    path = T.rm_dir("prm-xs")
+    path = R.rm_dir("prm-xs")
     assert not info.reused and info.path == str(path) and path.parent == _race_cache / "rm"
     names = {p.name for p in path.iterdir()}
     assert {"model.safetensors", "config.json", "info.json", "race_rm.json", "tokenizer.json"} <= names
@@ -85,8 +88,8 @@ def test_build_caches_reuses_and_rebuilds_on_recipe_change(built_rms, fast_recip
     again = T.build_rm("prm-xs")
     assert again.reused and again.recipe_hash == info.recipe_hash
     other = dataclasses.replace(fast_recipes["prm-xs"], learning_rate=1e-3)
-    assert T.recipe_hash("prm-xs", other) != info.recipe_hash
-    assert T.rm_dir("prm-xs", recipe=other) != path
+    assert R.recipe_hash("prm-xs", other) != info.recipe_hash
+    assert R.rm_dir("prm-xs", recipe=other) != path
 
 
 def test_training_flops_are_train_flops_of_each_padded_batch(char_tokenizer, fast_recipes):
@@ -102,9 +105,9 @@ def test_training_flops_are_train_flops_of_each_padded_batch(char_tokenizer, fas
     expected = 0
     task = r.make_task()
     for step in range(r.steps):
-        pairs = T.make_dataset(task, "train", r.batch_size, r.seed * 1_000_003 + step, r.correct_frac)
-        b = T.encode(char_tokenizer, [p.prompt for p, _ in pairs], [c for _, c in pairs], "prm",
-                     max_length=T.MAX_LENGTH)
+        pairs = D.make_dataset(task, "train", r.batch_size, r.seed * 1_000_003 + step, r.correct_frac)
+        b = E.encode(char_tokenizer, [p.prompt for p, _ in pairs], [c for _, c in pairs], "prm",
+                     max_length=E.MAX_LENGTH)
         B, L = b["input_ids"].shape
         expected += train_flops(shape, [L] * B, logits=b["counts"])
     torch.manual_seed(0)
@@ -114,11 +117,11 @@ def test_training_flops_are_train_flops_of_each_padded_batch(char_tokenizer, fas
 
 def test_recipe_validation():
     with pytest.raises(ValueError, match="kind"):
-        T.RMRecipe("xrm", "tiny-xs")
+        R.RMRecipe("xrm", "tiny-xs")
     with pytest.raises(KeyError, match="tiny-xxl"):
-        T.RMRecipe("prm", "tiny-xxl")
+        R.RMRecipe("prm", "tiny-xxl")
     with pytest.raises(ValueError, match="init"):
-        T.RMRecipe("prm", "tiny-xs", init="imagenet")
+        R.RMRecipe("prm", "tiny-xs", init="imagenet")
 
 
 def test_auc():
@@ -141,9 +144,9 @@ def test_init_from_the_warm_start_copies_its_backbone(fast_recipes, monkeypatch,
     base = load_file(str(tmp_path / "base" / f"tiny-xs-{ws.recipe_hash('tiny-xs')}" / "model.safetensors"))
     assert torch.equal(model.model.layers[1].mlp.up_proj.weight, base["model.layers.1.mlp.up_proj.weight"])
     # the RM's cache key follows the warm start: a new warm-start recipe means a new RM
-    h = T.recipe_hash("prm-xs", r)
+    h = R.recipe_hash("prm-xs", r)
     monkeypatch.setattr(ws, "DEFAULT_RECIPE", ws.SFTRecipe(steps=3, batch_size=4, warmup_steps=1))
-    assert T.recipe_hash("prm-xs", r) != h
+    assert R.recipe_hash("prm-xs", r) != h
 
 
 def test_shape_of_rm_matches_the_built_model(built_rms):
@@ -151,7 +154,7 @@ def test_shape_of_rm_matches_the_built_model(built_rms):
     from pathlib import Path
 
     for name, info in built_rms.items():
-        shape = T.shape_of_rm(name)
+        shape = R.shape_of_rm(name)
         assert shape.to_dict() == {**info.shape, "name": name}
         assert shape.num_params() == info.total_params
         assert json.loads((Path(info.path) / "race_rm.json").read_text())["kind"] == info.kind

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from race.config import TaskSettings
+from race.spec.run import TaskSettings
 from race.tasks import (
     FINAL_MARK,
     STEP_SEP,

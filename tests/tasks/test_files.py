@@ -76,7 +76,7 @@ def test_extract_and_verify_final_answer():
 
 
 def test_file_task_has_the_task_interface(tmp_path):
-    from race.config import TaskSettings
+    from race.spec.run import TaskSettings
     from race.tasks import FileTask
 
     rows = [{"question": f"What is {i} + {i}?", "answer": f"#### {2 * i}"} for i in range(300)]

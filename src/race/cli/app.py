@@ -4,6 +4,7 @@ happen inside the commands so `race --help` and `race flops` start fast."""
 from __future__ import annotations
 
 import json
+import math
 import sys
 from pathlib import Path
 from typing import Annotated, Optional
@@ -11,6 +12,8 @@ from typing import Annotated, Optional
 import typer
 
 from race.accounting import AccountingError
+from race.cli.ui import fail as _fail
+from race.cli.ui import one_line
 
 app = typer.Typer(
     name="race",
@@ -22,9 +25,6 @@ app = typer.Typer(
 )
 
 
-def _fail(msg: str, code: int = 2) -> None:
-    typer.secho(f"error: {msg}", fg=typer.colors.RED, err=True)
-    raise typer.Exit(code)
 
 
 def _console():
@@ -36,10 +36,10 @@ def _console():
 def _yaml_defaults(path: Optional[Path]) -> dict:
     if path is None:
         return {}
-    from race.config import ConfigError, load_yaml
+    from race.spec.errors import ConfigError, load_yaml_mapping
 
     try:
-        return load_yaml(path)
+        return load_yaml_mapping(path, ConfigError, "settings file")
     except ConfigError as e:
         _fail(str(e))
     return {}
@@ -65,24 +65,23 @@ def flops(
     as_json: Annotated[bool, typer.Option("--json", help="print JSON instead of a table")] = False,
 ) -> None:
     """Per-phase FLOPs of one GRPO step and of a whole run, with percentages."""
-    from race.cli.flops import FlopsQuery, flops_report
+    from race.estimate import flops_report
+    from race.spec.errors import ConfigError
+    from race.spec.flops import flops_query
 
     data = _yaml_defaults(config)
     flags = dict(model=model, lora_rank=lora_rank, prompts=prompts, group=group, prompt_len=prompt_len,
                  completion_len=completion_len, iterations=iterations, beta=beta, reward=reward,
-                 conventions=conventions, steps=steps, budget=budget)
-    data.update({k: v for k, v in flags.items() if v is not None})
-    data["share_prompt"] = share_prompt or bool(data.get("share_prompt", False))
-    data["recompute"] = recompute or bool(data.get("recompute", False))
-    if not data.get("model"):
+                 conventions=conventions, steps=steps, budget=budget,
+                 share_prompt=True if share_prompt else None, recompute=True if recompute else None)
+    if not (model or data.get("model")):
         _fail("--model is required (a preset such as qwen2.5-7b, a tiny-family name, or a config.json path)")
-    unknown = set(data) - set(FlopsQuery.__dataclass_fields__)
-    if unknown:
-        _fail(f"unknown setting(s) in {config}: {', '.join(sorted(unknown))}")
     try:
-        rep = flops_report(FlopsQuery(**data))
-    except AccountingError as e:
-        _fail(str(e))
+        query = flops_query(data, str(config) if config else "flags",
+                            {k: v for k, v in flags.items() if v is not None})
+        rep = flops_report(query)
+    except (AccountingError, ConfigError, ValueError) as e:
+        _fail(one_line(str(e)))
     if as_json:
         typer.echo(json.dumps(rep, indent=2))
         return
@@ -135,20 +134,36 @@ def plan(
     from rich.table import Table
 
     from race.accounting import LoRA, fmt_flops, plan_allocations
-    from race.cli.flops import resolve_reward, resolve_shape
     from race.cli.tables import print_table
+    from race.models.refs import resolve_shape
+    from race.rewards.systems import reward_system
 
+    if not math.isfinite(budget) or budget <= 0:
+        _fail(f"--budget {budget:g}: budget must be > 0 and finite (a FLOP count)")
+    if lora_rank is not None and lora_rank < 1:
+        _fail(f"--lora-rank {lora_rank}: must be >= 1 (omit it for full fine-tuning)")
+    from race.spec.flops import MAX_TOKENS
+
+    for flag, value, top in (("--prompts", prompts, None), ("--prompt-len", prompt_len, MAX_TOKENS),
+                             ("--completion-len", completion_len, MAX_TOKENS)):
+        if value < 1:
+            _fail(f"{flag} {value}: must be >= 1")
+        if top is not None and value > top:
+            _fail(f"{flag} {value}: must be <= {top}")
+    try:
+        gs = [int(g) for g in groups.split(",") if g.strip()]
+    except ValueError:
+        _fail(f"--groups {groups!r}: give comma-separated whole numbers, e.g. 4,8,16")
+    if not gs or any(g < 2 for g in gs):
+        _fail(f"--groups {groups}: GRPO needs group sizes >= 2")
     try:
         shapes = [resolve_shape(m.strip()) for m in models.split(",") if m.strip()]
-        gs = [int(g) for g in groups.split(",") if g.strip()]
-        rws = [resolve_reward(r.strip()) for r in rewards.split(",") if r.strip()]
-        if any(g < 2 for g in gs):
-            raise AccountingError(f"--groups {groups}: GRPO needs group sizes >= 2")
+        rws = [reward_system(r.strip()) for r in rewards.split(",") if r.strip()]
         allocs = plan_allocations(budget, shapes, gs, rws, prompts_per_step=prompts, prompt_len=prompt_len,
                                   completion_len=completion_len, lora=LoRA(lora_rank) if lora_rank else None,
                                   conventions=conventions)
     except (AccountingError, ValueError) as e:
-        _fail(str(e))
+        _fail(one_line(str(e)))
     if not allocs:
         _fail(f"no allocation affords one step within {budget:.3g} FLOPs; raise --budget or shrink the step")
     rows = [a.row() for a in allocs]
@@ -165,20 +180,14 @@ def plan(
 
 
 def _register_subapps() -> None:
-    """Sub-apps live in their own modules; each imports only typer at module level."""
-    import importlib
+    """Sub-apps live in their own modules; each imports only typer at module level. They
+    are part of the CLI: an ImportError here is a bug to see, not a command to hide."""
+    from race.cli import base, grid, rm, run_cmds, study_cmds
 
-    for mod, name in (("race.cli.base", "base"), ("race.cli.rm", "rm"), ("race.cli.grid", "grid")):
-        try:
-            sub = importlib.import_module(mod)
-        except ImportError:
-            continue
+    for sub, name in ((base, "base"), (rm, "rm"), (grid, "grid")):
         app.add_typer(sub.app, name=name)
-    for mod in ("race.cli.run_cmds",):
-        try:
-            importlib.import_module(mod).register(app)
-        except ImportError:
-            continue
+    run_cmds.register(app)
+    study_cmds.register(app)
 
 
 _register_subapps()

@@ -42,8 +42,8 @@ def build(
     from rich.console import Console
     from rich.table import Table
 
-    from race.cli.prepare import build_with_bars
     from race.cli.tables import print_table
+    from race.cli.ui import build_with_bars
     from race.models import warmstart
 
     recipe = warmstart.DEFAULT_RECIPE  # looked up at call time (tests swap in a tiny recipe)

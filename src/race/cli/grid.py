@@ -12,12 +12,11 @@ from typing import Annotated, Any, Optional
 
 import typer
 
+from race.cli.ui import fail as _fail
+
 app = typer.Typer(help="Pilot grids: cheap runs over allocations at several FLOP budgets.", no_args_is_help=True)
 
 
-def _fail(msg: str, code: int = 2) -> None:
-    typer.secho(f"error: {msg}", fg=typer.colors.RED, err=True)
-    raise typer.Exit(code)
 
 
 def _load(grid_file: Path) -> Any:

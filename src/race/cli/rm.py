@@ -20,7 +20,7 @@ def _group() -> None:
 
 
 def _parse_names(names: str | None) -> list[str]:
-    from race.rewards.training import known_rms
+    from race.rewards.rm_recipes import known_rms
 
     if not names:
         return known_rms()
@@ -45,14 +45,15 @@ def build(
     from rich.table import Table
 
     from race.accounting import fmt_flops
-    from race.cli.prepare import build_with_bars
     from race.cli.tables import print_table
+    from race.cli.ui import build_with_bars
     from race.rewards import training
+    from race.rewards.rm_recipes import recipe_for
 
     chosen = _parse_names(names)
     console = Console()
     infos = build_with_bars(console, [
-        (name, training.recipe_for(name).steps,
+        (name, recipe_for(name).steps,
          lambda cb, name=name: training.build_rm(name, cache_dir=cache_dir, force=force, progress=cb))
         for name in chosen], threads=threads)
 

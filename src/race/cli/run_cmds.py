@@ -4,50 +4,15 @@ Each command is a few lines over a library call; heavy imports stay inside."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
 
-
-def _fail(msg: str) -> None:
-    typer.secho(f"error: {msg}", fg=typer.colors.RED, err=True)
-    raise typer.Exit(2)
+from race.cli.ui import fail as _fail
 
 
-class MetricsSink:
-    """Mirror the metrics stream to TensorBoard and/or Weights & Biases (offline), the way
-    TRL users are used to. Both are optional: a missing package is a clear error."""
-
-    def __init__(self, kinds: list[str], run_dir: Path, name: str) -> None:
-        self.tb = self.wb = None
-        if "tensorboard" in kinds:
-            try:
-                from torch.utils.tensorboard import SummaryWriter
-            except ImportError:
-                raise RuntimeError("log_to: tensorboard needs the tensorboard package (pip install tensorboard)")
-            self.tb = SummaryWriter(str(run_dir / "tensorboard"))
-        if "wandb" in kinds:
-            try:
-                import wandb
-            except ImportError:
-                raise RuntimeError("log_to: wandb needs the wandb package (pip install wandb)")
-            self.wb = wandb.init(project="race", name=name, dir=str(run_dir), mode="offline")
-
-    def log(self, row: dict[str, Any]) -> None:
-        step = int(row.get("step", 0))
-        scalars = {k: v for k, v in row.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
-        if self.tb is not None:
-            for k, v in scalars.items():
-                self.tb.add_scalar(f"train/{k}", v, step)
-        if self.wb is not None:
-            self.wb.log({f"train/{k}": v for k, v in scalars.items()}, step=step)
-
-    def close(self) -> None:
-        if self.tb is not None:
-            self.tb.close()
-        if self.wb is not None:
-            self.wb.finish()
 
 
 def train(
@@ -62,13 +27,14 @@ def train(
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from race.accounting import AccountingError, fmt_flops
-    from race.config import ConfigError, load_run_config
+    from race.engines.sinks import MetricsSink
+    from race.spec.errors import ConfigError
+    from race.spec.run import load_run_config
 
-    overrides = list(set_ or [])
-    if budget is not None:
-        overrides.append(f"budget_flops={budget}")
-    try:
-        cfg = load_run_config(config, overrides)
+    if budget is not None and not (math.isfinite(budget) and budget > 0):
+        _fail(f"--budget {budget:g}: budget must be > 0 and finite (a FLOP count)")
+    try:  # the budget travels as a float, not through YAML text
+        cfg = load_run_config(config, list(set_ or []), values={"budget_flops": budget} if budget is not None else None)
     except ConfigError as e:
         _fail(str(e))
     run_dir = output_dir or Path(cfg.output_dir or f"runs/{cfg.name}-{cfg.run_id()}")
@@ -134,12 +100,11 @@ def demo(
 
     from rich.console import Console
 
-    from race.cli.prepare import plan_builds, run_builds
+    from race.cli.grid import run as grid_run
     from race.grid import load_grid_spec
-    from race.models.family import is_tiny_name
+    from race.grid.prebuild import grid_builds, plan_builds, run_builds
     from race.models.warmstart import cached_base
     from race.report import build_report
-    from race.rewards.training import RM_RECIPES
 
     con = Console()
     t0 = time.perf_counter()
@@ -147,11 +112,9 @@ def demo(
         grid_file = grid or Path(packaged)
         spec = load_grid_spec(grid_file)
         axes = dict(spec.axes)
-        models = [m for m in axes.get("model", [spec.base.get("model", "tiny-s")]) if is_tiny_name(str(m))]
-        rewards = [str(r) for r in axes.get("reward", [spec.base.get("reward", "rule")])]
+        models, rms = grid_builds(axes.get("model", [spec.base.get("model", "tiny-s")]),
+                                  axes.get("reward", [spec.base.get("reward", "rule")]))
         con.rule("[bold]1/3 base models and reward models[/bold] (cached after the first run)")
-        rms = [name for kind, _, rest in (r.partition(":") for r in rewards)
-               if kind in ("prm", "orm") and (name := rest.split(":")[0]) in RM_RECIPES]
         jobs = plan_builds(models, rms)
         if jobs:
             con.print(f"  building {', '.join(j.name for j in jobs)} (side by side, longest first) ...")
@@ -167,8 +130,6 @@ def demo(
                 con.print(f"  {name}: cached")
         con.print(f"  ({time.perf_counter() - t0:.0f} s)")
         con.rule("[bold]2/3 pilot grid[/bold]")
-        from race.cli.grid import run as grid_run
-
         try:
             grid_run(grid_file, runner=None, workers=workers, threads=None, ray_address=None, study_dir=study_dir,
                      retry_failed=False, quiet=quiet)
@@ -185,13 +146,9 @@ def demo(
 
 
 def register(app: typer.Typer) -> None:
+    """Add ``train`` and ``demo`` to the main app."""
     app.command()(train)
     app.command()(demo)
-    for mod in ("race.cli.study_cmds",):
-        try:
-            __import__(mod, fromlist=["register"]).register(app)
-        except ImportError:
-            pass
 
 
-__all__ = ["register", "train", "MetricsSink"]
+__all__ = ["register", "train", "demo"]

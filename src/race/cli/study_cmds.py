@@ -11,10 +11,9 @@ from typing import Annotated, Any, Optional
 
 import typer
 
+from race.cli.ui import fail as _fail
 
-def _fail(msg: str, code: int = 2) -> None:
-    typer.secho(f"error: {msg}", fg=typer.colors.RED, err=True)
-    raise typer.Exit(code)
+
 
 
 def _targets(target: str) -> tuple[str, ...]:

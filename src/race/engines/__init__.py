@@ -1,33 +1,58 @@
 """Engines: the built-in GRPO loop and the TRL adapter. They share a Protocol (not a base
-class) and write the same run directory (docs/run-format.md)."""
+class), the run-directory writer (``common.py``) and the run directory they write
+(docs/run-format.md); :func:`run_engine` picks one by name from :data:`ENGINES`."""
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
-from race.config import RunConfig
+from race.spec.run import RunConfig
+
+Progress = Callable[[dict[str, Any]], None]
 
 
 class Engine(Protocol):
+    """What an engine is: built from ``(cfg, run_dir, progress)``, ``run()`` trains (or
+    resumes) into the run directory and returns its run.json dict."""
+
     name: str
 
     def run(self) -> dict[str, Any]: ...
 
 
-def run_engine(cfg: RunConfig, run_dir: str | Path, progress: Callable[[dict[str, Any]], None] | None = None
-               ) -> dict[str, Any]:
+EngineFactory = Callable[[RunConfig, Path, "Progress | None"], Engine]
+
+#: Engines by name: ``"module:Class"`` (imported on first use; the engines' modules load
+#: torch/trl) or a factory registered with :func:`register_engine`.
+ENGINES: dict[str, str | EngineFactory] = {
+    "builtin": "race.engines.builtin:BuiltinEngine",
+    "trl": "race.engines.trl.engine:TrlEngine",
+}
+
+
+def register_engine(name: str, factory: EngineFactory) -> None:
+    """Make ``engine: NAME`` runs use ``factory(cfg, run_dir, progress)``."""
+    ENGINES[name] = factory
+
+
+def engine_for(name: str) -> EngineFactory:
+    """The factory of engine ``name``."""
+    if name not in ENGINES:
+        raise ValueError(f"unknown engine {name!r}; use one of {', '.join(ENGINES)}")
+    entry = ENGINES[name]
+    if isinstance(entry, str):
+        module, attr = entry.split(":")
+        entry = ENGINES[name] = getattr(importlib.import_module(module), attr)
+    return entry
+
+
+def run_engine(cfg: RunConfig, run_dir: str | Path, progress: Progress | None = None) -> dict[str, Any]:
     """Train ``cfg`` into ``run_dir`` with the engine it names; resume if a checkpoint is
     there; return the run.json dict (the stored one when the run is already complete)."""
-    if cfg.engine == "builtin":
-        from race.engines.builtin import run_builtin
-
-        return run_builtin(cfg, Path(run_dir), progress)
-    if cfg.engine == "trl":
-        from race.engines.trl import run_trl
-
-        return run_trl(cfg, Path(run_dir), progress)
-    raise ValueError(f"unknown engine {cfg.engine!r}; use builtin or trl")
+    engine: Engine = engine_for(cfg.engine)(cfg, Path(run_dir), progress)
+    return engine.run()
 
 
-__all__ = ["Engine", "run_engine"]
+__all__ = ["ENGINES", "Engine", "EngineFactory", "engine_for", "register_engine", "run_engine"]

@@ -21,106 +21,37 @@ from a checkpoint continues exactly as an uninterrupted one.
 from __future__ import annotations
 
 import copy
-import math
-import os
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
 from race.accounting import (
     AccountingError,
     FlopLedger,
-    LoRA,
-    ModelShape,
     ReportCard,
     learning_components,
     rollout_components,
     steps_in_budget,
 )
-from race.config import RunConfig
 from race.engines.checkpoint import find_checkpoint, load_checkpoint, save_checkpoint
-from race.engines.evaluation import Evaluator
+from race.engines.common import (
+    DivergedError,
+    EvalSchedule,
+    Progress,
+    RunDir,
+    default_torch_threads,
+    load_run_policy,
+    make_task,
+    run_evaluator,
+)
 from race.engines.grpo_math import completion_logprobs, group_advantages, grpo_loss, lr_at
-from race.engines.run_io import MetricsLog, read_run, write_config, write_json_atomic
+from race.engines.run_io import MetricsLog
 from race.engines.sampling import Rollout, decode_completions, encode_prompts, sample
+from race.spec.run import RunConfig
 
-Progress = Callable[[dict[str, Any]], None]
-
-
-class DivergedError(RuntimeError):
-    """The loss became non-finite."""
-
-
-def make_task(cfg: RunConfig) -> Any:
-    from race.tasks import ArithTask
-
-    if cfg.task.name == "arith":
-        return ArithTask.from_settings(cfg.task, seed=0)
-    from race.tasks.files import FileTask
-
-    return FileTask.from_settings(cfg.task)
-
-
-def _verify_fn() -> Callable[[Any, str], bool]:
-    from race.rewards.rule import _verify
-
-    return lambda p, text: _verify(p, text)[0] == 1.0
-
-
-def default_torch_threads(cfg: RunConfig) -> int | None:
-    """Torch threads for a run: ``cfg.torch_threads``; else the grid worker's setting
-    (``$RACE_TORCH_THREADS``); else 1 for the tiny family, whose small matrices run about
-    2x slower on 2 threads than on 1 (``benchmarks/grid_throughput.py``: 1 worker x 2
-    threads 0.53x of 1 x 1 on the demo cells) and whose results then do not depend on the
-    machine's core count; else ``None`` (torch's default)."""
-    from race.models.family import is_tiny_name
-
-    if cfg.torch_threads:
-        return cfg.torch_threads
-    env = os.environ.get("RACE_TORCH_THREADS", "")
-    if env.isdigit() and int(env) > 0:
-        return int(env)
-    return 1 if is_tiny_name(cfg.model) else None
-
-
-@dataclass
-class RunPolicy:
-    """What both engines start from: the loaded policy (not yet LoRA-wrapped), its
-    tokenizer, shape and device, and the accounting ``LoRA`` (checked against the shape)."""
-
-    model: Any
-    tok: Any
-    lora: LoRA | None
-    shape: ModelShape
-    device: Any
-
-
-def load_run_policy(cfg: RunConfig) -> RunPolicy:
-    """Threads and seed from the config, then the policy for any engine: it loads through
-    ``load_policy`` (tiny warm starts built on demand)."""
-    from race.models import load_policy, model_shape
-
-    threads = default_torch_threads(cfg)
-    if threads:
-        torch.set_num_threads(threads)
-    torch.manual_seed(cfg.seed)
-    model, tok = load_policy(cfg.model, device=cfg.device, dtype=cfg.dtype,
-                             attn_implementation=cfg.attn_implementation, build_missing=True)
-    shape = model_shape(model)
-    lora = LoRA(cfg.lora.r, tuple(cfg.lora.target_modules)) if cfg.lora is not None else None
-    if lora is not None:
-        lora.check(shape)
-    return RunPolicy(model, tok, lora, shape, next(model.parameters()).device)
-
-
-def run_evaluator(cfg: RunConfig, task: Any, policy: RunPolicy) -> Evaluator:
-    """The run's evaluation targets on ``task`` (both engines evaluate the same way)."""
-    return Evaluator(task, cfg.eval, tokenizer=policy.tok, max_new_tokens=cfg.max_completion_length,
-                     temperature=cfg.temperature, shape=policy.shape, lora=policy.lora,
-                     conventions=cfg.conventions, device=policy.device, verify=_verify_fn())
+__all__ = ["BuiltinEngine", "DivergedError", "default_torch_threads", "run_builtin"]
 
 
 class BuiltinEngine:
@@ -130,6 +61,13 @@ class BuiltinEngine:
 
     def __init__(self, cfg: RunConfig, run_dir: Path, progress: Progress | None = None) -> None:
         self.cfg, self.run_dir, self.progress = cfg, Path(run_dir), progress
+        self.out = RunDir(self.run_dir, cfg)
+        # the run's state; the models load in _setup() (not for a run already complete)
+        self.schedule = EvalSchedule.of(cfg)
+        self.ledger = FlopLedger(budget=cfg.budget_flops)  # in memory until run() opens the run's ledger
+        self.metrics: MetricsLog | None = None
+        self.total_steps = cfg.max_steps or 0  # steps the budget buys (the lr schedule's length), set by run()
+        self.resumed_from: int | None = None
 
     # -- setup ------------------------------------------------------------------------
     def _setup(self) -> None:
@@ -146,7 +84,6 @@ class BuiltinEngine:
         elif cfg.beta != 0:
             self.ref_model = copy.deepcopy(model).eval().requires_grad_(False)
         self.model = model
-        self.model_params = self.shape.num_params()
         self.task = make_task(cfg)
         self.reward = make_reward(cfg.reward, seed=cfg.seed, device=str(self.device), conventions=cfg.conventions,
                                   task=self.task, tokenizer=tok)
@@ -228,8 +165,7 @@ class BuiltinEngine:
                     ref = self._logprobs(base, batch)
         timings["reference"] = time.perf_counter() - t0
         t0 = time.perf_counter()
-        lr = lr_at(step, base_lr=cfg.learning_rate, schedule=cfg.lr_scheduler_type, warmup_steps=cfg.warmup_steps,
-                   total_steps=self.total_steps)
+        lr = self.lr(step)
         for g in self.optimizer.param_groups:
             g["lr"] = lr
         self.model.train()
@@ -250,70 +186,59 @@ class BuiltinEngine:
         return {"loss": stats.loss, "clip_frac": stats.clip_frac, "kl": stats.kl, "lr": lr, **{
             f"seconds_{k}": v for k, v in timings.items()}}
 
+    def lr(self, step: int) -> float:
+        cfg = self.cfg
+        return lr_at(step, base_lr=cfg.learning_rate, schedule=cfg.lr_scheduler_type, warmup_steps=cfg.warmup_steps,
+                     total_steps=self.total_steps)
+
     # -- bookkeeping --------------------------------------------------------------------
     def _evaluate(self, step: int) -> list[dict[str, Any]]:
-        res = self.evaluator.evaluate(self.model)
-        self.ledger.add(step, "eval", "generate", res.flops, tokens=res.tokens, seconds=res.seconds, counted=False)
-        rows = [dict(r, kind="eval", step=step, flops=self.ledger.total) for r in res.rows]
-        self.metrics.append(rows)
-        self.last_eval_step = step
-        self.next_eval_at = self.ledger.total + self.eval_every
-        return rows
+        assert self.metrics is not None
+        return self.schedule.evaluate(self.evaluator, self.model, self.ledger, self.metrics, step)
 
     def _checkpoint(self, step: int) -> None:
         save_checkpoint(self.run_dir, model=self.model, optimizer=self.optimizer, step=step,
-                        meta={"next_eval_at": self.next_eval_at, "last_eval_step": self.last_eval_step,
-                              "run_id": self.cfg.run_id(), "reward_calls": getattr(self.reward, "_calls", 0)})
+                        meta=self.out.checkpoint_meta(self.schedule, self.reward))
 
     def _resume(self) -> int:
+        """The step to continue after: the checkpoint's (its state restored), else 0."""
         ckpt = find_checkpoint(self.run_dir)
         if ckpt is None:
-            for f in ("ledger.jsonl", "metrics.jsonl"):
-                (self.run_dir / f).unlink(missing_ok=True)  # a crash before the first checkpoint: start over
+            self.out.start_over()
             return 0
         meta = load_checkpoint(ckpt, model=self.model, optimizer=self.optimizer)
-        if meta.get("run_id") != self.cfg.run_id():
-            raise RuntimeError(f"{self.run_dir} holds a checkpoint of another run ({meta.get('run_id')}); "
-                               "use a new output directory")
-        if hasattr(self.reward, "set_call_index"):
-            self.reward.set_call_index(int(meta.get("reward_calls", 0)))
-        step = int(meta["step"])
-        self.resumed_from = step
-        self._pending = (float(meta["next_eval_at"]), int(meta["last_eval_step"]))
-        return step
+        self.out.resume(meta, self.schedule, self.reward)
+        self.resumed_from = int(meta["step"])
+        return self.resumed_from
+
+    def _plan(self, step: int) -> None:
+        """Steps the budget buys at the next step's bound (the lr schedule's length)."""
+        cfg = self.cfg
+        _, ids1, _ = self._prompts(max(step, 0) + 1)
+        try:
+            self.total_steps = steps_in_budget(cfg.budget_flops, self.step_bound(ids1.shape[1]))
+        except AccountingError as e:
+            raise AccountingError(f"run {cfg.name!r}: {e}") from None
+        if cfg.max_steps:
+            self.total_steps = min(self.total_steps, cfg.max_steps)
 
     # -- the run --------------------------------------------------------------------------
     def run(self) -> dict[str, Any]:
         cfg, run_dir = self.cfg, self.run_dir
-        run_dir.mkdir(parents=True, exist_ok=True)
-        done = read_run(run_dir)
-        if done is not None and done.get("status") == "complete" and done.get("run_id") == cfg.run_id():
+        done = self.out.completed()
+        if done is not None:
             return done
         t_start = time.perf_counter()
-        write_config(run_dir, cfg)
+        self.out.begin()
         self._setup()
-        self.resumed_from = None
-        self._pending = None
         step = self._resume()
         self.ledger = FlopLedger(run_dir / "ledger.jsonl", budget=cfg.budget_flops)
         self.metrics = MetricsLog(run_dir / "metrics.jsonl")
         if step:
             self.ledger.truncate_after(step)
             self.metrics.truncate_after(step)
-        _, ids1, _ = self._prompts(max(step, 0) + 1)
-        first_bound = self.step_bound(ids1.shape[1])
-        try:
-            self.total_steps = steps_in_budget(cfg.budget_flops, first_bound)
-        except AccountingError as e:
-            raise AccountingError(f"run {cfg.name!r}: {e}") from None
-        if cfg.max_steps:
-            self.total_steps = min(self.total_steps, cfg.max_steps)
-        self.eval_every = cfg.eval.every_flops or cfg.budget_flops / cfg.eval.num_points
-        if self._pending is not None:
-            self.next_eval_at, self.last_eval_step = self._pending
-        else:
-            self.last_eval_step = -1
-            self.next_eval_at = 0.0
+        self._plan(step)
+        if self.resumed_from is None:
             self._evaluate(0)
         status, stop_reason, error = "complete", "budget", None
         try:
@@ -326,13 +251,13 @@ class BuiltinEngine:
                     break
                 step += 1
                 self._train_step(step, problems, ids, mask)
-                if self.ledger.total >= self.next_eval_at:
+                if self.schedule.due(self.ledger.total):
                     self._evaluate(step)
                 if step % cfg.checkpoint_every == 0:
                     self._checkpoint(step)
         except DivergedError as e:
             status, stop_reason, error = "diverged", "diverged", f"{e}; kept the last good checkpoint"
-        if status == "complete" and self.last_eval_step != step:
+        if status == "complete" and self.schedule.last_step != step:
             self._evaluate(step)
         if status == "complete":
             self._checkpoint(step)
@@ -394,47 +319,20 @@ class BuiltinEngine:
 
     def _finish(self, step: int, status: str, stop_reason: str, error: str | None, wall: float) -> dict[str, Any]:
         cfg = self.cfg
+        assert self.metrics is not None
         if status == "complete":
             self.model.save_pretrained(self.run_dir / "adapter", safe_serialization=True)
         card = ReportCard.from_ledger(self.ledger, conventions=cfg.conventions, model=cfg.model,
-                                      model_params=self.model_params,
+                                      model_params=self.shape.num_params(),
                                       lora_rank=cfg.lora.r if cfg.lora is not None else None,
                                       num_generations=cfg.num_generations, extra={"engine": self.name,
                                                                                   "reward": cfg.reward})
         card.write(self.run_dir)
-        evals = self.metrics.evals()
-        first = {r["target"]: r["score"] for r in evals if r["step"] == 0}
-        last_step = max((r["step"] for r in evals), default=0)
-        final = {r["target"]: r["score"] for r in evals if r["step"] == last_step}
-        trains = [r for r in self.metrics.rows if r.get("kind") == "train"]
-
-        def mean(key: str) -> float:
-            return sum(r[key] for r in trains) / len(trains) if trains else 0.0
-
-        from race.rewards.diagnostics import overoptimisation
-
-        over = overoptimisation(trains, evals) if cfg.reward.split(":")[0] in ("orm", "prm", "judge") else None
-        phases = {p: 0 for p in ("rollout", "old_logprobs", "reference", "reward", "update", "recompute", "eval")}
-        phases.update(self.ledger.totals_by_phase())
-        out = {
-            "run_id": cfg.run_id(), "name": cfg.name, "engine": self.name, "status": status,
-            "stop_reason": stop_reason, "error": error, "budget_flops": cfg.budget_flops,
-            "total_flops": self.ledger.total, "phase_flops": phases, "steps": step,
-            "wall_s": round(wall, 3),
-            "phase_seconds": {k: round(v, 3) for k, v in self.ledger.seconds_by_phase().items()},
-            "model_params": self.model_params, "non_embedding_params": self.shape.non_embedding_params(),
-            "initial": first, "final": final,
-            "diagnostics": {"zero_var_frac": mean("zero_var_frac"), "trunc_rate": mean("trunc_rate"),
-                            "reward_mean": mean("reward_mean"), "verified_mean": mean("verified_mean"),
-                            "overoptimisation": over},
-            "resumed_from": self.resumed_from, "conventions": cfg.conventions,
-            "config": cfg.model_dump(mode="json"),
-        }
-        write_json_atomic(self.run_dir / "run.json", out)
-        return out
+        return self.out.finish(engine=self.name, ledger=self.ledger, metrics=self.metrics, steps=step, status=status,
+                               stop_reason=stop_reason, error=error, wall=wall, shape=self.shape,
+                               resumed_from=self.resumed_from)
 
 
 def run_builtin(cfg: RunConfig, run_dir: Path, progress: Progress | None = None) -> dict[str, Any]:
-    if not math.isfinite(cfg.budget_flops):
-        raise ValueError("budget_flops must be finite")
+    """Train ``cfg`` with the built-in engine into ``run_dir``; returns run.json."""
     return BuiltinEngine(cfg, run_dir, progress).run()

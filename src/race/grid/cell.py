@@ -163,7 +163,7 @@ def execute_cell(cell_fn: str, spec: dict[str, Any], run_dir: str) -> dict[str, 
     t0 = time.time()
     info = {"pid": os.getpid(), "host": socket.gethostname()}
     try:
-        from race.config import run_config_from_dict
+        from race.spec.run import run_config_from_dict
 
         _quiet_transformers()
 

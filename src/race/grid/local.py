@@ -10,7 +10,7 @@ from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
 from race.grid.cell import execute_cell, init_local_worker, ping
-from race.grid.spec import RunnerSettings
+from race.spec.grid import RunnerSettings
 
 
 class LocalExecutor:

@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from race.config import RunConfig
-from race.grid.expand import Cell, expand_grid
-from race.grid.spec import GridSpec, as_grid_spec
+from race.spec.cells import Cell
+from race.spec.grid import GridSpec, as_grid_spec
+from race.spec.run import RunConfig
 
 # Wall-time model of one cell on one worker: steps x per-step overhead + FLOPs / rate.
 # Tiny models are overhead-bound (docs/design.md section 4), so both terms matter. Rough
@@ -37,53 +37,23 @@ def default_seconds(steps: float, flops: float) -> float:
 Predictor = Callable[[RunConfig], "dict[str, float] | None"]
 
 
-def _shape(name: str) -> Any:
-    """ModelShape of a tiny-family name, a Qwen2.5 preset, or a local model directory."""
-    from race.accounting import ModelShape
-
-    try:
-        from race.models.family import is_tiny_name, tiny_config_kwargs
-    except ImportError:  # pragma: no cover - models package absent
-        is_tiny_name = None  # type: ignore[assignment]
-    if is_tiny_name is not None and is_tiny_name(name):
-        return ModelShape.from_hf_config({"model_type": "qwen2", **tiny_config_kwargs(name)}, name)
-    if Path(name).is_dir() or name.endswith(".json"):
-        return ModelShape.from_hf_config(name)
-    return ModelShape.from_preset(name)
-
-
 def predict_cell(cfg: RunConfig) -> dict[str, float] | None:
     """Predicted cost of one run: ``steps, step_flops, rollout, learning, feedback, total,
     est_seconds``. Phase numbers are totals over the predicted steps (learning = update +
-    old-policy + reference log-probs; feedback = reward); ``None`` when ``race.accounting``
-    is not available.
+    old-policy + reference log-probs; feedback = reward).
 
-    This is the grid's only contact with ``race.accounting``. Every sequence is taken at
+    The step comes from :func:`race.estimate.run_step_flops`: every sequence is taken at
     ``max_prompt_length + max_completion_length`` (the step's upper bound, prompts not
     shared across the group), so ``steps`` is the fewest the budget buys; a judge is taken
-    to write ``max_completion_length`` tokens per verdict.
+    to write ``max_completion_length`` tokens per verdict. ``None`` when ``race.accounting``
+    is not available.
     """
     try:
-        from race.accounting import LoRA, RewardSystem, grpo_step_flops
+        import race.accounting  # noqa: F401  (None when the accounting core is unavailable)
+        from race.estimate import run_step_flops
     except ImportError:
         return None
-    shape = _shape(cfg.model)
-    lora = LoRA(rank=cfg.lora.r, targets=tuple(cfg.lora.target_modules)) if cfg.lora else None
-    kind, _, rest = cfg.reward.partition(":")
-    if not rest or kind == "rule":
-        reward = RewardSystem("rule" if kind == "rule" else kind)
-    else:
-        from race.cli.flops import resolve_reward  # presets, model dirs and RACE's own RMs
-
-        reward = resolve_reward(cfg.reward)
-    n = cfg.prompts_per_step * cfg.num_generations
-    step = grpo_step_flops(
-        shape, [cfg.max_prompt_length] * n, [cfg.max_completion_length] * n,
-        num_generations=cfg.num_generations, lora=lora, num_iterations=cfg.num_iterations, beta=cfg.beta,
-        needs_old_logprobs=cfg.needs_old_logprobs, reward=reward,
-        judge_completion_lens=[cfg.max_completion_length] * n if kind == "judge" else None,
-        share_prompt=cfg.engine == "builtin",
-        recompute=cfg.gradient_checkpointing, conventions=cfg.conventions)
+    step = run_step_flops(cfg)
     rollout = float(step.rollout)
     learning = float(step.update + step.old_logprobs + step.reference)
     feedback = float(step.reward)
@@ -198,7 +168,7 @@ def plan_grid(spec: "GridSpec | dict | str | Path", predictor: Predictor | None 
     predict = predictor or predict_cell
     planned: list[PlannedCell] = []
     failures: dict[str, int] = {}
-    for cell in expand_grid(spec):
+    for cell in spec.cells():
         try:
             pred = predict(cell.config)
         except Exception as e:  # a prediction problem must not hide the plan

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from race.grid.cell import execute_cell, set_threads
-from race.grid.spec import RunnerSettings
+from race.spec.grid import RunnerSettings
 
 
 def ray_cell(cell_fn: str, spec: dict[str, Any], run_dir: str, threads: int, preload_torch: bool) -> dict[str, Any]:

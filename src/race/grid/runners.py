@@ -15,11 +15,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
-from race.grid.expand import Cell
+from race.spec.cells import Cell
 from race.grid.lock import StudyLock
 from race.grid.plan import GridPlan, PlannedCell, Predictor, plan_grid
-from race.grid.spec import GridSpec, RunnerSettings, as_grid_spec
-from race.grid.store import FINISHED, Store
+from race.spec.grid import GridSpec, RunnerSettings, as_grid_spec
+from race.grid.store import FINISHED, Store, StoreError
 
 
 class Executor(Protocol):
@@ -221,12 +221,16 @@ def run_grid(spec: "GridSpec | dict | str | Path", study_dir: str | Path | None 
              runner: str | None = None, workers: int | None = None, threads_per_worker: int | None = None,
              ray_address: str | None = None, retry_failed: bool = False,
              on_event: Callable[[GridEvent], None] | None = None, predictor: Predictor | None = None,
-             only: "list[str] | set[str] | None" = None, poll_s: float = 0.5) -> GridResult:
+             only: "list[str] | set[str] | None" = None, poll_s: float = 0.5,
+             as_study_spec: bool = True) -> GridResult:
     """Run (or resume) a grid into ``study_dir`` (default ``studies/<study>``).
 
     Keyword settings override the grid file's ``runner``. Cells already complete are
     skipped; cells failed in an earlier session are skipped unless ``retry_failed``.
     ``only`` restricts the session to those run ids (the whole grid is still registered).
+    ``as_study_spec=False`` runs the cells into an existing study without recording this
+    spec as the study's grid (e.g. validation runs at a larger budget: "run these
+    configs into this study").
     Raises :class:`~race.grid.lock.StudyLockedError` when another driver runs the study.
     """
     spec = as_grid_spec(spec).with_runner(kind=runner, workers=workers, threads_per_worker=threads_per_worker,
@@ -242,7 +246,10 @@ def run_grid(spec: "GridSpec | dict | str | Path", study_dir: str | Path | None 
             raise ValueError(f"only= names run ids that are not runnable cells of this grid: {sorted(unknown)}")
         selected = [c for c in selected if c.run_id in set(only)]
     with StudyLock(sdir), Store(sdir) as store:
-        store.register_study(spec.study, spec.model_dump_json())
+        if as_study_spec or store.study_name() is None:
+            store.register_study(spec.study, spec.model_dump_json())
+        elif store.study_name() != spec.study:
+            raise StoreError(f"{sdir} holds study {store.study_name()!r}, not {spec.study!r}")
         store.add_cells(spec.study, [pc.cell for pc in plan.runnable])
         chosen = {c.run_id for c in selected}
         restarted = [rid for rid in store.reset_running() if rid in chosen]

@@ -19,21 +19,14 @@ import os
 from pathlib import Path
 from typing import Any
 
+from race.builds.cache import cache_root as cache_dir  # race.models.cache_dir: the cache root (race.builds)
 from race.models.family import is_tiny_name
 from race.models.tokenizer import check_vocab_fits
+from race.models.warmstart import base_dir, build_base
 
 ATTN_IMPLEMENTATIONS = ("eager", "sdpa")
 _DTYPES = {"float32": "float32", "fp32": "float32", "bfloat16": "bfloat16", "bf16": "bfloat16",
            "float16": "float16", "fp16": "float16"}
-
-
-def cache_dir(override: str | os.PathLike[str] | None = None) -> Path:
-    """RACE's cache root: ``override`` if given, else ``$RACE_CACHE``, else ``~/.cache/race``.
-    Warm-start checkpoints live under ``<cache>/base/``."""
-    if override is not None:
-        return Path(override).expanduser()
-    env = os.environ.get("RACE_CACHE")
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "race"
 
 
 def resolve_device(device: str | Any = "auto") -> Any:
@@ -92,8 +85,6 @@ def resolve_source(name_or_path: str | os.PathLike[str], *, cache_dir: str | os.
     """
     name = os.fspath(name_or_path)
     if is_tiny_name(name):
-        from race.models.warmstart import base_dir, build_base
-
         path = base_dir(name, cache_dir=cache_dir)
         if _local_dir_problem(path) is not None:
             if not build_missing:
@@ -202,17 +193,6 @@ def load_policy(name_or_path: str | os.PathLike[str], *, device: str | Any = "au
     model.to(dev)
     model.eval()
     return model, tok
-
-
-def model_shape(model: Any) -> Any:
-    """The ``race.accounting.ModelShape`` of a loaded causal LM (PEFT-wrapped or not; a
-    multimodal config contributes its text config), named after ``_name_or_path``."""
-    from race.accounting import ModelShape
-
-    get = getattr(model, "get_base_model", None)
-    cfg = (get() if callable(get) else model).config
-    text = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
-    return ModelShape.from_hf_config(text.to_dict(), name=str(getattr(cfg, "_name_or_path", "") or "") or None)
 
 
 def save_policy(model: Any, tokenizer: Any, path: str | os.PathLike[str]) -> Path:

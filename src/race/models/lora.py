@@ -1,7 +1,7 @@
 """LoRA wrapping with real PEFT, and the LoRA reference policy.
 
 :func:`wrap_lora` turns a causal LM into a ``peft.PeftModel`` from
-:class:`race.config.LoraSettings` (PEFT's own names: ``r``, ``lora_alpha``,
+:class:`race.spec.run.LoraSettings` (PEFT's own names: ``r``, ``lora_alpha``,
 ``lora_dropout``, ``target_modules``). Before PEFT sees the settings it checks that every
 target names at least one linear layer and that the rank fits each targeted matrix
 (``r <= min(in_features, out_features)``): a rank above that adds parameters and FLOPs
@@ -51,7 +51,7 @@ def validate_lora(model: Any, settings: Any) -> None:
 
 def wrap_lora(model: Any, settings: Any) -> Any:
     """Wrap ``model`` in a PEFT LoRA adapter described by ``settings``
-    (:class:`race.config.LoraSettings` or anything with the same attributes).
+    (:class:`race.spec.run.LoraSettings` or anything with the same attributes).
 
     Only the adapter is trainable afterwards. Adapter initialisation follows PEFT
     (``B = 0``), so the wrapped model's outputs equal the base model's until training.

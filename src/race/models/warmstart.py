@@ -41,11 +41,7 @@ batch of every optimizer step, i.e. what the warm start executed.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
-import math
 import os
-import shutil
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -53,50 +49,18 @@ from pathlib import Path
 from typing import Any
 
 from race.accounting import train_flops
+from race.builds.cache import ArtefactCache, build_each, recipe_digest
+from race.builds.recipe import RecipeSchedule
+from race.builds.train import optimise
 from race.models.family import build_tiny_model, lm_head_params, non_embedding_params, tiny_config_kwargs
-from race.models.loading import cache_dir as _cache_root
-from race.models.loading import model_shape
+from race.models.refs import model_shape
 from race.models.tokenizer import ALPHABET, SPECIAL_TOKENS, build_char_tokenizer
 from race.tasks.arith import ArithTask, Problem, solution_text
 from race.tasks.verify import verify
 
 #: Bumped when the training code changes in a way the recipe fields do not capture.
 WARMSTART_VERSION = 1
-
-
-class RecipeSchedule:
-    """What the warm-start and reward-model recipes share (a mixin without fields, so the
-    recipes' dataclass fields and cache hashes are their own): checks of ``steps``,
-    ``batch_size`` and ``warmup_steps``, the task from its description, and the learning
-    rate schedule. Needs ``steps, batch_size, warmup_steps, learning_rate, min_lr_ratio,
-    task`` on the dataclass."""
-
-    steps: int
-    batch_size: int
-    warmup_steps: int
-    learning_rate: float
-    min_lr_ratio: float
-    task: dict[str, Any]
-
-    def _check_schedule(self) -> None:
-        if self.steps < 1 or self.batch_size < 1:
-            raise ValueError(f"{type(self).__name__} needs steps >= 1 and batch_size >= 1, "
-                             f"got {self.steps}, {self.batch_size}")
-        if not 0 <= self.warmup_steps <= self.steps:
-            raise ValueError(f"warmup_steps={self.warmup_steps} must lie in 0..steps ({self.steps})")
-
-    def make_task(self) -> ArithTask:
-        return ArithTask.from_description(self.task)
-
-    def lr_at(self, step: int) -> float:
-        """Learning rate at optimizer step ``step`` (0-based): linear warmup, then cosine
-        from ``learning_rate`` down to ``min_lr_ratio * learning_rate``."""
-        if step < self.warmup_steps:
-            return self.learning_rate * (step + 1) / self.warmup_steps
-        span = max(1, self.steps - self.warmup_steps)
-        progress = min(1.0, (step - self.warmup_steps) / span)
-        cos = 0.5 * (1 + math.cos(math.pi * progress))
-        return self.learning_rate * (self.min_lr_ratio + (1 - self.min_lr_ratio) * cos)
+CACHE = ArtefactCache("base")
 
 
 @dataclass(frozen=True)
@@ -165,17 +129,15 @@ def _recipe(recipe: SFTRecipe | None) -> SFTRecipe:
 def recipe_hash(name: str, recipe: SFTRecipe | None = None) -> str:
     """12 hex digits over the recipe, the size's config and the tokenizer alphabet."""
     recipe = _recipe(recipe)
-    blob = json.dumps(dict(version=WARMSTART_VERSION, recipe=dataclasses.asdict(recipe),
-                           config=tiny_config_kwargs(name), alphabet="".join(ALPHABET), special=SPECIAL_TOKENS),
-                      sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(blob.encode()).hexdigest()[:12]
+    return recipe_digest(dict(version=WARMSTART_VERSION, recipe=dataclasses.asdict(recipe),
+                              config=tiny_config_kwargs(name), alphabet="".join(ALPHABET), special=SPECIAL_TOKENS))
 
 
 def base_dir(name: str, *, cache_dir: str | os.PathLike[str] | None = None,
              recipe: SFTRecipe | None = None) -> Path:
     """Directory of the warm start of ``name`` under ``recipe`` (default
     :data:`DEFAULT_RECIPE`)."""
-    return _cache_root(cache_dir) / "base" / f"{name}-{recipe_hash(name, recipe)}"
+    return CACHE.directory(name, recipe_hash(name, recipe), cache_dir)
 
 
 def _batch_encoder(tok: Any) -> Callable[[Sequence[Problem]], tuple[Any, Any, Any]]:
@@ -212,42 +174,26 @@ def sft(model: Any, tok: Any, recipe: SFTRecipe,
     """Run the warm-start recipe on ``model`` in place; returns token counts, the mean
     loss of the last 5% of steps, and ``sft_flops`` (``train_flops`` of every step's
     padded batch under ``conventions``). Deterministic under ``recipe.seed`` (same threads)."""
-    import torch
-
     task = recipe.make_task()
-    torch.manual_seed(recipe.seed)
-    opt = torch.optim.AdamW(model.parameters(), lr=recipe.learning_rate, betas=recipe.betas,
-                            weight_decay=recipe.weight_decay)
     encode = _batch_encoder(tok)
     shape = model_shape(model)
     step_flops: dict[tuple[int, int], int] = {}
-    model.train()
-    tokens = real = loss_tok = flops = 0
-    tail, tail_n = 0.0, max(1, recipe.steps // 20)
-    for step in range(recipe.steps):
+    stats = dict(tokens_processed=0, real_tokens=0, loss_tokens=0, sft_flops=0)
+
+    def loss_at(step: int) -> Any:
         batch = task.problems("train", recipe.batch_size, seed=recipe.seed * 1_000_003 + step)
         ids, mask, labels = encode(batch)  # [B, T] each
-        for g in opt.param_groups:
-            g["lr"] = recipe.lr_at(step)
-        loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), recipe.max_grad_norm)
-        opt.step()
-        tokens += ids.numel()
         B, T = ids.shape
         if (B, T) not in step_flops:
             step_flops[B, T] = train_flops(shape, [T] * B, conventions=conventions)
-        flops += step_flops[B, T]
-        real += int(mask.sum())
-        loss_tok += int((labels != -100).sum())
-        value = float(loss.detach())
-        if step >= recipe.steps - tail_n:
-            tail += value / tail_n
-        if progress is not None:
-            progress(step + 1, recipe.steps, value)
-    model.eval()
-    return dict(tokens_processed=tokens, real_tokens=real, loss_tokens=loss_tok, final_loss=tail, sft_flops=flops)
+        stats["tokens_processed"] += ids.numel()
+        stats["sft_flops"] += step_flops[B, T]
+        stats["real_tokens"] += int(mask.sum())
+        stats["loss_tokens"] += int((labels != -100).sum())
+        return model(input_ids=ids, attention_mask=mask, labels=labels).loss
+
+    tail = optimise(model, recipe, loss_at, progress)
+    return dict(stats, final_loss=tail)
 
 
 def greedy_completions(model: Any, tok: Any, prompts: Sequence[str], max_new_tokens: int,
@@ -303,15 +249,13 @@ def current_recipe() -> SFTRecipe:
     return _recipe(None)
 
 
+def _info_of(data: dict[str, Any]) -> BaseInfo:
+    known = {f.name for f in dataclasses.fields(BaseInfo)} - {"reused"}
+    return BaseInfo(**{k: v for k, v in data.items() if k in known}, reused=True)
+
+
 def _read_info(path: Path) -> BaseInfo | None:
-    try:
-        data = json.loads((path / "info.json").read_text())
-        if not (path / "model.safetensors").is_file():
-            return None
-        known = {f.name for f in dataclasses.fields(BaseInfo)} - {"reused"}
-        return BaseInfo(**{k: v for k, v in data.items() if k in known}, reused=True)
-    except (OSError, ValueError, TypeError):
-        return None
+    return CACHE.read_info(path, _info_of)
 
 
 def _save_quietly(model: Any, tok: Any, path: Path) -> None:
@@ -340,10 +284,11 @@ def build_base(name: str, *, cache_dir: str | os.PathLike[str] | None = None, fo
     """
     recipe = _recipe(recipe)
     final = base_dir(name, cache_dir=cache_dir, recipe=recipe)
-    if not force:
-        info = _read_info(final)
-        if info is not None:
-            return info
+    return CACHE.build_or_reuse(final, _read_info, lambda: _train_base(name, recipe, final, progress), force)
+
+
+def _train_base(name: str, recipe: SFTRecipe, final: Path,
+                progress: Callable[[int, int, float], None] | None) -> BaseInfo:
     import torch
 
     t0 = time.perf_counter()
@@ -367,14 +312,7 @@ def build_base(name: str, *, cache_dir: str | os.PathLike[str] | None = None, fo
         eval_seconds=round(eval_seconds, 2), torch_threads=torch.get_num_threads(),
     )
     model.config._attn_implementation = "eager"  # the saved default; load_policy chooses anyway
-    tmp = final.with_name(f"{final.name}.tmp-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    _save_quietly(model, tok, tmp)
-    (tmp / "info.json").write_text(json.dumps(info.to_json(), indent=2, sort_keys=True) + "\n")
-    if final.exists():
-        shutil.rmtree(final)
-    os.replace(tmp, final)
+    CACHE.publish(final, info.to_json(), lambda tmp: _save_quietly(model, tok, tmp))
     return info
 
 
@@ -384,8 +322,5 @@ def build_all(names: Sequence[str] | None = None, *, cache_dir: str | os.PathLik
     """:func:`build_base` for each name (default: the whole family, smallest first)."""
     from race.models.family import TINY_FAMILY
 
-    infos = []
-    for name in names or list(TINY_FAMILY):
-        cb = (lambda s, n, loss, _name=name: progress(_name, s, n, loss)) if progress else None
-        infos.append(build_base(name, cache_dir=cache_dir, force=force, progress=cb, recipe=recipe))
-    return infos
+    return build_each(list(names or TINY_FAMILY), build_base, progress, cache_dir=cache_dir, force=force,
+                      recipe=recipe)

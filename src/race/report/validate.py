@@ -5,9 +5,9 @@ The grid runs cells of a grid file; it has no call for "run these RunConfigs int
 study". The adapter here builds, for each allocation to validate, a one-budget grid
 spec whose ``base`` is the stored RunConfig of one of that allocation's pilot runs (minus
 budget, seed and output directory) and runs it with :func:`race.grid.run_grid` (same
-cell function, runner and retry settings as the study's grid). ``run_grid`` records the
-spec it ran as the study's grid file, so the study's original spec is put back
-afterwards. The validation is recorded in ``<study_dir>/validation.json`` (see
+cell function, runner and retry settings as the study's grid), asking it to run these
+configs into the study without recording them as the study's grid
+(``as_study_spec=False``). The validation is recorded in ``<study_dir>/validation.json`` (see
 :mod:`race.report.study`) before the runs start and updated when they end.
 """
 
@@ -21,12 +21,12 @@ from pathlib import Path
 from typing import Any
 
 from race.analysis import Recommendation, ValidationResult, prepare_runs, realised_regret
+from race.spec.grid import DEFAULT_CELL_FN, GRID_OWNED
 
 from .fmt import jsonable
 from .sections_decision import recommend_for
 from .study import ReportError, StudyData, default_target_budget, load_study, write_validation
 
-GRID_OWNED = ("budget_flops", "seed", "output_dir")
 
 
 @dataclass
@@ -95,18 +95,9 @@ def validation_grids(study: StudyData, allocations: Sequence[str], target_budget
             "study": name or study.name, "budgets": [float(target_budget)], "require_budget_span": False,
             "base": {k: v for k, v in template.items() if k not in GRID_OWNED}, "seeds": use_seeds,
             "runner": runner, "max_retries": grid.get("max_retries", 2), "min_steps": grid.get("min_steps", 1),
-            "cell_fn": grid.get("cell_fn") or "race.engines:run_engine",
+            "cell_fn": grid.get("cell_fn") or DEFAULT_CELL_FN,
         })
     return out
-
-
-def _restore_spec(study_dir: Path, name: str | None, spec: dict[str, Any] | None) -> None:
-    if name is None or spec is None:
-        return
-    from race.grid import Store
-
-    with Store(study_dir, create=False) as store:
-        store.register_study(name, json.dumps(spec))
 
 
 def validate_study(study_dir: str | Path, *, target_budget: float | None = None, target: str = "greedy",
@@ -145,18 +136,15 @@ def validate_study(study_dir: str | Path, *, target_budget: float | None = None,
              "recommendation": {k: v for k, v in rec.to_dict().items() if k != "predictions"},
              "started_at": time.time()}
     write_validation(sdir, {**entry, "status": "running"})
-    name, original, _ = _stored(sdir)
     try:
         for spec in specs:
-            res = run_grid(spec, sdir, on_event=on_event)
+            res = run_grid(spec, sdir, on_event=on_event, as_study_spec=False)
             out.failed += res.failed
             out.refused += [f"{c.cell.run_id}: {c.refusal}" for c in res.refused]
     except StudyLockedError as e:
         write_validation(sdir, {**entry, "status": "interrupted", "message": str(e)})
         raise ReportError(f"study {study.name} is being run by another driver ({e}); validate when it has "
                           "finished") from None
-    finally:
-        _restore_spec(sdir, name, original)
     out.result, out.message = _measure(sdir, rec, n_boot, rng)
     if out.failed or out.refused:
         out.message = "; ".join(filter(None, [f"{len(out.failed)} validation cell(s) failed" if out.failed else None,

@@ -1,5 +1,21 @@
-"""Reward and feedback systems, chosen by name: rule-based, random control, outcome and
-process reward models, generative judges. Each reports the FLOPs it executed."""
+"""Reward and feedback systems, chosen by name: rule-based, random control, math-verify,
+outcome and process reward models, generative judges. Each reports the FLOPs it executed.
+
+    base.py         the RewardFunction protocol and RewardOutput
+    registry.py     spec string -> reward system (grammar: race.spec.reward)
+    rule.py         rule-based terms and the random-reward control
+    text.py         sanitising, prompt/question text, rule verification of one completion
+    terms.py        PRM aggregation and the rule terms a learned reward mixes in
+    mathverify.py   ``math``: math-verify final answers (bounded, never evaluated)
+    learned.py      ORM / PRM / judge reward functions from a parsed spec
+    hf.py           reward models from local HF directories; the generative judge
+    rm_encoding.py  how a scoring model reads a batch (encoding, scoring forward, Scorer)
+    rm_recipes.py   RACE's own RMs: recipes, cache key, shape (torch-free)
+    rm_data.py      their training data (worked solutions and corruptions)
+    training.py     their training, evaluation and cached build
+    systems.py      reward spec -> accounting RewardSystem (planning, torch-free)
+    diagnostics.py  over-optimisation of a learned reward
+"""
 
 from race.rewards.base import RewardFunction, RewardOutput
 from race.rewards.registry import make_reward, register

@@ -36,7 +36,13 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
+from race.accounting import ModelShape, RewardSystem, reward_model_flops
+from race.models.loading import load_policy, load_tokenizer, resolve_device, resolve_dtype
+from race.models.tokenizer import check_vocab_fits
 from race.rewards.base import RewardOutput
+from race.rewards.rm_encoding import Scorer
+from race.rewards.terms import rule_terms, weighted
+from race.rewards.text import prompt_of, question_of, sanitize
 
 SUPPORTED = {"orm": ("ForSequenceClassification",), "prm": ("ForTokenClassification", "Qwen2ForProcessRewardModel")}
 QWEN_PRM_SYSTEM = "Please reason step by step, and put your final answer within \\boxed{}."
@@ -76,8 +82,6 @@ def load_rm_tokenizer(path: Path) -> Any:
     character tokenizer saves) is loaded as exactly that: ``AutoTokenizer`` would pick the
     config's model-type class (Qwen2Tokenizer for a Qwen2 config), whose byte-level
     pre-tokenizer silently drops spaces, newlines and unknown characters."""
-    from race.models.loading import load_tokenizer
-
     return load_tokenizer(str(path))
 
 
@@ -94,8 +98,6 @@ def head_matrices(score: Any) -> tuple[tuple[tuple[int, int], ...], bool]:
 def scorer_shape(model: Any, name: str) -> Any:
     """``ModelShape`` of a scoring model: backbone from its config, head from its module."""
     from dataclasses import replace
-
-    from race.accounting import ModelShape
 
     cfg = model.config.to_dict()
     cfg["architectures"] = []
@@ -151,8 +153,6 @@ class _ProcessRewardModel:
 def _load_model(path: Path, kind: str, config: dict[str, Any], device: Any) -> Any:
     from transformers import AutoModelForSequenceClassification, AutoModelForTokenClassification
 
-    from race.models.loading import resolve_dtype
-
     dtype = resolve_dtype("auto", device)  # float32 on CPU, bfloat16 on CUDA
     archs = config.get("architectures") or []
     if kind == "prm" and "Qwen2ForProcessRewardModel" in archs:
@@ -167,14 +167,8 @@ def _load_model(path: Path, kind: str, config: dict[str, Any], device: Any) -> A
     return model.to(device).eval()
 
 
-def _question(problem: Any) -> str:
-    return str(getattr(problem, "question", None) or getattr(problem, "prompt", "") or "")
-
-
 def _renderer(kind: str, tok: Any, settings: dict[str, Any]) -> tuple[Any, frozenset[int] | None, int | None]:
     """(render, marker ids, final marker id) for this RM."""
-    from race.rewards.models import _prompt_of
-
     def tok_id(t: str) -> int:
         i = tok.convert_tokens_to_ids(t)
         if i is None or i == tok.unk_token_id:
@@ -193,11 +187,11 @@ def _renderer(kind: str, tok: Any, settings: dict[str, Any]) -> tuple[Any, froze
     final_id = tok_id(final) if final else None
     if kind == "orm":
         if use_chat:
-            return (lambda p, c: chat(_question(p), c, settings.get("system"))), None, None
-        return (lambda p, c: (_prompt_of(p), c)), None, None
+            return (lambda p, c: chat(question_of(p), c, settings.get("system"))), None, None
+        return (lambda p, c: (prompt_of(p), c)), None, None
     if settings.get("markers"):  # markers already in the text (RACE's own PRMs)
         ids = frozenset(tok_id(m) for m in settings["markers"])
-        return (lambda p, c: (_prompt_of(p), c)), ids, final_id
+        return (lambda p, c: (prompt_of(p), c)), ids, final_id
     sep = settings.get("sep_token", "<extra_0>")
     sep_id = tok_id(sep)
     delim = settings.get("step_delimiter", "\n\n")
@@ -206,17 +200,13 @@ def _renderer(kind: str, tok: Any, settings: dict[str, Any]) -> tuple[Any, froze
     def render(p: Any, c: str) -> tuple[str, str]:
         steps = [s.strip() for s in c.replace(sep, "").split(delim) if s.strip()]
         body = "".join(s + sep for s in steps)
-        return chat(_question(p), body, system) if use_chat else (_prompt_of(p), body)
+        return chat(question_of(p), body, system) if use_chat else (prompt_of(p), body)
 
     return render, frozenset({sep_id}), final_id
 
 
 def load_hf_scorer(path: str | Path, kind: str, *, device: Any = "auto", name: str | None = None) -> Any:
-    """A ``Scorer`` (see ``race.rewards.models``) for the checkpoint at ``path``."""
-    from race.models.loading import resolve_device
-    from race.models.tokenizer import check_vocab_fits
-    from race.rewards.models import Scorer
-
+    """A ``Scorer`` (see ``race.rewards.rm_encoding``) for the checkpoint at ``path``."""
     p = Path(path).expanduser()
     config = _check_dir(p)
     settings = _settings(p)
@@ -240,8 +230,6 @@ class JudgeReward:
 
     def __init__(self, name: str, model: Any, tokenizer: Any, spec: Any, *, conventions: Any = None,
                  verdict_tokens: int = 2, max_length: int = 512, template: str = JUDGE_TEMPLATE) -> None:
-        from race.accounting import ModelShape, RewardSystem
-
         self.name, self.model, self.tok, self.spec = name, model, tokenizer, spec
         self.conventions, self.verdict_tokens, self.max_length, self.template = (conventions, verdict_tokens,
                                                                                    max_length, template)
@@ -252,8 +240,6 @@ class JudgeReward:
 
     @classmethod
     def load(cls, spec: Any, *, device: Any = "auto", conventions: Any = None, cache_dir: Any = None) -> "JudgeReward":
-        from race.models.loading import load_policy
-
         model, tok = load_policy(spec.target, device=device, dtype="float32", attn_implementation="eager",
                                  cache_dir=cache_dir, build_missing=True)
         return cls(Path(spec.target).name, model, tok, spec, conventions=conventions,
@@ -262,13 +248,10 @@ class JudgeReward:
     def score(self, problems: Sequence[Any], completions: Sequence[str]) -> RewardOutput:
         import torch
 
-        from race.accounting import reward_model_flops
-        from race.rewards.models import _prompt_of, rule_terms, sanitize
-
         t0 = time.perf_counter()
         if not completions:
             return RewardOutput([], [])
-        texts = [self.template.format(prompt=_prompt_of(p), completion=sanitize(c))
+        texts = [self.template.format(prompt=prompt_of(p), completion=sanitize(c))
                  for p, c in zip(problems, completions, strict=True)]
         self.tok.truncation_side = "left"
         enc = self.tok(texts, return_tensors="pt", padding=True, truncation=True, max_length=self.max_length,
@@ -288,14 +271,12 @@ class JudgeReward:
             terms = rule_terms(p, sanitize(c), needed)
             terms["rm"] = 1.0 if v.strip()[:1] in ("Y", "y") else 0.0
             yes += int(terms["rm"])
-            rewards.append(sum(w * terms[t] for t, w in self.spec.weights.items()))
+            rewards.append(weighted(self.spec.weights, terms))
             verified.append(terms["outcome"])
         return RewardOutput(rewards, verified, components=comps, tokens=B * (L + k), seconds=time.perf_counter() - t0,
                             extra={"judge_yes_frac": yes / B})
 
     def step_bound(self, n_sequences: int, max_prompt_len: int, max_completion_len: int) -> int:
-        from race.accounting import reward_model_flops
-
         L = max(1, self.max_length)
         return sum(reward_model_flops(self.system, [L] * n_sequences,
                                       judge_completion_lens=[self.verdict_tokens] * n_sequences,

@@ -1,23 +1,30 @@
 """Reward systems by name (verl-style registry).
 
-Spec strings: ``rule`` (0/1 final answer), ``rule:partial`` (partial credit per valid
-step), ``rule:outcome+format`` (terms joined by ``+``, equal weights), ``random``,
-``orm:NAME``, ``prm:NAME[:AGG]``, ``judge:NAME``. Learned reward models register their
-builders here from their own modules.
+The spec string is parsed once, by the grammar in :mod:`race.spec.reward` (``rule``,
+``rule:partial``, ``rule:outcome+format``, ``random``, ``math``, ``orm:NAME``,
+``prm:NAME[:TERMS]``, ``judge:NAME``); a builder per kind turns the parsed
+:class:`~race.spec.reward.RewardSpec` into a ``RewardFunction``. The learned kinds' modules
+(torch, transformers) load only when one of them is built.
 """
 
 from __future__ import annotations
 
+import importlib
 from typing import Any, Callable
 
 from race.rewards.base import RewardFunction
 from race.rewards.rule import RandomReward, RuleReward
+from race.spec.reward import RewardSpec, parse_reward
 
-Builder = Callable[..., RewardFunction]
+Builder = Callable[..., RewardFunction]  # (RewardSpec, **kwargs) -> RewardFunction
 _BUILDERS: dict[str, Builder] = {}
+#: Kinds whose builders live in modules loaded on first use ("module:function").
+_LAZY = {"math": "race.rewards.mathverify:build_math", "orm": "race.rewards.learned:build_learned",
+         "prm": "race.rewards.learned:build_learned", "judge": "race.rewards.learned:build_judge"}
 
 
 def register(kind: str) -> Callable[[Builder], Builder]:
+    """Register ``fn(spec: RewardSpec, **kwargs)`` as the builder of ``kind``."""
     def deco(fn: Builder) -> Builder:
         _BUILDERS[kind] = fn
         return fn
@@ -26,35 +33,28 @@ def register(kind: str) -> Callable[[Builder], Builder]:
 
 
 @register("rule")
-def _rule(arg: str, **_: Any) -> RewardFunction:
-    terms = [t for t in (arg or "outcome").split("+") if t]
-    return RuleReward({t: 1.0 / len(terms) for t in terms}, name="rule" + (f":{arg}" if arg else ""))
+def _rule(spec: RewardSpec, **_: Any) -> RewardFunction:
+    return RuleReward(dict(spec.weights), name="rule" + (f":{spec.rule_arg}" if spec.rule_arg else ""))
 
 
 @register("random")
-def _random(arg: str, *, seed: int = 0, **_: Any) -> RewardFunction:
+def _random(spec: RewardSpec, *, seed: int = 0, **_: Any) -> RewardFunction:
     return RandomReward(seed=seed)
 
 
-def _load_model_builders() -> None:
-    """Import the modules that register learned reward models (orm, prm, judge)."""
-    import importlib
-
-    for mod in ("race.rewards.models",):
-        try:
-            importlib.import_module(mod)
-        except ModuleNotFoundError as e:
-            if e.name != mod:
-                raise
-
-
-def make_reward(spec: str, **kwargs: Any) -> RewardFunction:
-    """Build the reward system named by ``spec`` (see module docstring). ``kwargs`` go to
-    the builder (seed, device, dtype, conventions, cache_dir, ...)."""
-    kind, _, arg = spec.partition(":")
+def builder(kind: str) -> Builder:
+    """The builder registered for ``kind`` (loading its module on first use)."""
+    if kind not in _BUILDERS and kind in _LAZY:
+        module, func = _LAZY[kind].split(":")
+        _BUILDERS[kind] = getattr(importlib.import_module(module), func)
     if kind not in _BUILDERS:
-        _load_model_builders()
-    if kind not in _BUILDERS:
-        known = sorted(set(_BUILDERS) | {"orm", "prm", "judge"})
-        raise ValueError(f"unknown reward {spec!r}; kinds: {', '.join(known)}")
-    return _BUILDERS[kind](arg, **kwargs)
+        raise ValueError(f"no reward builder for kind {kind!r}; kinds: {', '.join(sorted(set(_BUILDERS) | set(_LAZY)))}")
+    return _BUILDERS[kind]
+
+
+def make_reward(spec: str | RewardSpec, **kwargs: Any) -> RewardFunction:
+    """Build the reward system named by ``spec`` (a string in the grammar of
+    :mod:`race.spec.reward`, or its parsed form). ``kwargs`` go to the builder (seed,
+    device, dtype, conventions, cache_dir, tokenizer, ...)."""
+    parsed = spec if isinstance(spec, RewardSpec) else parse_reward(spec)
+    return builder(parsed.kind)(parsed, **kwargs)

@@ -12,18 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from race.rewards.base import RewardOutput
-
-
-def _verify(problem: Any, completion: str) -> tuple[float, float, float]:
-    """(outcome 0/1, partial credit, format 0/1) for one completion."""
-    from race.tasks import partial_credit, verify, verify_final_answer
-    from race.tasks.files import TextProblem
-
-    if isinstance(problem, TextProblem):
-        ok = 1.0 if verify_final_answer(problem, completion).correct else 0.0
-        return ok, ok, ok
-    v = verify(problem, completion)
-    return (1.0 if v.correct else 0.0), partial_credit(v), (1.0 if v.format_ok else 0.0)
+from race.rewards.text import verify_terms as _verify
 
 
 @dataclass

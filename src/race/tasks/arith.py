@@ -143,7 +143,7 @@ class ArithTask:
 
     @classmethod
     def from_settings(cls, settings: Any, seed: int = 0) -> "ArithTask":
-        """Build from a :class:`race.config.TaskSettings` (``name`` must be ``arith``)."""
+        """Build from a :class:`race.spec.run.TaskSettings` (``name`` must be ``arith``)."""
         if getattr(settings, "name", "arith") != "arith":
             raise ValueError(f"task.name={settings.name!r} is not the built-in arith task; use race.tasks.load_problems_file")
         return cls(settings.min_ops, settings.max_ops, settings.max_operand, seed,

@@ -142,7 +142,7 @@ class FileTask:
 
     @classmethod
     def from_settings(cls, settings: Any) -> "FileTask":
-        """Build from a :class:`race.config.TaskSettings` with ``name`` jsonl or parquet."""
+        """Build from a :class:`race.spec.run.TaskSettings` with ``name`` jsonl or parquet."""
         fmt = {"jsonl": "json", "parquet": "parquet"}.get(getattr(settings, "name", ""))
         if fmt is None or not getattr(settings, "path", None):
             raise ValueError(f"task.name={getattr(settings, 'name', None)!r}: FileTask needs name jsonl or parquet "

@@ -2,7 +2,8 @@
 
 A grid file names a study, the FLOP budgets, the settings every cell shares (``base``),
 the axes to sweep (RunConfig field paths -> lists of values) and the seeds; the grid
-expands to ``axes x budgets x seeds`` runs (``race.grid.expand``). It also says how to
+expands to ``axes x budgets x seeds`` runs (:mod:`race.spec.cells`), once, when it is
+validated. It also says how to
 run them (``runner``), how often to retry a failing cell, and which function runs a
 cell (``cell_fn``, default the RACE engine).
 
@@ -30,18 +31,16 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
-from race.config import RunConfig
+from race.spec.errors import GridSpecError, format_errors, load_yaml_mapping
+from race.spec.cells import Cell, expand_cells
+from race.spec.run import RunConfig
 
 DEFAULT_CELL_FN = "race.engines:run_engine"
 MIN_PILOT_SPAN = 10.0
 
-# Run settings the grid owns: budgets and seeds have their own keys; output_dir is the
-# run directory the grid assigns.
-_GRID_OWNED = {"budget_flops": "budgets", "seed": "seeds", "output_dir": "the study directory"}
-
-
-class GridSpecError(ValueError):
-    """A grid file is wrong; the message says which field and what to change."""
+#: Run settings the grid owns (setting -> where the grid sets it): budgets and seeds have
+#: their own keys; output_dir is the run directory the grid assigns.
+GRID_OWNED = {"budget_flops": "budgets", "seed": "seeds", "output_dir": "the study directory"}
 
 
 class RunnerSettings(BaseModel):
@@ -87,6 +86,7 @@ class GridSpec(BaseModel):
     cell_fn: str = DEFAULT_CELL_FN
 
     _source: str = PrivateAttr("dict")
+    _cells: Any = PrivateAttr(None)
 
     # -- field checks ------------------------------------------------------------------
     @field_validator("study")
@@ -179,12 +179,24 @@ class GridSpec(BaseModel):
     def source(self) -> str:
         return self._source
 
+    def __setattr__(self, name: str, value: Any) -> None:
+        super().__setattr__(name, value)
+        if not name.startswith("_"):
+            super().__setattr__("_cells", None)  # a changed setting: expand again when asked
+
+    def cells(self) -> list[Cell]:
+        """Every cell of the grid (expanded once, when the spec was validated)."""
+        if self._cells is None:
+            self._cells = expand_cells(self)
+        return list(self._cells)
+
     def with_runner(self, **changes: Any) -> "GridSpec":
-        """A copy with runner settings changed (None values are ignored)."""
+        """A copy with runner settings changed (None values are ignored); the cells do not
+        depend on the runner, so the copy keeps them."""
         data = self.runner.model_dump()
         data.update({k: v for k, v in changes.items() if v is not None})
         new = self.model_copy(update={"runner": RunnerSettings.model_validate(data)})
-        new._source = self._source
+        new._source, new._cells = self._source, self._cells
         return new
 
 
@@ -201,8 +213,8 @@ def _flatten_keys(d: dict[str, Any], prefix: str = "") -> list[str]:
 def _check_field_path(path: str, where: str) -> None:
     """Raise ValueError unless ``path`` (dotted) names a RunConfig field."""
     parts = path.split(".")
-    if parts[0] in _GRID_OWNED:
-        raise ValueError(f"{where}.{path}: the grid sets {parts[0]} itself; use the grid's {_GRID_OWNED[parts[0]]} instead")
+    if parts[0] in GRID_OWNED:
+        raise ValueError(f"{where}.{path}: the grid sets {parts[0]} itself; use the grid's {GRID_OWNED[parts[0]]} instead")
     model: type[BaseModel] | None = RunConfig
     for i, part in enumerate(parts):
         if model is None:
@@ -226,20 +238,13 @@ def _submodel(annotation: Any) -> type[BaseModel] | None:
     return None
 
 
-def _format_errors(err: ValidationError, source: str) -> str:
-    lines = [f"invalid grid spec ({source}):"]
-    for e in err.errors():
-        loc = ".".join(str(p) for p in e["loc"]) or "(top level)"
-        msg = e["msg"].removeprefix("Value error, ")
-        if e["type"] == "extra_forbidden":
-            msg = ("unknown grid setting; grid keys are " + ", ".join(sorted(GridSpec.model_fields))
-                   if len(e["loc"]) == 1 else "unknown setting (check the spelling)")
-            if len(e["loc"]) == 1 and e["loc"][0] in RunConfig.model_fields:
-                msg += f"; run settings such as {e['loc'][0]!r} go under base: or axes:"
-        elif e["type"] == "missing":
-            msg = "required field is missing"
-        lines.append(f"  - {msg}" if msg.startswith(f"{loc}.") else f"  - {loc}: {msg}")
-    return "\n".join(lines)
+def _unknown_grid_key(loc: tuple[Any, ...]) -> str:
+    if len(loc) != 1:
+        return "unknown setting (check the spelling)"
+    msg = "unknown grid setting; grid keys are " + ", ".join(sorted(GridSpec.model_fields))
+    if loc[0] in RunConfig.model_fields:
+        msg += f"; run settings such as {loc[0]!r} go under base: or axes:"
+    return msg
 
 
 def _resolve_cell_fn(cell_fn: str, base_dir: Path | None) -> str:
@@ -261,30 +266,27 @@ def grid_spec_from_dict(data: dict[str, Any], source: str = "dict", base_dir: Pa
     try:
         spec = GridSpec.model_validate(data)
     except ValidationError as e:
-        raise GridSpecError(_format_errors(e, source)) from None
+        raise GridSpecError(format_errors(e, f"invalid grid spec ({source}):", _unknown_grid_key)) from None
     spec.cell_fn = _resolve_cell_fn(spec.cell_fn, base_dir)
     spec._source = source
-    from race.grid.expand import expand_grid  # validates every cell
-
-    expand_grid(spec)
+    spec.cells()  # validates every cell; the spec keeps them
     return spec
 
 
 def load_grid_spec(path: str | Path) -> GridSpec:
     """Load a grid file (YAML, ``yaml.safe_load``) and validate it."""
-    import yaml
-
     p = Path(path)
-    if not p.exists():
-        raise GridSpecError(f"grid file not found: {p}")
-    try:
-        data = yaml.safe_load(p.read_text())
-    except yaml.YAMLError as e:
-        raise GridSpecError(f"{p}: not valid YAML: {e}") from None
-    return grid_spec_from_dict(data or {}, source=str(p), base_dir=p.resolve().parent)
+    data = load_yaml_mapping(p, GridSpecError, "grid file")
+    return grid_spec_from_dict(data, source=str(p), base_dir=p.resolve().parent)
+
+
+def expand_grid(spec: GridSpec) -> list[Cell]:
+    """All cells of the grid, validated, with stable distinct ids (expanded once per spec)."""
+    return spec.cells()
 
 
 def as_grid_spec(spec: "GridSpec | dict[str, Any] | str | Path") -> GridSpec:
+    """A validated ``GridSpec`` from a spec, a dict or a grid file path."""
     if isinstance(spec, GridSpec):
         return spec
     if isinstance(spec, dict):

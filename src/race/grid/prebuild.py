@@ -1,4 +1,4 @@
-"""Build the tiny base models and reward models a grid needs, several at once.
+"""Build the tiny base models and reward models a grid needs, several at once, before it runs.
 
 The demo's first stage trains every warm start and RACE reward model it uses (cached
 after the first run). On a small machine these small-matrix trainings scale poorly
@@ -43,12 +43,20 @@ def _base_cost(name: str, recipe: Any) -> float:
     return float(recipe.steps * (1.0 + c["num_hidden_layers"] * c["hidden_size"] ** 2 / 20_000))
 
 
+def grid_builds(models: Sequence[str], rewards: Sequence[str]) -> tuple[list[str], list[str]]:
+    """The tiny sizes and RACE reward models that a grid's model and reward values need."""
+    from race.models.family import is_tiny_name
+    from race.rewards.systems import race_rms_of
+
+    return [m for m in models if is_tiny_name(str(m))], race_rms_of([str(r) for r in rewards])
+
+
 def plan_builds(models: Sequence[str], rms: Sequence[str], *, cache_dir: str | os.PathLike[str] | None = None
                 ) -> list[BuildJob]:
     """The builds still missing from the cache, longest first (bases before RMs that
     start from them)."""
     from race.models.warmstart import cached_base, current_recipe
-    from race.rewards.training import recipe_for, rm_dir
+    from race.rewards.rm_recipes import recipe_for, rm_dir
 
     jobs: list[BuildJob] = []
     for m in dict.fromkeys(models):
@@ -128,31 +136,4 @@ def run_builds(jobs: Sequence[BuildJob], *, cache_dir: str | os.PathLike[str] | 
     return done
 
 
-def build_with_bars(console: Any, items: Sequence[tuple[str, int, Callable[[Callable[[int, int, float], None]], Any]]],
-                    threads: int | None = None) -> list[Any]:
-    """Run ``(name, steps, build)`` items one after another under a rich progress bar each
-    (``build(progress)`` returns an info with ``reused``), with ``threads`` torch threads
-    when given; returns the infos. Shared by ``race base build`` and ``race rm build``."""
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
-    if threads is not None:
-        import torch
-
-        torch.set_num_threads(threads)
-    infos = []
-    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                  TextColumn("loss {task.fields[loss]}"), TimeElapsedColumn(), console=console) as bar:
-        for name, steps, build in items:
-            task_id = bar.add_task(name, total=steps, loss="-")
-
-            def cb(step: int, total: int, loss: float, _t: Any = task_id) -> None:
-                if step % 10 == 0 or step == total:
-                    bar.update(_t, completed=step, loss=f"{loss:.3f}")
-
-            info = build(cb)
-            bar.update(task_id, completed=steps, description=f"{name} ({'cached' if info.reused else 'built'})")
-            infos.append(info)
-    return infos
-
-
-__all__ = ["BuildJob", "BuildDone", "plan_builds", "run_builds", "build_with_bars"]
+__all__ = ["BuildJob", "BuildDone", "grid_builds", "plan_builds", "run_builds"]

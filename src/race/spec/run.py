@@ -1,4 +1,4 @@
-"""Typed run configuration: one object per concept, validated on load.
+"""The run file: typed run configuration, one object per concept, validated on load.
 
 Field names follow TRL's ``GRPOConfig`` where a setting means the same thing
 (``num_generations``, ``max_completion_length``, ``temperature``, ``learning_rate``,
@@ -21,11 +21,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from race.spec.errors import ConfigError, format_errors, load_yaml_mapping, parse_scalar
+from race.spec.reward import parse_reward
+
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
-
-
-class ConfigError(ValueError):
-    """A configuration value is wrong; the message says which field and what to change."""
 
 
 class _Strict(BaseModel):
@@ -95,10 +94,12 @@ class RunConfig(_Strict):
     model: str = Field("tiny-s", description="tiny family name, Qwen2.5 preset, HF hub name or local directory")
     lora: LoraSettings | None = Field(default_factory=LoraSettings)
     task: TaskSettings = Field(default_factory=TaskSettings)
-    reward: str = Field("rule", description="rule | random | orm:NAME | prm:NAME[:AGG] | judge:NAME")
+    reward: str = Field("rule", description="rule[:TERMS] | random | math | orm:NAME | prm:NAME[:AGG] | judge:NAME "
+                        "(grammar: race.spec.reward)")
     eval: EvalSettings = Field(default_factory=EvalSettings)
 
-    budget_flops: float = Field(..., gt=0, description="the run's FLOP budget; the ledger total never exceeds it")
+    budget_flops: float = Field(..., gt=0, allow_inf_nan=False,
+                                description="the run's FLOP budget (finite); the ledger total never exceeds it")
     max_steps: int | None = Field(None, ge=1)
 
     # GRPO (TRL names)
@@ -149,11 +150,7 @@ class RunConfig(_Strict):
     @field_validator("reward")
     @classmethod
     def _reward(cls, v: str) -> str:
-        kind = v.split(":", 1)[0]
-        if kind not in ("rule", "random", "orm", "prm", "judge"):
-            raise ValueError(f"reward={v!r}: kind must be rule, random, orm:NAME, prm:NAME or judge:NAME")
-        if kind in ("orm", "prm", "judge") and ":" not in v:
-            raise ValueError(f"reward={v!r} needs a model name, e.g. {kind}:prm-s")
+        parse_reward(v)  # the one grammar (race.spec.reward); raises ValueError saying what to write
         return v
 
     @model_validator(mode="after")
@@ -181,74 +178,61 @@ class RunConfig(_Strict):
         return self.num_iterations > 1
 
 
-def _format_errors(err: ValidationError, source: str) -> str:
-    lines = [f"invalid run config ({source}):"]
-    for e in err.errors():
-        loc = ".".join(str(p) for p in e["loc"]) or "(top level)"
-        msg = e["msg"].removeprefix("Value error, ")
-        if e["type"] == "extra_forbidden":
-            msg = "unknown field (check the spelling; see configs/ for examples)"
-        if e["type"] == "missing":
-            msg = "required field is missing"
-        lines.append(f"  - {loc}: {msg}")
-    return "\n".join(lines)
-
-
 def parse_override(item: str) -> tuple[list[str], Any]:
     """Parse ``key.sub=value`` (value parsed as YAML scalar/list)."""
-    import yaml
-
     if "=" not in item:
         raise ConfigError(f"override {item!r} is not key=value (e.g. --set lora.r=16)")
     key, raw = item.split("=", 1)
     key = key.strip()
     if not key:
         raise ConfigError(f"override {item!r} has an empty key")
-    return key.split("."), yaml.safe_load(raw)
+    return key.split("."), parse_scalar(raw)
 
 
-def apply_overrides(data: dict[str, Any], overrides: list[str] | None) -> dict[str, Any]:
+def set_path(data: dict[str, Any], path: list[str], value: Any, where: str) -> None:
+    """Set ``data[path[0]][path[1]]... = value``, creating sections (in place)."""
+    node = data
+    for p in path[:-1]:
+        if node.get(p) is None:
+            node[p] = {}
+        node = node[p]
+        if not isinstance(node, dict):
+            raise ConfigError(f"{where}: {p} is not a section")
+    node[path[-1]] = value
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[str] | None,
+                    values: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A copy of ``data`` with ``key=value`` strings applied, then typed ``values``
+    (dotted key -> value, e.g. ``{"budget_flops": 1e16}`` from a CLI flag: no trip
+    through YAML text)."""
     data = json.loads(json.dumps(data))  # deep copy of plain data
     for item in overrides or []:
         path, value = parse_override(item)
-        node = data
-        for p in path[:-1]:
-            if node.get(p) is None:
-                node[p] = {}
-            node = node[p]
-            if not isinstance(node, dict):
-                raise ConfigError(f"override {item!r}: {p} is not a section")
-        node[path[-1]] = value
+        set_path(data, path, value, f"override {item!r}")
+    for key, value in (values or {}).items():
+        set_path(data, key.split("."), value, f"setting {key}")
     return data
 
 
 def load_yaml(path: str | Path) -> dict[str, Any]:
-    import yaml
-
-    p = Path(path)
-    if not p.exists():
-        raise ConfigError(f"config file not found: {p}")
-    with p.open() as f:
-        data = yaml.safe_load(f)
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise ConfigError(f"{p}: the top level must be a mapping of settings, got {type(data).__name__}")
-    return data
+    """The settings mapping of a YAML file (see :func:`race.spec.errors.load_yaml_mapping`)."""
+    return load_yaml_mapping(path, ConfigError, "config file")
 
 
 def run_config_from_dict(data: dict[str, Any], source: str = "dict") -> RunConfig:
     try:
         return RunConfig.model_validate(data)
     except ValidationError as e:
-        raise ConfigError(_format_errors(e, source)) from None
+        raise ConfigError(format_errors(e, f"invalid run config ({source}):")) from None
 
 
 def load_run_config(path: str | Path | None = None, overrides: list[str] | None = None,
-                    base: dict[str, Any] | None = None) -> RunConfig:
-    """Load a run config from YAML (safe_load), apply ``key=value`` overrides, validate."""
+                    base: dict[str, Any] | None = None, values: dict[str, Any] | None = None) -> RunConfig:
+    """Load a run config from YAML (safe_load), apply ``key=value`` overrides and typed
+    ``values``, validate."""
     data: dict[str, Any] = dict(base or {})
     if path is not None:
         data.update(load_yaml(path))
-    data = apply_overrides(data, overrides)
+    data = apply_overrides(data, overrides, values)
     return run_config_from_dict(data, str(path) if path else "overrides")

@@ -1,9 +1,10 @@
 """Grid spec -> cells: the cartesian product of the axes x budgets x seeds.
 
+Expansion happens once per spec: :meth:`race.spec.grid.GridSpec.cells` keeps the result.
 Order is budget-major (budgets as listed), then the axes' product (axes and values in
 the order the file gives them), then seeds; small budgets first means a partial study
 already covers every allocation at the cheap end. Each cell is a validated
-:class:`~race.config.RunConfig` with ``budget_flops`` and ``seed`` set; its id is
+:class:`~race.spec.run.RunConfig` with ``budget_flops`` and ``seed`` set; its id is
 ``RunConfig.run_id()`` (a hash of the resolved spec), so the same cell keeps its id across
 calls, machines and edits of unrelated cells.
 """
@@ -14,10 +15,25 @@ import copy
 import itertools
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
-from race.config import ConfigError, RunConfig, run_config_from_dict
-from race.grid.spec import GridSpec, GridSpecError
+from race.spec.errors import ConfigError, GridSpecError
+from race.spec.run import RunConfig, run_config_from_dict
+
+
+class GridLike(Protocol):
+    """What expansion reads of a grid spec (``race.spec.grid.GridSpec``)."""
+
+    study: str
+    budgets: list[float]
+    base: dict[str, Any]
+    axes: dict[str, list[Any]]
+    seeds: list[int]
+    eval: dict[str, Any] | None
+    engine: str | None
+
+    @property
+    def source(self) -> str: ...
 
 
 @dataclass(frozen=True)
@@ -63,7 +79,7 @@ def _set_path(data: dict[str, Any], path: str, value: Any) -> None:
     node[keys[-1]] = copy.deepcopy(value)
 
 
-def cell_data(spec: GridSpec, allocation: dict[str, Any], budget: float, seed: int) -> dict[str, Any]:
+def cell_data(spec: GridLike, allocation: dict[str, Any], budget: float, seed: int) -> dict[str, Any]:
     """The RunConfig dict of one cell (before validation)."""
     data = copy.deepcopy(spec.base)
     data.setdefault("name", spec.study)
@@ -79,8 +95,8 @@ def cell_data(spec: GridSpec, allocation: dict[str, Any], budget: float, seed: i
     return data
 
 
-def expand_grid(spec: GridSpec) -> list[Cell]:
-    """All cells of the grid, validated, with stable distinct ids."""
+def expand_cells(spec: GridLike) -> list[Cell]:
+    """Expand ``spec`` into validated cells (``GridSpec.cells`` calls this once)."""
     names = list(spec.axes)
     combos = list(itertools.product(*(spec.axes[n] for n in names))) or [()]
     cells: list[Cell] = []

@@ -1,0 +1,207 @@
+"""What both engines share: the policy they start from, the task and evaluation, the
+evaluation schedule, and the run directory they write (docs/run-format.md): config,
+checkpoint metadata, resume checks and the final ``run.json``.
+
+An engine differs in how it trains; where it starts, what it evaluates, how it resumes
+and what it reports are the same, and live here once.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from race.accounting import LoRA, ModelShape
+from race.engines.run_io import MetricsLog, read_run, write_config, write_json_atomic
+from race.spec.reward import parse_reward
+from race.spec.run import RunConfig
+
+Progress = Callable[[dict[str, Any]], None]
+PHASES = ("rollout", "old_logprobs", "reference", "reward", "update", "recompute", "eval")
+
+
+class DivergedError(RuntimeError):
+    """The loss became non-finite."""
+
+
+def make_task(cfg: RunConfig) -> Any:
+    from race.tasks import ArithTask
+
+    if cfg.task.name == "arith":
+        return ArithTask.from_settings(cfg.task, seed=0)
+    from race.tasks.files import FileTask
+
+    return FileTask.from_settings(cfg.task)
+
+
+def default_torch_threads(cfg: RunConfig) -> int | None:
+    """Torch threads for a run: ``cfg.torch_threads``; else the grid worker's setting
+    (``$RACE_TORCH_THREADS``); else 1 for the tiny family, whose small matrices run about
+    2x slower on 2 threads than on 1 (``benchmarks/grid_throughput.py``: 1 worker x 2
+    threads 0.53x of 1 x 1 on the demo cells) and whose results then do not depend on the
+    machine's core count; else ``None`` (torch's default)."""
+    from race.models.family import is_tiny_name
+
+    if cfg.torch_threads:
+        return cfg.torch_threads
+    env = os.environ.get("RACE_TORCH_THREADS", "")
+    if env.isdigit() and int(env) > 0:
+        return int(env)
+    return 1 if is_tiny_name(cfg.model) else None
+
+
+@dataclass
+class RunPolicy:
+    """What both engines start from: the loaded policy (not yet LoRA-wrapped), its
+    tokenizer, shape and device, and the accounting ``LoRA`` (checked against the shape)."""
+
+    model: Any
+    tok: Any
+    lora: LoRA | None
+    shape: ModelShape
+    device: Any
+
+
+def load_run_policy(cfg: RunConfig) -> RunPolicy:
+    """Threads and seed from the config, then the policy for any engine: it loads through
+    ``load_policy`` (tiny warm starts built on demand)."""
+    import torch
+
+    from race.models import load_policy, model_shape
+
+    threads = default_torch_threads(cfg)
+    if threads:
+        torch.set_num_threads(threads)
+    torch.manual_seed(cfg.seed)
+    model, tok = load_policy(cfg.model, device=cfg.device, dtype=cfg.dtype,
+                             attn_implementation=cfg.attn_implementation, build_missing=True)
+    shape = model_shape(model)
+    lora = LoRA(cfg.lora.r, tuple(cfg.lora.target_modules)) if cfg.lora is not None else None
+    if lora is not None:
+        lora.check(shape)
+    return RunPolicy(model, tok, lora, shape, next(model.parameters()).device)
+
+
+def _verify_fn() -> Callable[[Any, str], bool]:
+    from race.rewards.text import verify_terms
+
+    return lambda p, text: verify_terms(p, text)[0] == 1.0
+
+
+def run_evaluator(cfg: RunConfig, task: Any, policy: RunPolicy) -> Any:
+    """The run's evaluation targets on ``task`` (both engines evaluate the same way)."""
+    from race.engines.evaluation import Evaluator
+
+    return Evaluator(task, cfg.eval, tokenizer=policy.tok, max_new_tokens=cfg.max_completion_length,
+                     temperature=cfg.temperature, shape=policy.shape, lora=policy.lora,
+                     conventions=cfg.conventions, device=policy.device, verify=_verify_fn())
+
+
+@dataclass
+class EvalSchedule:
+    """Evaluate every ``every`` counted FLOPs (default ``budget / eval.num_points``)."""
+
+    every: float
+    next_at: float = 0.0
+    last_step: int = -1
+
+    @classmethod
+    def of(cls, cfg: RunConfig) -> "EvalSchedule":
+        return cls(cfg.eval.every_flops or cfg.budget_flops / cfg.eval.num_points)
+
+    def due(self, total: float) -> bool:
+        return total >= self.next_at
+
+    def evaluate(self, evaluator: Any, model: Any, ledger: Any, metrics: MetricsLog, step: int) -> list[dict[str, Any]]:
+        """Run the targets, charge the uncounted ``eval`` phase, append the metrics rows."""
+        res = evaluator.evaluate(model)
+        ledger.add(step, "eval", "generate", res.flops, tokens=res.tokens, seconds=res.seconds, counted=False)
+        rows = [dict(r, kind="eval", step=step, flops=ledger.total) for r in res.rows]
+        metrics.append(rows)
+        self.last_step = step
+        self.next_at = ledger.total + self.every
+        return rows
+
+    def state(self) -> dict[str, Any]:
+        return {"next_eval_at": self.next_at, "last_eval_step": self.last_step}
+
+    def restore(self, meta: dict[str, Any]) -> None:
+        self.next_at, self.last_step = float(meta["next_eval_at"]), int(meta["last_eval_step"])
+
+
+class RunDir:
+    """The run directory of one run (docs/run-format.md), as both engines write it."""
+
+    def __init__(self, path: str | Path, cfg: RunConfig) -> None:
+        self.path, self.cfg = Path(path), cfg
+
+    def completed(self) -> dict[str, Any] | None:
+        """The stored run.json when this very run (same id) already completed here."""
+        done = read_run(self.path) if self.path.is_dir() else None
+        if done is not None and done.get("status") == "complete" and done.get("run_id") == self.cfg.run_id():
+            return done
+        return None
+
+    def begin(self) -> None:
+        self.path.mkdir(parents=True, exist_ok=True)
+        write_config(self.path, self.cfg)
+
+    def start_over(self) -> None:
+        """No checkpoint: a crash before the first one leaves records to drop."""
+        for f in ("ledger.jsonl", "metrics.jsonl"):
+            (self.path / f).unlink(missing_ok=True)
+
+    def checkpoint_meta(self, schedule: EvalSchedule, reward: Any) -> dict[str, Any]:
+        """What a checkpoint stores besides the weights, to resume exactly."""
+        return {**schedule.state(), "run_id": self.cfg.run_id(), "reward_calls": getattr(reward, "_calls", 0)}
+
+    def resume(self, meta: dict[str, Any], schedule: EvalSchedule, reward: Any) -> None:
+        """Check a checkpoint's metadata belongs to this run and restore what it stored."""
+        if meta.get("run_id") != self.cfg.run_id():
+            raise RuntimeError(f"{self.path} holds a checkpoint of another run ({meta.get('run_id')}); "
+                               "use a new output directory")
+        schedule.restore(meta)
+        if hasattr(reward, "set_call_index"):
+            reward.set_call_index(int(meta.get("reward_calls", 0)))
+
+    def finish(self, *, engine: str, ledger: Any, metrics: MetricsLog, steps: int, status: str, stop_reason: str,
+               error: str | None, wall: float, shape: ModelShape, resumed_from: int | None) -> dict[str, Any]:
+        """Write and return ``run.json`` (the report card is the engine's to write)."""
+        cfg = self.cfg
+        evals = metrics.evals()
+        first = {r["target"]: r["score"] for r in evals if r["step"] == 0}
+        last_step = max((r["step"] for r in evals), default=0)
+        final = {r["target"]: r["score"] for r in evals if r["step"] == last_step}
+        trains = [r for r in metrics.rows if r.get("kind") == "train"]
+
+        def mean(key: str) -> float:
+            vals = [r[key] for r in trains if key in r]
+            return sum(vals) / len(vals) if vals else 0.0
+
+        from race.rewards.diagnostics import overoptimisation
+
+        over = overoptimisation(trains, evals) if parse_reward(cfg.reward).learned else None
+        phases = {p: 0 for p in PHASES}
+        phases.update(ledger.totals_by_phase())
+        out = {
+            "run_id": cfg.run_id(), "name": cfg.name, "engine": engine, "status": status,
+            "stop_reason": stop_reason, "error": error, "budget_flops": cfg.budget_flops,
+            "total_flops": ledger.total, "phase_flops": phases, "steps": steps,
+            "wall_s": round(wall, 3),
+            "phase_seconds": {k: round(v, 3) for k, v in ledger.seconds_by_phase().items()},
+            "model_params": shape.num_params(), "non_embedding_params": shape.non_embedding_params(),
+            "initial": first, "final": final,
+            "diagnostics": {"zero_var_frac": mean("zero_var_frac"), "trunc_rate": mean("trunc_rate"),
+                            "reward_mean": mean("reward_mean"), "verified_mean": mean("verified_mean"),
+                            "overoptimisation": over},
+            "resumed_from": resumed_from, "conventions": cfg.conventions,
+            "config": cfg.model_dump(mode="json"),
+        }
+        write_json_atomic(self.path / "run.json", out)
+        return out
+
+
+__all__ = ["DivergedError", "EvalSchedule", "PHASES", "Progress", "RunDir", "RunPolicy", "default_torch_threads",
+           "load_run_policy", "make_task", "run_evaluator"]

@@ -1,0 +1,332 @@
+"""Drop-in FLOP accounting for your own TRL ``GRPOTrainer`` script.
+
+Two lines give a TRL run RACE's ledger, the budget stop and the compute report card::
+
+    from race.engines.trl_callback import add_race_accounting
+
+    trainer = GRPOTrainer(model=..., reward_funcs=..., args=GRPOConfig(...), ...)
+    add_race_accounting(trainer, budget_flops=2e15)      # ledger.jsonl + report card in args.output_dir
+    trainer.train()
+
+or pass ``RaceFlopCallback(budget_flops=...)`` in ``callbacks=[...]`` (then the reference
+model of a full fine-tuning run with ``beta != 0`` is not visible to the callback: use
+``add_race_accounting``, which attaches it).
+
+What it records: every call of the policy (and reference) model, turned into
+``phase/component`` FLOPs as ``race.engines.trl.flops`` describes, one ledger record per
+key per optimizer step (``step`` = ``state.global_step``). Calls outside training steps
+(TRL's own evaluation) go to the uncounted ``eval`` phase. Before each step it bounds the
+step's counted FLOPs from the maximum lengths (the longest prompt of the dataset,
+``max_completion_length``) and stops training when the bound does not fit the budget, so
+the counted total never exceeds it. FLOPs your reward functions spend on models are not
+visible to the hooks: report them with :meth:`RaceFlopCallback.charge` and bound them with
+``reward_step_bound``.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from transformers import TrainerCallback
+
+from race.accounting import AccountingError, FlopLedger, LoRA, ModelShape, ReportCard
+from race.accounting.conventions import resolve
+from race.engines.trl.flops import (
+    TRL_CONVENTIONS_NOTE,
+    TRL_EXECUTION_NOTE,
+    TrlStepPlan,
+    _round_up,
+    calls_components,
+    calls_tokens_seconds,
+    counted,
+    generation_components,
+    update_components,
+)
+from race.engines.trl.hooks import FlopTracker, _compact_head, bound_prompt_length, causal_lm, lora_of
+from race.models.refs import model_shape
+
+RewardBound = Callable[[int, int, int], int]  # (sequences, max prompt len, max completion len) -> FLOPs
+
+
+class RaceFlopCallback(TrainerCallback):
+    """FLOP ledger, budget stop and report card for a TRL ``GRPOTrainer`` (see module
+    docstring).
+
+    Args:
+        budget_flops: counted (model) FLOPs the run may spend; ``None`` records without a
+            budget.
+        output_dir: where ``ledger.jsonl`` and ``report_card.*`` go (default: the
+            trainer's ``args.output_dir``).
+        conventions: FLOP conventions (``race``, ``torch``, ... or a ``Conventions``).
+        max_prompt_length: the longest prompt in tokens, for the step bound; default: the
+            longest prompt of the training dataset, tokenised as TRL does.
+        reward_step_bound: ``f(sequences, max_prompt_len, max_completion_len)``, an upper
+            bound of the FLOPs your reward functions charge per generation (default 0).
+        model_name: the name the report card shows.
+        report_card: write ``report_card.{json,md,tex}`` when training ends.
+        card_extra: more entries for the report card's ``extra``.
+    """
+
+    def __init__(self, budget_flops: float | None = None, output_dir: str | Path | None = None, *,
+                 conventions: Any = "race", max_prompt_length: int | None = None,
+                 reward_step_bound: RewardBound | None = None, model_name: str | None = None,
+                 report_card: bool = True, card_extra: dict[str, Any] | None = None) -> None:
+        if budget_flops is not None and not budget_flops > 0:
+            raise AccountingError(f"budget_flops must be > 0, got {budget_flops!r}")
+        self.budget_flops = budget_flops
+        self.output_dir = Path(output_dir) if output_dir is not None else None
+        self.conventions = resolve(conventions)
+        self.max_prompt_length = max_prompt_length
+        self.reward_step_bound = reward_step_bound
+        self.model_name = model_name
+        self.write_card = report_card
+        self.card_extra = dict(card_extra or {})
+        self.tracker = FlopTracker()
+        self.ledger: FlopLedger | None = None
+        self.shape: ModelShape | None = None
+        self.lora: LoRA | None = None
+        self.plan: TrlStepPlan | None = None
+        self.stop_reason: str | None = None
+        self.reference_lora = False
+        self._models: list[tuple[Any, str]] = []
+        self._attached = False
+        self._has_ref_model = False
+        self._pending: list[tuple[dict[str, int], dict[str, int], dict[str, float]]] = []
+        self._outside: dict[str, int] = {}  # charges between steps (TRL's evaluation): uncounted eval
+        self._in_step = False
+        self._t_step: float | None = None
+        self._max_completion = 0
+        self._trainer: Any = None
+
+    # -- wiring -------------------------------------------------------------------------
+    def attach(self, trainer: Any) -> "RaceFlopCallback":
+        """Hook the trainer's policy and, when TRL keeps one, its reference model."""
+        import weakref
+
+        self._check_trainer(trainer)
+        self._trainer = weakref.ref(trainer)
+        self._models = [(trainer.model, "policy")]
+        ref = getattr(trainer, "ref_model", None)
+        if ref is not None:
+            self._models.append((ref, "reference"))
+            self._has_ref_model = True
+        self._install()
+        return self
+
+    @staticmethod
+    def _check_trainer(trainer: Any) -> None:
+        import torch
+
+        for f in getattr(trainer, "reward_funcs", []):
+            if isinstance(f, torch.nn.Module):
+                raise AccountingError(
+                    "a reward model passed to GRPOTrainer as reward_funcs runs outside the hooked policy: its FLOPs "
+                    "would be missed. Wrap it in a reward function and report its FLOPs with "
+                    "RaceFlopCallback.charge(), bounding them with reward_step_bound")
+
+    def _install(self) -> None:
+        if self._attached:
+            return
+        for model, role in self._models:
+            self.tracker.attach(model, role=role)
+        self._attached = True
+
+    def _uninstall(self) -> None:
+        if self._attached:
+            self.tracker.detach()
+            self._attached = False
+
+    def charge(self, components: dict[str, int], *, tokens: dict[str, int] | None = None,
+               seconds: dict[str, float] | None = None) -> None:
+        """Add ``phase/component`` FLOPs the hooks cannot see (e.g. a reward model) to the
+        current step's records (between steps, e.g. in TRL's evaluation, to the uncounted
+        ``eval`` phase)."""
+        for k in components:
+            phase, sep, comp = k.partition("/")
+            if not sep or not comp:
+                raise ValueError(f"component key {k!r} must be 'phase/component', e.g. 'reward/forward'")
+        if not self._in_step:
+            for k, v in components.items():
+                key = f"eval/{k.replace('/', '_')}"
+                self._outside[key] = self._outside.get(key, 0) + int(v)
+            return
+        self._pending.append((dict(components), dict(tokens or {}), dict(seconds or {})))
+
+    # -- the step bound -----------------------------------------------------------------
+    def step_bound(self, micro_step: int, *, buffered: bool | None = None) -> int:
+        """Upper bound of the counted FLOPs of the optimizer step whose first micro-step
+        (``training_step`` call) is ``micro_step``: completions at ``max_completion_length``,
+        prompts at the longest prompt, every old/reference pass TRL would run. A micro-step
+        generates when TRL's counter says so or when no generated batch is buffered
+        (``buffered``; default: whether a generation was seen)."""
+        assert self.plan is not None and self.shape is not None and self.max_prompt_length is not None
+        plan, P, T = self.plan, self.max_prompt_length, self._max_completion
+        pad = plan.pad_to_multiple_of
+        total = 0
+        last = self.tracker.last_generation
+        if buffered is None:
+            buffered = last is not None
+        width = None if last is None or not buffered else (
+            _round_up(last[1], pad) + _round_up(last[2], pad), _round_up(last[2], pad))
+        for i in range(plan.gradient_accumulation_steps):
+            m = micro_step + i
+            if plan.generates(m) or width is None:
+                gen = generation_components(self.shape, plan, n_seqs=plan.generation_batch_size, prompt_len=P,
+                                            completion_len=T, lora=self.lora, conventions=self.conventions,
+                                            reference_lora=self.reference_lora)
+                total += counted(gen)
+                if self.reward_step_bound is not None:
+                    total += int(self.reward_step_bound(plan.generation_batch_size, P, T))
+                width = (_round_up(P, pad) + _round_up(T, pad), _round_up(T, pad))
+            total += counted(update_components(self.shape, plan, n_seqs=plan.per_device_train_batch_size,
+                                               seq_len=width[0], completion_len=width[1], lora=self.lora,
+                                               inputs_require_grad=True, conventions=self.conventions))
+        return total
+
+    def next_step_bound(self, state: Any) -> int:
+        """``step_bound`` of the next optimizer step, reading TRL's own micro-step counter
+        and generation buffer when the trainer is attached (they restart on resume)."""
+        assert self.plan is not None
+        trainer = self._trainer() if self._trainer is not None else None
+        if trainer is not None and hasattr(trainer, "_step"):
+            return self.step_bound(int(trainer._step), buffered=getattr(trainer, "_buffered_inputs", None) is not None)
+        return self.step_bound(int(state.global_step) * self.plan.gradient_accumulation_steps)
+
+    # -- TrainerCallback events ---------------------------------------------------------------
+    def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, processing_class: Any = None,
+                       train_dataloader: Any = None, **kwargs: Any) -> None:
+        if getattr(args, "use_vllm", False):
+            raise AccountingError("use_vllm=True: generation runs in vLLM, outside the hooked model; the RACE "
+                                  "ledger supports transformers generation only")
+        if getattr(args, "use_transformers_continuous_batching", False):
+            raise AccountingError("use_transformers_continuous_batching=True is not supported by the RACE ledger; "
+                                  "use the default model.generate path")
+        if int(getattr(args, "world_size", 1)) > 1:
+            raise AccountingError("the RACE ledger counts one process; distributed runs (world_size > 1) are not "
+                                  "supported yet")
+        if not self._models:
+            if model is None:
+                raise AccountingError("RaceFlopCallback got no model: use add_race_accounting(trainer, ...)")
+            self._models = [(model, "policy")]
+        policy = self._models[0][0]
+        self.shape = model_shape(policy)
+        self.lora = lora_of(policy, self.shape)
+        peft_ref = hasattr(policy, "peft_config") and "ref" in getattr(policy, "peft_config", {})
+        self.reference_lora = bool(peft_ref)
+        if float(getattr(args, "beta", 0.0)) != 0 and self.lora is None and not self._has_ref_model:
+            raise AccountingError(
+                "beta != 0 with full fine-tuning: TRL computes reference log-probs with a separate model the callback "
+                "cannot see; use add_race_accounting(trainer, ...) (or callback.attach(trainer)) instead of "
+                "passing the callback in callbacks=[...]")
+        self._install()
+        self.plan = TrlStepPlan.from_args(args, compact_head=_compact_head(causal_lm(policy)))
+        self._max_completion = int(args.max_completion_length)
+        if self.max_prompt_length is None:
+            self.max_prompt_length = self._dataset_prompt_bound(train_dataloader, processing_class, args)
+        out = self.output_dir or Path(args.output_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        self.output_dir = out
+        self.ledger = FlopLedger(out / "ledger.jsonl", budget=self.budget_flops)
+        self.ledger.truncate_after(int(state.global_step))  # a resumed run drops what came after its checkpoint
+        self.stop_reason = None
+        self.tracker.drain()
+        self._pending.clear()
+        self._outside.clear()
+        self._in_step = False
+        bound = self.next_step_bound(state)
+        if self.ledger.would_exceed(bound):
+            self._uninstall()
+            raise AccountingError(
+                f"budget {self.budget_flops:.4g} FLOPs ({self.ledger.remaining:.4g} left) is smaller than one TRL "
+                f"step ({bound:.4g} FLOPs at the maximum lengths); raise the budget or shrink the step "
+                "(batch, num_generations, max_completion_length)")
+
+    def _dataset_prompt_bound(self, loader: Any, tokenizer: Any, args: Any) -> int:
+        ds = getattr(loader, "dataset", None)
+        try:
+            prompts = ds["prompt"]  # type: ignore[index]
+        except Exception:
+            raise AccountingError("cannot read the training prompts to bound a step: pass "
+                                  "max_prompt_length=... (the longest prompt in tokens)") from None
+        tok = getattr(tokenizer, "tokenizer", tokenizer)
+        return bound_prompt_length(tok, list(prompts), chat_template_kwargs=getattr(args, "chat_template_kwargs", None))
+
+    def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self._flush_outside(int(state.global_step))
+        self._in_step = True
+        self._t_step = time.perf_counter()
+
+    def _flush_outside(self, step: int) -> None:
+        """Calls and charges between steps (TRL's evaluation loop) go to the uncounted eval phase."""
+        calls = self.tracker.drain()
+        comps = dict(self._outside)
+        self._outside.clear()
+        if calls:
+            for k, v in calls_components(self.shape, calls, lora=self.lora,  # type: ignore[arg-type]
+                                         conventions=self.conventions).items():
+                if not k.startswith("recompute/"):
+                    key = f"eval/{k.replace('/', '_')}"
+                    comps[key] = comps.get(key, 0) + v
+        if comps and self.ledger is not None:
+            self.ledger.add_components(step, comps)
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        assert self.ledger is not None and self.shape is not None and self.plan is not None
+        self._in_step = False
+        wall = time.perf_counter() - (self._t_step or time.perf_counter())
+        calls = self.tracker.drain()
+        comps = calls_components(self.shape, calls, lora=self.lora, conventions=self.conventions)
+        tokens, seconds = calls_tokens_seconds(calls)
+        if any(c.phase == "rollout" for c in calls):  # the generate loop's own time, split like its calls
+            roll = seconds.get("rollout/prefill", 0.0) + seconds.get("rollout/decode", 0.0)
+            extra = max(0.0, self.tracker.generate_seconds - roll)
+            seconds["rollout/decode"] = seconds.get("rollout/decode", 0.0) + extra
+        self.tracker.generate_seconds = 0.0
+        for c, t, s in self._pending:
+            for k, v in c.items():
+                comps[k] = comps.get(k, 0) + int(v)
+            for k, v in t.items():
+                tokens[k] = tokens.get(k, 0) + int(v)
+            for k, v in s.items():
+                seconds[k] = seconds.get(k, 0.0) + float(v)
+        self._pending.clear()
+        if "update/forward" in comps:
+            seconds["update/backward"] = max(0.0, wall - sum(seconds.values()))
+        self.ledger.add_components(int(state.global_step), comps, tokens=tokens, seconds=seconds)
+        if self.ledger.would_exceed(self.next_step_bound(state)):
+            control.should_training_stop = True
+            self.stop_reason = "budget"
+
+    def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if self.ledger is not None:
+            self._flush_outside(int(state.global_step))
+            if self.write_card and self.output_dir is not None:
+                self.report_card().write(self.output_dir)
+        self._uninstall()
+
+    def report_card(self, **meta: Any) -> ReportCard:
+        """The run's compute report card from the ledger so far."""
+        if self.ledger is None or self.shape is None or self.plan is None:
+            raise AccountingError("no ledger yet: the report card exists once training has begun")
+        extra = {"engine": "trl", "trl_execution": TRL_EXECUTION_NOTE, **self.card_extra, **meta.pop("extra", {})}
+        card = ReportCard.from_ledger(
+            self.ledger, conventions=self.conventions, model=meta.pop("model", self.model_name or self.shape.name),
+            model_params=meta.pop("model_params", self.shape.num_params()),
+            lora_rank=self.lora.rank if self.lora is not None else None,
+            num_generations=self.plan.num_generations, extra=extra, **meta)
+        card.conventions_text = f"{card.conventions_text}; {TRL_CONVENTIONS_NOTE}"
+        return card
+
+
+def add_race_accounting(trainer: Any, budget_flops: float | None = None, output_dir: str | Path | None = None,
+                        **kwargs: Any) -> RaceFlopCallback:
+    """Add a :class:`RaceFlopCallback` to ``trainer`` (hooking its policy and reference
+    model) and return it. ``kwargs`` go to the callback."""
+    cb = RaceFlopCallback(budget_flops, output_dir, **kwargs).attach(trainer)
+    trainer.add_callback(cb)
+    return cb
+
+
+__all__ = ["RaceFlopCallback", "add_race_accounting"]

@@ -1,0 +1,233 @@
+"""RACE's TRL engine: a run spec trained by TRL's ``GRPOTrainer``, charged to RACE's ledger.
+
+The ``RunConfig`` maps onto ``GRPOConfig`` field by field (the names are TRL's already):
+``per_device_train_batch_size = prompts_per_step * num_generations`` with one generation per
+optimizer step (``gradient_accumulation_steps = steps_per_generation = 1``), LoRA through
+``peft_config``, ``gradient_checkpointing`` from the config, no reporting, no hub. The
+task's training problems become a ``datasets.Dataset`` of prompts (batch b holds the
+problems the built-in engine draws for its step b) and the reward is a TRL reward function
+around ``race.rewards``. What TRL executes is recorded by ``RaceFlopCallback``
+(``race.engines.trl.callback``); this module adds the run directory every engine writes
+(docs/run-format.md): config, ledger, metrics with evaluation rows, report card, adapter
+and ``run.json``.
+
+Where TRL and the built-in engine differ (see ``race.engines.trl.flops``): TRL prefills each
+row (no shared prompt prefix), runs its fused head at every position but the last of each
+row on CPU, recomputes logits (and, with checkpointing, the layers) in the backward, keeps
+zero-variance groups in the update, and counts a step per optimizer step (a batch spans
+``num_iterations`` steps). The report card's ``extra`` says so, with the FLOPs the built-in
+engine would have charged for the same batches.
+
+Resume: TRL checkpoints (``trl/checkpoint-N``) every ``checkpoint_every`` optimizer steps;
+calling the engine again resumes from the last one (ledger and metrics are cut back to it).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from race.accounting import AccountingError, steps_in_budget
+from race.engines.common import EvalSchedule, Progress, RunDir, load_run_policy, make_task, run_evaluator
+from race.engines.grpo_math import lr_at
+from race.engines.trl import trainer as _trainer
+from race.engines.trl.config import check_trl_config, grpo_args
+from race.engines.trl.reward import RaceReward
+from race.spec.run import RunConfig
+
+MAX_DATASET_BATCHES = 10_000  # prompts repeat (TRL starts a new epoch) past this many batches
+
+
+class TrlEngine:
+    """Runs a ``RunConfig`` with TRL (see module docstring). ``run()`` returns run.json."""
+
+    name = "trl"
+
+    def __init__(self, cfg: RunConfig, run_dir: Path, progress: Progress | None = None) -> None:
+        self.cfg, self.run_dir, self.progress = cfg, Path(run_dir), progress
+        self.out = RunDir(self.run_dir, cfg)
+        self.schedule = EvalSchedule.of(cfg)
+        self.resumed_from: int | None = None
+        self.total_steps = cfg.max_steps or 0  # batches the budget buys (the lr schedule's length), set by _setup
+
+    # -- setup ---------------------------------------------------------------------------
+    def _dataset(self, tok: Any) -> tuple[Any, list[Any], int]:
+        """Prompts of batches 1..N (batch b = the built-in engine's step-b problems), cut to
+        their last ``max_prompt_length`` tokens; N stops once even the cheapest possible
+        steps would spend the budget. Returns (dataset, problems, longest prompt)."""
+        from datasets import Dataset
+
+        from race.engines.trl.flops import counted, update_components
+
+        cfg = self.cfg
+        n = cfg.prompts_per_step * cfg.num_generations
+        limit = min(cfg.max_steps or MAX_DATASET_BATCHES, MAX_DATASET_BATCHES)
+        problems: list[Any] = []
+        texts: list[str] = []
+        floor = 0.0
+        longest = 0
+        for b in range(1, limit + 1):
+            batch = self.task.problems("train", cfg.prompts_per_step, seed=cfg.seed * 1_000_003 + b)
+            width = 0
+            for p in batch:
+                ids = tok(p.prompt, add_special_tokens=False)["input_ids"]
+                text = p.prompt if len(ids) <= cfg.max_prompt_length else tok.decode(ids[-cfg.max_prompt_length:])
+                width = max(width, len(tok(text=text)["input_ids"]))
+                problems.append(p)
+                texts.append(text)
+            longest = max(longest, width)
+            # a batch costs at least its updates over rows of (its prompt width + 1 token)
+            floor += cfg.num_iterations * counted(update_components(
+                self.shape, self.plan, n_seqs=n, seq_len=width + 1, completion_len=1, lora=self.lora,
+                inputs_require_grad=False, conventions=cfg.conventions))
+            if floor >= cfg.budget_flops:
+                break
+        ds = Dataset.from_dict({"prompt": texts, "problem_idx": list(range(len(texts)))})
+        return ds, problems, longest
+
+    def _setup(self) -> None:
+        from peft import LoraConfig
+        from transformers import PrinterCallback, ProgressCallback
+
+        from race.engines.trl.callback import RaceFlopCallback
+        from race.engines.trl.flops import TrlStepPlan
+        from race.engines.trl.hooks import _compact_head
+        from race.engines.trl.run_callback import RunCallback
+        from race.models import validate_lora
+        from race.rewards import make_reward
+
+        cfg = self.cfg
+        policy = load_run_policy(cfg)
+        model, tok, self.lora, self.shape, self.device = policy.model, policy.tok, policy.lora, policy.shape, policy.device
+        self.tok = tok
+        peft_config = None
+        if cfg.lora is not None:
+            validate_lora(model, cfg.lora)
+            peft_config = LoraConfig(r=cfg.lora.r, lora_alpha=cfg.lora.lora_alpha, lora_dropout=cfg.lora.lora_dropout,
+                                     target_modules=list(cfg.lora.target_modules), task_type="CAUSAL_LM", bias="none")
+        self.plan = TrlStepPlan(per_device_train_batch_size=cfg.prompts_per_step * cfg.num_generations,
+                                num_generations=cfg.num_generations, num_iterations=cfg.num_iterations, beta=cfg.beta,
+                                compact_head=_compact_head(model))
+        self.task = make_task(cfg)
+        self.reward = make_reward(cfg.reward, seed=cfg.seed, device=str(self.device), conventions=cfg.conventions,
+                                  task=self.task)
+        dataset, problems, self.max_prompt = self._dataset(tok)
+        reward = self.reward
+        self.flops = RaceFlopCallback(
+            cfg.budget_flops, self.run_dir, conventions=cfg.conventions, max_prompt_length=self.max_prompt,
+            reward_step_bound=lambda n, p, t: int(reward.step_bound(n, p, t)), model_name=cfg.model)
+        eos_ids = {int(tok.eos_token_id)}
+        gen_eos = getattr(model.generation_config, "eos_token_id", None)
+        eos_ids |= set(gen_eos if isinstance(gen_eos, (list, tuple)) else [gen_eos] if gen_eos is not None else [])
+        eos_ids.add(int(tok.pad_token_id))
+        self.reward_fn = RaceReward(self.reward, problems, cfg.num_generations, self.flops.charge, eos_ids)
+        self.total_steps = self._schedule_steps()
+        mu = cfg.num_iterations
+        args = grpo_args(cfg, self.run_dir / "trl", use_cpu=self.device.type == "cpu",
+                         max_steps=cfg.max_steps * mu if cfg.max_steps else 10 ** 9)
+        total, warm, sched, base = self.total_steps, cfg.warmup_steps, cfg.lr_scheduler_type, cfg.learning_rate
+
+        def lr_factor(i: int) -> float:  # TRL's optimizer step i -> the built-in engine's lr at batch i // mu + 1
+            return lr_at(i // mu + 1, base_lr=base, schedule=sched, warmup_steps=warm, total_steps=total) / base
+
+        self.run_cb = RunCallback(self.out, ledger_cb=self.flops, reward_fn=self.reward_fn, reward=self.reward,
+                                  evaluator=run_evaluator(cfg, self.task, policy), schedule=self.schedule,
+                                  progress=self.progress)
+        self.trainer = _trainer.trainer_class()(
+            model=model, reward_funcs=self.reward_fn, args=args, train_dataset=dataset, processing_class=tok,
+            peft_config=peft_config, callbacks=[self.flops, self.run_cb], lr_factor=lr_factor)
+        self.flops.attach(self.trainer)
+        for quiet in (PrinterCallback, ProgressCallback):  # the engine reports progress itself
+            self.trainer.remove_callback(quiet)
+        self.model = self.run_cb.model = self.trainer.model
+
+    def _schedule_steps(self) -> int:
+        """Batches of prompts the budget buys at the first batch's maximum cost (the
+        built-in engine's ``total_steps``; used by warmup/cosine/linear schedules)."""
+        from race.engines.trl.flops import counted, generation_components, update_components
+
+        cfg, plan = self.cfg, self.plan
+        n = plan.per_device_train_batch_size
+        T = cfg.max_completion_length
+        bound = counted(generation_components(self.shape, plan, n_seqs=n, prompt_len=self.max_prompt,
+                                              completion_len=T, lora=self.lora, conventions=cfg.conventions))
+        bound += int(self.reward.step_bound(n, self.max_prompt, T))
+        bound += cfg.num_iterations * counted(update_components(
+            self.shape, plan, n_seqs=n, seq_len=self.max_prompt + T, completion_len=T, lora=self.lora,
+            conventions=cfg.conventions))
+        try:
+            steps = steps_in_budget(cfg.budget_flops, bound)
+        except AccountingError as e:
+            raise AccountingError(f"run {cfg.name!r}: {e}") from None
+        return min(steps, cfg.max_steps) if cfg.max_steps else steps
+
+    # -- the run ---------------------------------------------------------------------------------
+    def _resume_point(self) -> str | None:
+        """The last TRL checkpoint (its RACE state restored), else ``None``."""
+        from transformers.trainer_utils import get_last_checkpoint
+
+        from race.engines.trl.run_callback import RACE_STATE
+
+        out = self.run_dir / "trl"
+        ckpt = get_last_checkpoint(str(out)) if out.is_dir() else None
+        if ckpt is None:
+            self.out.start_over()
+            return None
+        meta_path = Path(ckpt) / RACE_STATE
+        meta = json.loads(meta_path.read_text()) if meta_path.exists() else {}
+        self.out.resume(meta, self.schedule, self.reward)
+        self.resumed_from = int(Path(ckpt).name.rsplit("-", 1)[-1])
+        return ckpt
+
+    def run(self) -> dict[str, Any]:
+        cfg = self.cfg
+        check_trl_config(cfg)
+        done = self.out.completed()
+        if done is not None:
+            return done
+        t_start = time.perf_counter()
+        self.out.begin()
+        self._setup()
+        ckpt = self._resume_point()
+        self.trainer.train(resume_from_checkpoint=ckpt)
+        step = int(self.trainer.state.global_step)
+        diverged = self.run_cb.diverged
+        status = "diverged" if diverged else "complete"
+        stop_reason = "diverged" if diverged else ("budget" if self.flops.stop_reason == "budget" else "max_steps")
+        if status == "complete" and self.schedule.last_step != step:
+            self.run_cb.evaluate(step)
+        return self._finish(step, status, stop_reason, diverged, time.perf_counter() - t_start)
+
+    def _finish(self, step: int, status: str, stop_reason: str, error: str | None, wall: float) -> dict[str, Any]:
+        from race.engines.trl.flops import builtin_same_shapes
+
+        cfg, led = self.cfg, self.flops.ledger
+        assert led is not None and self.run_cb.metrics is not None
+        if status == "complete":
+            self.model.save_pretrained(self.run_dir / "adapter", safe_serialization=True)
+        gens = self.flops.tracker.generations
+        same = builtin_same_shapes(self.shape, gens, num_generations=cfg.num_generations,
+                                   num_iterations=cfg.num_iterations, beta=cfg.beta, lora=self.lora,
+                                   conventions=cfg.conventions)
+        trl_phases = led.totals_by_phase()
+        vs = {p: {"trl": int(trl_phases.get(p, 0)), "builtin_same_shapes": int(same.get(p, 0))}
+              for p in ("rollout", "old_logprobs", "reference", "update", "recompute")}
+        card = self.flops.report_card(model=cfg.model, model_params=self.shape.num_params(), extra={
+            "reward": cfg.reward, "generations": len(gens), "vs_builtin": vs,
+            "vs_builtin_note": "FLOPs the built-in engine charges for the same batches (prompt prefix shared, head "
+                               "at completion positions, no checkpointing, no group dropped); a resumed run "
+                               "counts the generations since the resume"})
+        card.write(self.run_dir)
+        return self.out.finish(engine=self.name, ledger=led, metrics=self.run_cb.metrics, steps=step, status=status,
+                               stop_reason=stop_reason, error=error, wall=wall, shape=self.shape,
+                               resumed_from=self.resumed_from)
+
+
+def run_trl(cfg: RunConfig, run_dir: Path, progress: Progress | None = None) -> dict[str, Any]:
+    """Train ``cfg`` with TRL into ``run_dir`` (docs/run-format.md); returns run.json."""
+    return TrlEngine(cfg, Path(run_dir), progress).run()
+
+
+__all__ = ["TrlEngine", "run_trl"]

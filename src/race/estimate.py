@@ -1,0 +1,81 @@
+"""FLOP estimates before anything runs: one GRPO step of a ``race flops`` query or of a
+run spec, from ``race.accounting`` with shapes from ``race.models.refs`` and reward
+systems from ``race.rewards.systems`` (all torch-free)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from race.accounting import AccountingError, LoRA, ModelShape, PhaseFlops, grpo_step_flops, split_shares, steps_in_budget
+from race.accounting import uniform_step_flops
+from race.models.refs import resolve_shape
+from race.rewards.systems import reward_system
+from race.spec.flops import FlopsQuery
+from race.spec.reward import parse_reward
+from race.spec.run import RunConfig
+
+
+def step_for(q: FlopsQuery) -> tuple[ModelShape, PhaseFlops]:
+    """The model's shape and one step's per-phase FLOPs for query ``q``."""
+    shape = resolve_shape(q.model)
+    lora = LoRA(q.lora_rank) if q.lora_rank else None
+    reward = reward_system(q.reward)
+    n = q.prompts * q.group
+    kwargs: dict[str, Any] = {}
+    if reward.kind == "judge":
+        kwargs["judge_completion_lens"] = [q.reward_completion_len] * n
+    if reward.kind == "prm":
+        kwargs["reward_head_positions"] = "all"
+    step = uniform_step_flops(shape, prompts=q.prompts, num_generations=q.group, prompt_len=q.prompt_len,
+                              completion_len=q.completion_len, lora=lora, num_iterations=q.iterations,
+                              beta=q.beta, reward=reward, share_prompt=q.share_prompt, recompute=q.recompute,
+                              conventions=q.conventions, **kwargs)
+    return shape, step
+
+
+def flops_report(q: FlopsQuery) -> dict[str, Any]:
+    """Per-phase FLOPs of one step and of the whole run (``steps`` or ``budget``)."""
+    from race.accounting.conventions import resolve
+
+    shape, step = step_for(q)
+    if q.steps is not None and q.budget is not None:
+        raise AccountingError("give --steps or --budget, not both")
+    steps = q.steps
+    if q.budget is not None:
+        steps = steps_in_budget(q.budget, step.total)
+    if steps is not None and steps < 1:
+        raise AccountingError(f"--steps {steps}: must be >= 1")
+    out: dict[str, Any] = {
+        "model": shape.name, "params": shape.num_params(), "lora_rank": q.lora_rank,
+        "prompts": q.prompts, "num_generations": q.group, "prompt_len": q.prompt_len,
+        "completion_len": q.completion_len, "num_iterations": q.iterations, "beta": q.beta, "reward": q.reward,
+        "conventions": q.conventions, "conventions_text": resolve(q.conventions).describe(),
+        "step": step.as_dict(), "step_components": dict(step.components), "shares": split_shares(step),
+    }
+    if steps is not None:
+        out["steps"] = steps
+        out["run"] = {k: v * steps for k, v in step.as_dict().items()}
+        if q.budget is not None:
+            out["budget"] = q.budget
+    return out
+
+
+def run_step_flops(cfg: RunConfig) -> PhaseFlops:
+    """One step of run ``cfg`` at its upper bound: every sequence at ``max_prompt_length +
+    max_completion_length`` (prompts shared across the group only by the built-in engine),
+    a judge writing ``max_completion_length`` tokens per verdict."""
+    shape = resolve_shape(cfg.model)
+    lora = LoRA(rank=cfg.lora.r, targets=tuple(cfg.lora.target_modules)) if cfg.lora else None
+    reward = reward_system(cfg.reward)
+    judge = parse_reward(cfg.reward).kind == "judge"
+    n = cfg.prompts_per_step * cfg.num_generations
+    return grpo_step_flops(
+        shape, [cfg.max_prompt_length] * n, [cfg.max_completion_length] * n,
+        num_generations=cfg.num_generations, lora=lora, num_iterations=cfg.num_iterations, beta=cfg.beta,
+        needs_old_logprobs=cfg.needs_old_logprobs, reward=reward,
+        judge_completion_lens=[cfg.max_completion_length] * n if judge else None,
+        share_prompt=cfg.engine == "builtin",
+        recompute=cfg.gradient_checkpointing, conventions=cfg.conventions)
+
+
+__all__ = ["flops_report", "run_step_flops", "step_for"]

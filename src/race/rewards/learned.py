@@ -1,0 +1,154 @@
+"""Learned reward systems as ``RewardFunction``s: ORMs and PRMs (RACE's own, built on
+first use, or a local HF directory) and the generative judge, built from a parsed
+:class:`race.spec.reward.RewardSpec`.
+
+A PRM's step scores are p(step ok) at each marker of the completion: for RACE's PRMs the
+``;`` ending each step and the ``.`` closing the final answer; a trajectory that never
+closes its final answer gets a final score of 0 (an unfinished trajectory earns no process
+reward). An ORM scores p(correct) at the last token.
+
+FLOPs: ``score()`` runs ONE batched forward over the padded batch (every row padded to the
+longest, which is what executes) with the head only at the scored positions, and charges
+``reward_model_flops`` for exactly that (``reward/forward`` + ``reward/head``).
+``step_bound(n, P, T)`` bounds a step by ``n`` sequences of ``min(max_length, k * (P +
+T))`` RM tokens, ``k`` the most RM tokens one policy token can decode to (known when the
+builder gets the policy's ``tokenizer``; without it ``max_length``, conservatively).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+from race.accounting import RewardSystem, reward_model_flops
+from race.rewards.base import RewardOutput
+from race.rewards.hf import JudgeReward, article, load_hf_scorer
+from race.rewards.rm_encoding import MAX_MARKERS, Scorer, encode, head_logits, positive_prob
+from race.rewards.rm_recipes import known_rms, recipe_for
+from race.rewards.terms import aggregate, rule_terms, weighted
+from race.rewards.text import sanitize
+from race.rewards.training import resolve_rm
+from race.spec.reward import RewardSpec
+
+
+class LearnedReward:
+    """An ORM or PRM as a ``RewardFunction`` (see module docstring)."""
+
+    def __init__(self, name: str, kind: str, scorer: Scorer, spec: RewardSpec, *,
+                 conventions: Any = None, tokens_per_policy_token: int | None = None) -> None:
+        self.name, self.kind, self.scorer, self.spec = name, kind, scorer, spec
+        self.conventions = conventions
+        self.system = RewardSystem(kind, scorer.shape, name)  # type: ignore[arg-type]
+        self.k = tokens_per_policy_token
+
+    def _scores(self, problems: Sequence[Any], completions: Sequence[str]) -> tuple[list[list[float]], dict[str, Any]]:
+        import torch
+
+        sc = self.scorer
+        rendered = [sc.render(p, sanitize(c)) for p, c in zip(problems, completions, strict=True)]
+        batch = encode(sc.tokenizer, [r[0] for r in rendered], [r[1] for r in rendered], self.kind,
+                       max_length=sc.max_length, markers=sc.markers)
+        device = next(sc.model.parameters()).device
+        tb = {k: (v.to(device) if hasattr(v, "to") else v) for k, v in batch.items()}
+        with torch.no_grad():
+            probs = positive_prob(head_logits(sc.model, tb)).tolist()
+        out, at = [], 0
+        ids = batch["input_ids"].tolist()
+        for i, k in enumerate(batch["counts"]):
+            row = probs[at: at + k]
+            if self.kind == "prm" and sc.final_marker is not None:
+                cols = batch["cols"][at: at + k].tolist()
+                if not any(ids[i][c] == sc.final_marker for c in cols):
+                    row = row + [0.0]
+            at += k
+            out.append(row)
+        return out, batch
+
+    def score(self, problems: Sequence[Any], completions: Sequence[str]) -> RewardOutput:
+        t0 = time.perf_counter()
+        if not completions:
+            return RewardOutput([], [])
+        steps, batch = self._scores(problems, completions)
+        B, L = batch["input_ids"].shape
+        head = list(batch["counts"]) if self.kind == "prm" else "last"
+        comps = reward_model_flops(self.system, [L] * B, head_positions=head, conventions=self.conventions)
+        needed = [t for t in self.spec.weights if t != "rm"]
+        rewards, verified, rm_scores = [], [], []
+        for p, c, s in zip(problems, completions, steps):
+            rm = aggregate(s, self.spec.agg) if self.kind == "prm" else (s[0] if s else 0.0)
+            terms = rule_terms(p, sanitize(c), needed)
+            terms["rm"] = rm
+            rewards.append(weighted(self.spec.weights, terms))
+            verified.append(terms["outcome"])
+            rm_scores.append(rm)
+        extra = {"rm_score_mean": sum(rm_scores) / len(rm_scores)}
+        return RewardOutput(rewards, verified, components=comps, tokens=B * L, seconds=time.perf_counter() - t0,
+                            extra=extra)
+
+    def step_bound(self, n_sequences: int, max_prompt_len: int, max_completion_len: int) -> int:
+        L = self.scorer.max_length
+        if self.k is not None:
+            L = min(L, self.k * (max_prompt_len + max_completion_len))
+        L = max(1, L)
+        head = [min(L, MAX_MARKERS)] * n_sequences if self.kind == "prm" else "last"
+        return sum(reward_model_flops(self.system, [L] * n_sequences, head_positions=head,
+                                      conventions=self.conventions).values())
+
+
+def tokens_per_policy_token(policy_tokenizer: Any, rm_tokenizer: Any, limit: int = 4096) -> int | None:
+    """Most RM tokens one policy token decodes to (``None`` when the policy vocabulary is
+    too large to check cheaply: the bound then falls back to the RM's ``max_length``)."""
+    if policy_tokenizer is None:
+        return None
+    n = len(policy_tokenizer)
+    if n > limit:
+        return None
+    worst = 1
+    for i in range(n):
+        text = policy_tokenizer.decode([i], skip_special_tokens=True)
+        if text:
+            worst = max(worst, len(rm_tokenizer(sanitize(text), add_special_tokens=False)["input_ids"]))
+    return worst
+
+
+# -- building from a spec -------------------------------------------------------------------------
+def _is_path(target: str) -> bool:
+    return target.startswith((".", "/", "~")) or os.sep in target or Path(target).expanduser().exists()
+
+
+def load_race_rm(name: str, *, device: Any = "auto", cache_dir: Any = None, build_missing: bool = True) -> Scorer:
+    """Load RACE-built RM ``name`` (building it first when missing and ``build_missing``);
+    its ``race_rm.json`` says how it reads texts (see ``race.rewards.hf``)."""
+    path = resolve_rm(name, cache_dir=cache_dir, build_missing=build_missing)
+    return load_hf_scorer(path, recipe_for(name).kind, device=device, name=name)
+
+
+def build_learned(spec: RewardSpec, *, device: Any = "auto", conventions: Any = None, cache_dir: Any = None,
+                  tokenizer: Any = None, build_missing: bool = True, **_: Any) -> LearnedReward:
+    """An ORM or PRM from its parsed spec: a local HF directory or one RACE builds."""
+    kind = spec.kind
+    if _is_path(spec.target):
+        scorer = load_hf_scorer(spec.target, kind, device=device)
+        name = Path(spec.target).expanduser().name
+    else:
+        try:
+            recipe = recipe_for(spec.target)
+        except KeyError:
+            raise ValueError(f"unknown reward model {spec.target!r} for {kind}; RACE builds: "
+                             f"{', '.join(n for n in known_rms() if n.startswith(kind))} "
+                             f"(or give a local HF directory: {kind}:/path/to/model)") from None
+        if recipe.kind != kind:
+            raise ValueError(f"{spec.target!r} is {article(recipe.kind)}, not {article(kind)}: "
+                             f"use {recipe.kind}:{spec.target}")
+        scorer = load_race_rm(spec.target, device=device, cache_dir=cache_dir, build_missing=build_missing)
+        name = spec.target
+    k = tokens_per_policy_token(tokenizer, scorer.tokenizer)
+    return LearnedReward(name, kind, scorer, spec, conventions=conventions, tokens_per_policy_token=k)
+
+
+def build_judge(spec: RewardSpec, *, device: Any = "auto", conventions: Any = None, cache_dir: Any = None,
+                **_: Any) -> Any:
+    """A generative judge (``race.rewards.hf.JudgeReward``) from its parsed spec."""
+    return JudgeReward.load(spec, device=device, conventions=conventions, cache_dir=cache_dir)

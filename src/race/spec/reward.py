@@ -1,0 +1,139 @@
+"""The reward-spec grammar: the one parser of the strings users write for a reward system.
+
+::
+
+    rule[:TERMS]         rule-based: TERMS joined by ``+`` with equal weights, from
+                         outcome (0/1 final answer, the default), partial, format
+    random               random-reward control (coin flips, 0 FLOPs)
+    math                 math-verify final-answer check (0/1, 0 FLOPs)
+    prm:NAME[:TERMS]     process RM: one score per step marker, aggregated
+    orm:NAME[:TERMS]     outcome RM: one score per trajectory
+    judge:NAME[:TERMS]   generative judge
+
+``NAME`` is a reward model RACE builds (``prm-xs``, ``prm-s``, ``orm-xs``, ``orm-s``), a
+local HF directory or (for planning) a Qwen2.5 preset. A learned reward's ``TERMS`` is a
+``+``-joined weighted sum, each term optionally prefixed by ``W*``; weights default to 1
+and are normalised to sum to 1:
+
+- the model's score (exactly one): for a PRM its aggregation of the step scores
+  ``min`` (default), ``last``, ``mean`` or ``prod``; for an ORM or judge ``rm``;
+- rule terms: ``outcome``, ``partial``, ``format``, ``math`` (math-verify final answer).
+
+Examples: ``prm:prm-s`` (= ``prm:prm-s:min``), ``prm:prm-s:min+outcome`` (0.5 x min step
+score + 0.5 x outcome), ``prm:prm-xs:prod+3*outcome`` (0.25 / 0.75), ``orm:orm-s:rm+partial``.
+
+Parsing is all this module does (stdlib only): ``race.rewards`` builds reward systems from
+a :class:`RewardSpec`, ``race.rewards.systems`` bounds their FLOPs for planning.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+KINDS = ("rule", "random", "math", "orm", "prm", "judge")
+LEARNED_KINDS = ("orm", "prm", "judge")
+AGGREGATIONS = ("min", "last", "mean", "prod")
+#: Terms a ``rule:`` reward combines (0 FLOPs each).
+RULE_REWARD_TERMS = ("outcome", "partial", "format")
+#: Rule terms a learned reward may mix into its score.
+RULE_TERMS = ("outcome", "partial", "format", "math")
+MODEL_TERMS = {"prm": AGGREGATIONS, "orm": ("rm",), "judge": ("rm",)}
+EXAMPLE_MODEL = {"prm": "prm-s", "orm": "orm-s", "judge": "tiny-s"}
+
+
+@dataclass(frozen=True)
+class RewardSpec:
+    """A parsed reward spec. ``weights``: term -> weight (sum 1); for a learned reward the
+    model's own score is the term ``rm``, aggregated by ``agg`` (PRM) ."""
+
+    kind: str
+    target: str = ""
+    agg: str = ""
+    weights: dict[str, float] = field(default_factory=dict)
+    text: str = ""
+
+    @property
+    def learned(self) -> bool:
+        return self.kind in LEARNED_KINDS
+
+    @property
+    def rule_arg(self) -> str:
+        """What follows ``rule:`` (empty for plain ``rule``)."""
+        return self.text.partition(":")[2] if self.kind == "rule" else ""
+
+
+def _parse_terms(kind: str, text: str) -> tuple[str, dict[str, float]]:
+    model_terms = MODEL_TERMS[kind]
+    agg, raw = "", {}
+    for item in text.split("+"):
+        w_txt, star, term = item.strip().rpartition("*")
+        term = term.strip()
+        try:
+            w = float(w_txt) if star else 1.0
+        except ValueError:
+            raise ValueError(f"weight {w_txt!r} of term {term!r} is not a number") from None
+        if not math.isfinite(w) or w < 0:
+            raise ValueError(f"weight of {term!r} must be a finite number >= 0, got {w_txt}")
+        key = term
+        if term in model_terms or term == "rm":
+            if agg:
+                raise ValueError(f"only one model term allowed, got {agg!r} and {term!r}")
+            agg, key = (term if term != "rm" else model_terms[0]), "rm"
+        elif term not in RULE_TERMS:
+            raise ValueError(f"unknown term {term!r}; {kind} terms: {', '.join(model_terms)}"
+                             f"{', rm' if kind == 'prm' else ''}; rule terms: {', '.join(RULE_TERMS)}")
+        raw[key] = raw.get(key, 0.0) + w
+    if not agg:
+        raise ValueError(f"{kind} reward needs its model term ({'/'.join(model_terms)}) in {text!r}")
+    total = sum(raw.values())
+    if total <= 0:
+        raise ValueError(f"weights in {text!r} sum to 0")
+    return agg, {k: v / total for k, v in raw.items()}
+
+
+def parse_learned(kind: str, arg: str) -> RewardSpec:
+    """``NAME[:TERMS]`` of a learned reward. A trailing ``:...`` that does not parse as
+    terms is part of the name (a path may contain ``:``)."""
+    if kind not in MODEL_TERMS:
+        raise ValueError(f"parse_learned handles prm, orm and judge, got {kind!r}")
+    arg = (arg or "").strip()
+    text = f"{kind}:{arg}"
+    if not arg:
+        raise ValueError(f"{kind} reward needs a model name, e.g. {kind}:{EXAMPLE_MODEL[kind]}")
+    target, sep, tail = arg.rpartition(":")
+    if sep and target:
+        try:
+            agg, weights = _parse_terms(kind, tail)
+            return RewardSpec(kind, target, agg, weights, text)
+        except ValueError:
+            if not any(t.strip().rpartition("*")[2] in (*MODEL_TERMS[kind], "rm") for t in tail.split("+")):
+                return RewardSpec(kind, arg, MODEL_TERMS[kind][0], {"rm": 1.0}, text)
+            raise
+    return RewardSpec(kind, arg, MODEL_TERMS[kind][0], {"rm": 1.0}, text)
+
+
+def parse_reward(text: str) -> RewardSpec:
+    """Parse a reward spec string (see module docstring); ``ValueError`` says what to write."""
+    if not isinstance(text, str) or not text.strip():
+        raise ValueError("reward is empty: write rule, random, math, orm:NAME, prm:NAME or judge:NAME")
+    text = text.strip()
+    kind, sep, arg = text.partition(":")
+    if kind not in KINDS:
+        raise ValueError(f"reward={text!r}: kind must be rule, random, math, orm:NAME, prm:NAME or judge:NAME")
+    if kind in LEARNED_KINDS:
+        return parse_learned(kind, arg)
+    if kind in ("random", "math"):
+        if sep:
+            raise ValueError(f"reward={text!r}: {kind} takes no argument; write {kind}")
+        return RewardSpec(kind, text=text)
+    terms = [t for t in (arg or "outcome").split("+") if t]
+    bad = sorted(set(terms) - set(RULE_REWARD_TERMS))
+    if bad or not terms:
+        raise ValueError(f"reward={text!r}: rule terms {bad or terms} unknown; use {', '.join(RULE_REWARD_TERMS)} "
+                         "joined by '+', e.g. rule:partial or rule:outcome+format")
+    return RewardSpec("rule", weights={t: 1.0 / len(terms) for t in terms}, text=text)
+
+
+__all__ = ["AGGREGATIONS", "KINDS", "LEARNED_KINDS", "RULE_TERMS", "RULE_REWARD_TERMS", "RewardSpec",
+           "parse_learned", "parse_reward"]

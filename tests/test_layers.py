@@ -1,0 +1,311 @@
+"""The import rules of ``src/race``, checked: one table says which package may import which,
+every file is parsed with ``ast`` (imports inside functions count), and a broken rule
+fails naming the file and line.
+
+The house, bottom to top (a package may import only packages on lower floors):
+
+    accounting   stdlib only: shapes, per-term FLOPs, GRPO phases, ledger
+    spec         stdlib, pydantic, PyYAML: run / grid / cell / reward spec / flops query
+    tasks        task generators and verifiers
+    builds       the cached-artefact builder (warm starts, reward models)
+    measure      FlopCounterMode helpers
+    models       tokenizer, tiny family, loading, LoRA, warm starts, model refs -> shapes
+    rewards      reward systems by name
+    estimate     FLOP estimates before anything runs (race flops, the grid's dry run)
+    engines      the built-in loop and the TRL adapter
+    grid         the pilot grid: plan, store, runners
+    analysis     pure pandas/numpy/scipy (never engines or models)
+    report       figures and the report; validation
+    cli          Typer commands (nothing imports cli)
+
+``race/__init__.py`` is the facade: it re-exports the public surface lazily and may reach
+any floor but ``cli``.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+
+FLOORS = ["accounting", "spec", "tasks", "builds", "measure", "models", "rewards", "estimate", "engines", "grid",
+          "analysis", "report", "cli"]
+#: Packages that must never reach (directly or through others) the packages listed.
+NEVER_REACHES = {"analysis": {"engines", "models"}, "engines": {"grid"}}
+#: Third-party imports allowed on the ground floors (besides the standard library).
+GROUND = {"accounting": set(), "spec": {"pydantic", "yaml"}}
+ROOT = "race"  # the facade (race/__init__.py)
+MAX_LINES = 400
+
+
+@dataclass(frozen=True)
+class Import:
+    module: str  # importing module, e.g. race.grid.plan
+    target: str  # imported module, e.g. race.estimate (or a third-party top-level name)
+    file: str
+    line: int
+
+    def where(self) -> str:
+        return f"{self.file}:{self.line}"
+
+
+def package_of(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else ROOT
+
+
+def modules_of(src: Path) -> dict[str, Path]:
+    out = {}
+    for f in sorted((src / "race").rglob("*.py")):
+        parts = list(f.relative_to(src).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out[".".join(parts)] = f
+    return out
+
+
+def imports_of(src: Path) -> list[Import]:
+    """Every import statement of every module under ``src/race`` (module level, in
+    functions, under ``if TYPE_CHECKING``), resolved to the module it loads."""
+    mods = modules_of(src)
+    out = []
+    for mod, f in mods.items():
+        rel = str(f.relative_to(src.parent))
+        for node in ast.walk(ast.parse(f.read_text(), str(f))):
+            names: list[str] = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    pkg = mod.split(".") if f.name == "__init__.py" else mod.split(".")[:-1]
+                    pkg = pkg[: len(pkg) - (node.level - 1)]
+                    base = ".".join(pkg + ([node.module] if node.module else []))
+                names = [f"{base}.{a.name}" if f"{base}.{a.name}" in mods else base for a in node.names]
+            for name in names:
+                if name.split(".")[0] == "race":
+                    while name not in mods and "." in name:
+                        name = name.rpartition(".")[0]
+                    if name == mod:
+                        continue
+                out.append(Import(mod, name, rel, node.lineno))
+    return out
+
+
+def _internal(imports: list[Import]) -> list[Import]:
+    return [i for i in imports if i.target.split(".")[0] == "race"]
+
+
+def rule_violations(imports: list[Import], floors: list[str] = FLOORS,
+                    never: dict[str, set[str]] = NEVER_REACHES) -> list[str]:
+    """One message per import that breaks the table: an import of a higher (or unknown)
+    floor, of ``cli`` from outside it, or a path to a package the importer must never reach."""
+    rank = {p: i for i, p in enumerate(floors)}
+    bad = []
+    for i in _internal(imports):
+        a, b = package_of(i.module), package_of(i.target)
+        if a == b:
+            continue
+        if b == "cli":
+            bad.append(f"{i.where()}: {i.module} imports {i.target}: nothing imports cli")
+        elif a == ROOT:
+            continue
+        elif b == ROOT:
+            bad.append(f"{i.where()}: {i.module} imports the facade {i.target}: import the package itself")
+        elif a not in rank or b not in rank:
+            bad.append(f"{i.where()}: {i.module} imports {i.target}: package {a if a not in rank else b!r} "
+                       "has no floor in tests/test_layers.py FLOORS")
+        elif rank[b] > rank[a]:
+            bad.append(f"{i.where()}: {i.module} imports {i.target}: {a} (floor {rank[a]}) may not import "
+                       f"{b} (floor {rank[b]}, above it)")
+    edges = package_edges(imports)
+    for pkg, forbidden in never.items():
+        seen, stack = set(), [pkg]
+        via: dict[str, Import] = {}
+        while stack:
+            p = stack.pop()
+            for q, imp in edges.get(p, {}).items():
+                if q not in seen:
+                    seen.add(q)
+                    via[q] = via.get(p, imp)
+                    stack.append(q)
+        for q in sorted(seen & forbidden):
+            bad.append(f"{via[q].where()}: {pkg} reaches {q} (first step: {via[q].module} imports "
+                       f"{via[q].target}): {pkg} must never reach {q}")
+    return bad
+
+
+def package_edges(imports: list[Import]) -> dict[str, dict[str, Import]]:
+    """package -> {imported package: the first import that makes the arrow}."""
+    edges: dict[str, dict[str, Import]] = defaultdict(dict)
+    for i in _internal(imports):
+        a, b = package_of(i.module), package_of(i.target)
+        if a != b and ROOT not in (a, b):
+            edges[a].setdefault(b, i)
+    return edges
+
+
+def cycles(edges: dict[str, dict[str, Import]] | dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one node (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    found: list[list[str]] = []
+    counter = [0]
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in edges.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                found.append(sorted(comp))
+
+    for v in list(edges):
+        if v not in index:
+            visit(v)
+    return sorted(found)
+
+
+def module_edges(imports: list[Import]) -> dict[str, set[str]]:
+    edges: dict[str, set[str]] = defaultdict(set)
+    for i in _internal(imports):
+        edges[i.module].add(i.target)
+    return edges
+
+
+def ground_floor_violations(imports: list[Import], ground: dict[str, set[str]] = GROUND) -> list[str]:
+    stdlib = set(sys.stdlib_module_names) | {"__future__"}
+    bad = []
+    for i in imports:
+        pkg, top = package_of(i.module), i.target.split(".")[0]
+        if pkg in ground and top != "race" and top not in stdlib and top not in ground[pkg]:
+            allowed = ", ".join(["the standard library", *sorted(ground[pkg])])
+            bad.append(f"{i.where()}: {i.module} imports {i.target}: {pkg} may import only {allowed}")
+    return bad
+
+
+def _describe(cyc: list[list[str]], edges: dict) -> str:
+    lines = []
+    for comp in cyc:
+        arrows = [f"{a} -> {b} ({imp.where()})" for a in comp for b, imp in edges.get(a, {}).items() if b in comp]
+        lines.append("cycle " + " <-> ".join(comp) + ": " + "; ".join(arrows))
+    return "\n".join(lines)
+
+
+# -- the tree ------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def tree() -> list[Import]:
+    return imports_of(SRC)
+
+
+def test_every_package_has_a_floor(tree):
+    pkgs = {package_of(m) for m in modules_of(SRC)} - {ROOT}
+    assert not pkgs - set(FLOORS), f"packages without a floor in FLOORS: {sorted(pkgs - set(FLOORS))}"
+
+
+def test_no_upward_arrow(tree):
+    bad = rule_violations(tree)
+    assert not bad, "import rules broken:\n" + "\n".join(bad)
+
+
+def test_no_cycle_between_packages(tree):
+    edges = package_edges(tree)
+    assert not cycles(edges), _describe(cycles(edges), edges)
+
+
+def test_no_cycle_between_modules(tree):
+    edges = module_edges(tree)
+    found = cycles(edges)
+    assert not found, "module import cycles: " + "; ".join(" <-> ".join(c) for c in found)
+
+
+def test_ground_floors_import_only_what_they_may(tree):
+    bad = ground_floor_violations(tree)
+    assert not bad, "\n".join(bad)
+
+
+def test_no_module_exceeds_400_lines():
+    long = {str(f.relative_to(SRC.parent)): n for f in (SRC / "race").rglob("*.py")
+            if (n := len(f.read_text().splitlines())) > MAX_LINES}
+    assert not long, f"modules over {MAX_LINES} lines (split them along their seams): {long}"
+
+
+# -- the checks can fail -------------------------------------------------------------------------------
+def _imp(a: str, b: str, line: int = 1) -> Import:
+    return Import(a, b, f"src/{a.replace('.', '/')}.py", line)
+
+
+def test_the_rules_catch_a_synthetic_violating_graph():
+    graph = [
+        _imp("race.grid.plan", "race.cli.flops", 76),  # the old upward arrow
+        _imp("race.models.loading", "race.engines.builtin", 9),  # models below engines
+        _imp("race.analysis.fits", "race.report.fmt", 3),  # then report -> grid -> models: analysis reaches models
+        _imp("race.report.fmt", "race.grid.plan", 4),
+        _imp("race.grid.plan", "race.models.refs", 5),
+        _imp("race.engines.common", "race.grid.store", 7),  # engines reach grid
+        _imp("race.newpkg.x", "race.accounting", 1),  # a package with no floor
+        _imp("race.spec.run", "race", 2),  # the facade from inside
+    ]
+    bad = rule_violations(graph)
+    text = "\n".join(bad)
+    assert "src/race/grid/plan.py:76: race.grid.plan imports race.cli.flops: nothing imports cli" in text
+    assert "src/race/models/loading.py:9" in text and "models (floor 5) may not import engines" in text
+    assert "analysis reaches models" in text and "src/race/analysis/fits.py:3" in text
+    assert "engines reaches grid" in text
+    assert "'newpkg' has no floor" in text
+    assert "imports the facade race" in text
+
+
+def test_the_cycle_check_catches_a_cycle_and_names_its_imports():
+    graph = [_imp("race.grid.spec", "race.rewards.x", 10), _imp("race.rewards.x", "race.grid.expand", 20),
+             _imp("race.models.a", "race.accounting", 1)]
+    edges = package_edges(graph)
+    assert cycles(edges) == [["grid", "rewards"]]
+    assert "src/race/grid/spec.py:10" in _describe(cycles(edges), edges)
+    assert cycles(module_edges([_imp("race.a.x", "race.a.y"), _imp("race.a.y", "race.a.x")])) == [["race.a.x",
+                                                                                                     "race.a.y"]]
+
+
+def test_the_ground_floor_check_catches_third_party_imports():
+    bad = ground_floor_violations([_imp("race.accounting.shapes", "numpy", 3), _imp("race.spec.run", "yaml", 4),
+                                   _imp("race.spec.run", "torch", 5), _imp("race.accounting.x", "json", 1)])
+    assert bad == ["src/race/accounting/shapes.py:3: race.accounting.shapes imports numpy: accounting may import "
+                   "only the standard library",
+                   "src/race/spec/run.py:5: race.spec.run imports torch: spec may import only the standard library, "
+                   "pydantic, yaml"]
+
+
+def test_imports_inside_functions_count(tmp_path):
+    pkg = tmp_path / "race" / "grid"
+    pkg.mkdir(parents=True)
+    (tmp_path / "race" / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("")
+    (tmp_path / "race" / "cli").mkdir()
+    (tmp_path / "race" / "cli" / "__init__.py").write_text("")
+    (tmp_path / "race" / "cli" / "flops.py").write_text("X = 1\n")
+    (pkg / "plan.py").write_text("def f():\n    from race.cli.flops import X\n    return X\n")
+    bad = rule_violations(imports_of(tmp_path))
+    assert len(bad) == 1 and bad[0].endswith("race/grid/plan.py:2: race.grid.plan imports race.cli.flops: nothing "
+                                              "imports cli")
