@@ -34,7 +34,7 @@ from .passes import (
     sequence_work,
     train_flops,
 )
-from .report_card import ReportCard, fmt_flops
+from .report_card import ReportCard, fmt_flops, log_values
 from .shapes import LAYER_MATRICES, ModelShape, preset_names, published_sizes
 
 __all__ = [
@@ -42,6 +42,6 @@ __all__ = [
     "LAYER_MATRICES", "LedgerCorruptError", "LedgerRecord", "LoRA", "ModelShape", "PHASES", "PhaseFlops", "RULE",
     "ReportCard", "RewardSystem", "Work", "backward_components", "fmt_flops", "forward_components", "forward_flops",
     "generate_components", "generate_flops", "generate_work", "grpo_step_flops", "layers_forward_flops",
-    "learning_components", "phase_flops", "rollout_components", "plan_allocations", "recompute_flops", "preset_names", "published_sizes", "reward_model_flops", "sequence_work", "split_shares",
+    "learning_components", "log_values", "phase_flops", "rollout_components", "plan_allocations", "recompute_flops", "preset_names", "published_sizes", "reward_model_flops", "sequence_work", "split_shares",
     "steps_in_budget", "train_flops", "uniform_step_flops",
 ]

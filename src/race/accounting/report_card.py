@@ -17,6 +17,24 @@ _LATEX_ESCAPES = {"&": r"\&", "%": r"\%", "_": r"\_", "#": r"\#", "$": r"\$", "{
 SPLIT = {"search": ("rollout",), "learning": ("update", "old_logprobs", "reference"), "feedback": ("reward",)}
 
 
+def log_values(ledger: FlopLedger, prefix: str = "race/") -> dict[str, float]:
+    """The ledger so far as flat scalars for a training log (TRL's ``logs``, W&B,
+    TensorBoard): ``flops`` (counted total), ``flops/<phase>`` per phase (``recompute``
+    and ``eval`` too: recorded, not counted), ``budget_fraction`` (counted / budget, when
+    there is a budget) and ``split/<axis>``, the share of the counted total spent on
+    search, learning and feedback."""
+    counted = ledger.totals_by_phase(counted_only=True)
+    phases = ledger.totals_by_phase()
+    total = ledger.total
+    out: dict[str, float] = {f"{prefix}flops": total}
+    out.update({f"{prefix}flops/{ph}": v for ph, v in sorted(phases.items())})
+    if ledger.budget:
+        out[f"{prefix}budget_fraction"] = total / ledger.budget
+    for axis, ps in SPLIT.items():
+        out[f"{prefix}split/{axis}"] = sum(counted.get(p, 0) for p in ps) / total if total else 0.0
+    return out
+
+
 def latex_escape(text: str) -> str:
     """Text safe inside a LaTeX table cell: the ten special characters escaped, and ``|``,
     ``<``, ``>`` spelled as text commands (in the default OT1 encoding they print as other

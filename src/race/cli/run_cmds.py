@@ -27,7 +27,6 @@ def train(
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from race.accounting import AccountingError, fmt_flops
-    from race.engines.sinks import MetricsSink
     from race.spec.errors import ConfigError
     from race.spec.run import load_run_config
 
@@ -43,13 +42,11 @@ def train(
                   f"budget {fmt_flops(cfg.budget_flops)} -> {run_dir}")
     from race.engines import run_engine
 
-    sink = MetricsSink(list(cfg.log_to), Path(run_dir), cfg.name)
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[info]}"),
                   TimeElapsedColumn(), console=console, disable=quiet) as bar:
         task = bar.add_task("FLOPs", total=cfg.budget_flops, info="")
 
-        def on_step(d: dict[str, Any]) -> None:
-            sink.log(d)
+        def on_step(d: dict[str, Any]) -> None:  # run_engine also sends the rows to cfg.log_to
             bar.update(task, completed=d["flops"],
                        info=f"step {d['step']} | {fmt_flops(d['flops'])} / {fmt_flops(d['budget'])} | "
                             f"reward {d['reward_mean']:.3f} | zero-var {d['zero_var_frac']:.0%}")
@@ -58,8 +55,6 @@ def train(
             out = run_engine(cfg, run_dir, progress=on_step)
         except (AccountingError, ValueError, FileNotFoundError, RuntimeError) as e:
             _fail(str(e))
-        finally:
-            sink.close()
     _print_summary(console, out, Path(run_dir))
     if out["status"] != "complete":
         raise typer.Exit(1)

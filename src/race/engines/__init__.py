@@ -50,9 +50,17 @@ def engine_for(name: str) -> EngineFactory:
 
 def run_engine(cfg: RunConfig, run_dir: str | Path, progress: Progress | None = None) -> dict[str, Any]:
     """Train ``cfg`` into ``run_dir`` with the engine it names; resume if a checkpoint is
-    there; return the run.json dict (the stored one when the run is already complete)."""
-    engine: Engine = engine_for(cfg.engine)(cfg, Path(run_dir), progress)
-    return engine.run()
+    there; return the run.json dict (the stored one when the run is already complete).
+    The metrics rows also go to the run's ``log_to`` sinks (``race train`` and grid cells
+    alike; ``race.engines.sinks``)."""
+    from race.engines.sinks import LazySink
+
+    sink = LazySink(cfg, Path(run_dir), progress)
+    try:
+        engine: Engine = engine_for(cfg.engine)(cfg, Path(run_dir), sink if cfg.log_to else progress)
+        return engine.run()
+    finally:
+        sink.close()
 
 
 __all__ = ["ENGINES", "Engine", "EngineFactory", "engine_for", "register_engine", "run_engine"]

@@ -49,6 +49,7 @@ from race.engines.common import (
 from race.engines.grpo_math import completion_logprobs, group_advantages, grpo_loss, lr_at
 from race.engines.run_io import MetricsLog
 from race.engines.sampling import Rollout, decode_completions, encode_prompts, sample
+from race.models.timing import device_clock
 from race.spec.run import RunConfig
 
 __all__ = ["BuiltinEngine", "DivergedError", "default_torch_threads", "run_builtin"]
@@ -147,14 +148,14 @@ class BuiltinEngine:
         mask = batch.completion_mask.clone()
         if cfg.mask_truncated_completions:
             mask[batch.truncated] = 0
-        t0 = time.perf_counter()
+        t0 = device_clock(self.device)
         old = None
         if cfg.needs_old_logprobs:
             self.model.eval()
             with torch.no_grad():
                 old = self._logprobs(self.model, batch)
-        timings["old_logprobs"] = time.perf_counter() - t0
-        t0 = time.perf_counter()
+        timings["old_logprobs"] = device_clock(self.device) - t0
+        t0 = device_clock(self.device)
         ref = None
         if cfg.beta != 0:
             if self.ref_model is not None:
@@ -163,8 +164,8 @@ class BuiltinEngine:
             else:
                 with reference_policy(self.model) as base:
                     ref = self._logprobs(base, batch)
-        timings["reference"] = time.perf_counter() - t0
-        t0 = time.perf_counter()
+        timings["reference"] = device_clock(self.device) - t0
+        t0 = device_clock(self.device)
         lr = self.lr(step)
         for g in self.optimizer.param_groups:
             g["lr"] = lr
@@ -174,14 +175,15 @@ class BuiltinEngine:
             logp = self._logprobs(self.model, batch)
             loss, stats = grpo_loss(logp, old if old is not None else logp.detach(), adv, mask,
                                     epsilon=cfg.epsilon, epsilon_high=cfg.epsilon_high, loss_type=cfg.loss_type,
-                                    max_completion_length=cfg.max_completion_length, beta=cfg.beta, ref_logp=ref)
+                                    max_completion_length=cfg.max_completion_length, beta=cfg.beta, ref_logp=ref,
+                                    sapo_temperatures=(cfg.sapo_temperature_pos, cfg.sapo_temperature_neg))
             if not torch.isfinite(loss):
                 raise DivergedError(f"non-finite loss ({float(loss)}) at step {step}")
             self.optimizer.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_([p for p in self.model.parameters() if p.requires_grad], cfg.max_grad_norm)
             self.optimizer.step()
-        timings["update"] = time.perf_counter() - t0
+        timings["update"] = device_clock(self.device) - t0
         assert stats is not None
         return {"loss": stats.loss, "clip_frac": stats.clip_frac, "kl": stats.kl, "lr": lr, **{
             f"seconds_{k}": v for k, v in timings.items()}}
@@ -268,9 +270,9 @@ class BuiltinEngine:
         torch.manual_seed(cfg.seed * 1_000_033 + step)  # LoRA dropout etc.
         G = cfg.num_generations
         # 1. rollout
-        t0 = time.perf_counter()
+        t0 = device_clock(self.device)
         ro = self.rollout(step, ids, mask)
-        t_roll = time.perf_counter() - t0
+        t_roll = device_clock(self.device) - t0
         roll = rollout_components(self.shape, [ro.prompt_len] * ro.n_prompts, [ro.completion_len] * len(ro.lengths),
                                   lora=self.lora, share_prompt=True, conventions=cfg.conventions)
         # 2. reward

@@ -1,10 +1,14 @@
 """GRPO's arithmetic: group-relative advantages, per-token log-probs, the clipped loss.
 
-Departures from textbook GRPO are options, named as TRL names them:
-- ``scale_rewards=False`` drops the division by the group std (Dr. GRPO);
+Departures from textbook GRPO are options, named as TRL (1.16) names them:
+- ``scale_rewards``: ``"group"`` divides by the group's reward std, ``"batch"`` by the
+  std over the whole batch (PPO Lite), ``"none"`` not at all (Dr. GRPO);
 - ``loss_type``: ``grpo`` (mean over each sequence's tokens, then over sequences),
   ``bnpo``/``dapo`` (mean over all tokens of the batch), ``dr_grpo`` (sum over tokens
-  divided by batch x max_completion_length);
+  divided by batch x max_completion_length), ``cispo`` (the clipped, detached ratio
+  times the advantage times the log-prob, ratio capped at ``epsilon_high``; token mean
+  as ``dapo``), ``sapo`` (a sigmoid gate instead of the clip, temperatures by the sign of
+  the advantage; sequence mean as ``grpo``);
 - ``epsilon_high`` (DAPO's clip-higher);
 - the KL term (``beta > 0``) is the k3 estimator exp(ref - logp) - (ref - logp) - 1.
 """
@@ -17,17 +21,25 @@ from typing import Any
 import torch
 
 
-def group_advantages(rewards: torch.Tensor, group: int, *, scale: bool = True,
+def group_advantages(rewards: torch.Tensor, group: int, *, scale: str | bool = "group",
                      eps: float = 1e-4) -> tuple[torch.Tensor, torch.Tensor]:
-    """A_i = r_i - mean(group) [/ (std(group) + eps) when ``scale``].
+    """A_i = r_i - mean(group), divided by (std + eps) with the std of the group
+    (``scale="group"``, or ``True``) or of the whole batch (``"batch"``); ``"none"`` (or
+    ``False``) does not divide. Stds are unbiased, as TRL's.
 
     rewards: (B,) with B = n_prompts * group, rows grouped by prompt.
     Returns (advantages (B,), zero_variance (n_prompts,) bool)."""
+    scale = {True: "group", False: "none"}.get(scale, scale) if isinstance(scale, bool) else scale
+    if scale not in ("group", "batch", "none"):
+        raise ValueError(f"scale_rewards={scale!r}: use group, batch or none")
     r = rewards.view(-1, group)
     mean = r.mean(1, keepdim=True)
-    std = r.std(1, keepdim=True, unbiased=True) if group > 1 else torch.zeros_like(mean)
     adv = r - mean
-    if scale:
+    if scale == "group":
+        std = r.std(1, keepdim=True, unbiased=True) if group > 1 else torch.zeros_like(mean)
+        adv = adv / (std + eps)
+    elif scale == "batch":
+        std = rewards.std(unbiased=True) if rewards.numel() > 1 else torch.zeros(())
         adv = adv / (std + eps)
     zero_var = (r.max(1).values - r.min(1).values).abs() < 1e-12
     return adv.reshape(-1), zero_var
@@ -62,16 +74,24 @@ class LossStats:
 
 def grpo_loss(logp: torch.Tensor, old_logp: torch.Tensor, adv: torch.Tensor, mask: torch.Tensor, *,
               epsilon: float, epsilon_high: float | None, loss_type: str, max_completion_length: int,
-              beta: float = 0.0, ref_logp: torch.Tensor | None = None) -> tuple[torch.Tensor, LossStats]:
-    """Clipped surrogate (+ beta * KL) aggregated per ``loss_type``.
+              beta: float = 0.0, ref_logp: torch.Tensor | None = None,
+              sapo_temperatures: tuple[float, float] = (1.0, 1.05)) -> tuple[torch.Tensor, LossStats]:
+    """Clipped surrogate (+ beta * KL) aggregated per ``loss_type`` (TRL 1.16's formulas).
 
-    logp, old_logp, ref_logp, mask: (B, T); adv: (B,)."""
+    logp, old_logp, ref_logp, mask: (B, T); adv: (B,); ``sapo_temperatures``: (for
+    advantage > 0, otherwise)."""
     mask = mask.to(logp.dtype)
     ratio = torch.exp(logp - old_logp)
     hi = epsilon_high if epsilon_high is not None else epsilon
-    clipped = torch.clamp(ratio, 1 - epsilon, 1 + hi)
     a = adv[:, None]
-    per_tok = -torch.min(ratio * a, clipped * a)
+    if loss_type == "cispo":
+        per_tok = -torch.clamp(ratio, max=hi).detach() * a * logp
+    elif loss_type == "sapo":
+        tau = torch.where(a > 0, torch.full_like(a, sapo_temperatures[0]), torch.full_like(a, sapo_temperatures[1]))
+        per_tok = -torch.sigmoid(tau * (ratio - 1)) * 4 / tau * a
+    else:
+        clipped = torch.clamp(ratio, 1 - epsilon, 1 + hi)
+        per_tok = -torch.min(ratio * a, clipped * a)
     kl_mean = 0.0
     if beta != 0.0:
         if ref_logp is None:
@@ -80,16 +100,21 @@ def grpo_loss(logp: torch.Tensor, old_logp: torch.Tensor, adv: torch.Tensor, mas
         kl = torch.exp(d) - d - 1
         per_tok = per_tok + beta * kl
         kl_mean = float((kl.detach() * mask).sum() / mask.sum().clamp(min=1))
-    if loss_type == "grpo":
+    if loss_type in ("grpo", "sapo"):
         loss = ((per_tok * mask).sum(1) / mask.sum(1).clamp(min=1)).mean()
-    elif loss_type in ("bnpo", "dapo"):
+    elif loss_type in ("bnpo", "dapo", "cispo"):
         loss = (per_tok * mask).sum() / mask.sum().clamp(min=1)
     elif loss_type == "dr_grpo":
         loss = (per_tok * mask).sum() / (logp.shape[0] * max_completion_length)
     else:
-        raise ValueError(f"loss_type={loss_type!r}: use grpo, bnpo, dapo or dr_grpo")
+        raise ValueError(f"loss_type={loss_type!r}: use grpo, bnpo, dapo, dr_grpo, cispo or sapo")
     with torch.no_grad():
-        is_clipped = ((ratio < 1 - epsilon) & (a < 0)) | ((ratio > 1 + hi) & (a > 0))
+        if loss_type == "cispo":  # TRL's cispo_clip_ratio
+            is_clipped = (ratio > hi) & (a > 0)
+        elif loss_type == "sapo":  # a soft gate: nothing is clipped
+            is_clipped = torch.zeros_like(ratio, dtype=torch.bool)
+        else:
+            is_clipped = ((ratio < 1 - epsilon) & (a < 0)) | ((ratio > 1 + hi) & (a > 0))
         denom = mask.sum().clamp(min=1)
         stats = LossStats(loss=float(loss), clip_frac=float((is_clipped.to(mask.dtype) * mask).sum() / denom),
                           kl=kl_mean, ratio_mean=float((ratio * mask).sum() / denom))

@@ -27,6 +27,7 @@ from race.models.loading import (
 )
 from race.models.lora import reference_policy, trainable_params, validate_lora, wrap_lora
 from race.models.refs import model_shape, resolve_shape
+from race.models.timing import device_clock, is_cuda
 from race.models.tokenizer import VOCAB_SIZE, build_char_tokenizer, check_vocab_fits
 from race.models.warmstart import (
     DEFAULT_RECIPE,
@@ -42,7 +43,7 @@ from race.models.warmstart import (
 __all__ = [
     "TINY_FAMILY", "VOCAB_SIZE", "DEFAULT_RECIPE", "BaseInfo", "SFTRecipe",
     "base_dir", "build_all", "build_base", "build_char_tokenizer", "build_tiny_model", "cache_dir",
-    "check_vocab_fits", "evaluate_greedy", "family_table", "greedy_completions", "is_tiny_name",
+    "check_vocab_fits", "device_clock", "evaluate_greedy", "family_table", "greedy_completions", "is_cuda", "is_tiny_name",
     "lm_head_params", "load_policy", "load_tokenizer", "model_shape", "resolve_shape", "non_embedding_params", "non_embedding_params_from_config",
     "reference_policy", "resolve_device", "resolve_dtype", "save_policy", "tiny_config", "tiny_config_kwargs",
     "trainable_params", "validate_lora", "wrap_lora",

@@ -3,9 +3,19 @@
 Field names follow TRL's ``GRPOConfig`` where a setting means the same thing
 (``num_generations``, ``max_completion_length``, ``temperature``, ``learning_rate``,
 ``beta``, ``num_iterations``, ``epsilon``, ``epsilon_high``, ``loss_type``,
-``scale_rewards``, ``mask_truncated_completions``) and PEFT's names for LoRA
-(``r``, ``lora_alpha``, ``lora_dropout``, ``target_modules``), so a TRL user reads a
-RACE run file without a glossary.
+``scale_rewards``, ``mask_truncated_completions``, ``per_device_train_batch_size``,
+``gradient_accumulation_steps``, ``sapo_temperature_pos``/``_neg``) and PEFT's names for
+LoRA (``r``, ``lora_alpha``, ``lora_dropout``, ``target_modules``), so a TRL user reads a
+RACE run file without a glossary. Values are accepted as TRL 1.16 accepts them:
+``scale_rewards: true/false`` mean ``"group"``/``"none"``, ``target_modules: all-linear``
+means every linear layer of the decoder (the seven matrices of the models RACE accounts).
+
+Batch sizes, with TRL's meaning on one process: ``per_device_train_batch_size`` sequences
+(completions) per micro-batch, ``gradient_accumulation_steps`` micro-batches per optimizer
+step, one generation per optimizer step, so a step generates ``per_device_train_batch_size
+x gradient_accumulation_steps = prompts_per_step x num_generations`` sequences. Unset, they
+are ``prompts_per_step x num_generations`` and 1; given without ``prompts_per_step``, they
+set it.
 
 Configs load from YAML with ``yaml.safe_load``; ``--set key=value`` overrides use dotted
 paths (``lora.r=16``).  Every validation error says which field is wrong and what to
@@ -25,6 +35,19 @@ from race.spec.errors import ConfigError, format_errors, load_yaml_mapping, pars
 from race.spec.reward import parse_reward
 
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+#: The loss types both engines run (TRL 1.16's names and formulas).
+LOSS_TYPES = ("grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo")
+#: TRL 1.16 loss types RACE refuses, and why.
+REFUSED_LOSS_TYPES = {
+    "luspo": "it needs sequence-level importance sampling (TRL's importance_sampling_level='sequence'), "
+             "which RACE's engines do not implement",
+    "vespo": "its gamma-weighted sequence-level importance weights are not implemented by RACE's built-in engine",
+}
+#: Settings that change neither training nor accounting (left out of the run id).
+LOGGING_ONLY = ("output_dir", "log_to", "wandb_project")
+#: Settings added after run ids were first issued: left out of the id while at these values,
+#: so the ids of existing runs (and the run directories and grid stores keyed by them) hold.
+_ID_NEUTRAL = {"per_device_train_batch_size": None, "gradient_accumulation_steps": None}
 
 
 class _Strict(BaseModel):
@@ -38,7 +61,18 @@ class LoraSettings(_Strict):
     r: int = Field(16, ge=1, description="LoRA rank")
     lora_alpha: float = Field(16.0, gt=0)
     lora_dropout: float = Field(0.0, ge=0.0, lt=1.0)
-    target_modules: list[str] = Field(default_factory=lambda: list(LORA_TARGETS))
+    target_modules: list[str] = Field(default_factory=lambda: list(LORA_TARGETS),
+                                      description="matrices to adapt, or 'all-linear' (PEFT: every linear layer "
+                                      "but the output head)")
+
+    @field_validator("target_modules", mode="before")
+    @classmethod
+    def _all_linear(cls, v: Any) -> Any:
+        if v == "all-linear" or v == ["all-linear"]:
+            return list(LORA_TARGETS)  # PEFT's all-linear on the decoders RACE accounts: these seven
+        if isinstance(v, str):
+            raise ValueError(f"target_modules={v!r}: write a list of module names or 'all-linear'")
+        return v
 
     @field_validator("target_modules")
     @classmethod
@@ -104,6 +138,11 @@ class RunConfig(_Strict):
 
     # GRPO (TRL names)
     prompts_per_step: int = Field(16, ge=1)
+    per_device_train_batch_size: int | None = Field(
+        None, ge=1, description="TRL: sequences per micro-batch; default prompts_per_step x num_generations / "
+        "gradient_accumulation_steps")
+    gradient_accumulation_steps: int | None = Field(
+        None, ge=1, description="TRL: micro-batches per optimizer step (default 1); the built-in engine runs 1")
     num_generations: int = Field(8, description="group size G")
     max_prompt_length: int = Field(64, ge=1)
     max_completion_length: int = Field(64, ge=1)
@@ -115,8 +154,12 @@ class RunConfig(_Strict):
     num_iterations: int = Field(1, ge=1)
     epsilon: float = Field(0.2, gt=0)
     epsilon_high: float | None = Field(None, gt=0)
-    loss_type: Literal["grpo", "dr_grpo", "dapo", "bnpo"] = "dapo"
-    scale_rewards: bool = True
+    loss_type: Literal["grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo"] = "dapo"
+    scale_rewards: Literal["group", "batch", "none"] = Field(
+        "group", description="divide advantages by the group's reward std (group), the batch's (batch) or not "
+        "(none); true/false mean group/none, as in TRL")
+    sapo_temperature_pos: float = Field(1.0, gt=0, description="loss_type: sapo, tokens with advantage > 0")
+    sapo_temperature_neg: float = Field(1.05, gt=0, description="loss_type: sapo, the other tokens")
     mask_truncated_completions: bool = False
     drop_zero_variance_groups: bool = Field(
         True, description="leave groups whose rewards are all equal out of the update (they carry no signal; "
@@ -136,6 +179,8 @@ class RunConfig(_Strict):
     conventions: str = "race"
     output_dir: str | None = None
     log_to: list[Literal["tensorboard", "wandb"]] = Field(default_factory=list)
+    wandb_project: str | None = Field(None, description="W&B project for log_to: wandb (default $WANDB_PROJECT, "
+                                      "else 'race')")
 
     @field_validator("num_generations")
     @classmethod
@@ -145,6 +190,19 @@ class RunConfig(_Strict):
                 f"num_generations={v}: GRPO needs a group of at least 2 completions per prompt "
                 "(advantages are relative to the group); set num_generations >= 2"
             )
+        return v
+
+    @field_validator("scale_rewards", mode="before")
+    @classmethod
+    def _scale_bool(cls, v: Any) -> Any:
+        return {True: "group", False: "none"}.get(v, v) if isinstance(v, bool) else v  # TRL's mapping
+
+    @field_validator("loss_type", mode="before")
+    @classmethod
+    def _loss_type(cls, v: Any) -> Any:
+        if v in REFUSED_LOSS_TYPES:
+            raise ValueError(f"loss_type={v!r} (TRL 1.16) is not supported: {REFUSED_LOSS_TYPES[v]}; "
+                             f"use one of {', '.join(LOSS_TYPES)}")
         return v
 
     @field_validator("reward")
@@ -160,14 +218,59 @@ class RunConfig(_Strict):
             self.__dict__["drop_zero_variance_groups"] = False
         if self.epsilon_high is not None and self.epsilon_high < self.epsilon:
             raise ValueError(f"epsilon_high ({self.epsilon_high}) < epsilon ({self.epsilon}): set epsilon_high >= epsilon or null")
+        self._check_batches()
         return self
+
+    def _check_batches(self) -> None:
+        """TRL's batch settings against prompts_per_step x num_generations (module docstring)."""
+        B, ga, G = self.per_device_train_batch_size, self.gradient_accumulation_steps, self.num_generations
+        if B is None and ga is None:
+            return
+        k = ga or 1
+        if B is not None and "prompts_per_step" not in self.model_fields_set:
+            if (B * k) % G:
+                raise ValueError(f"per_device_train_batch_size x gradient_accumulation_steps = {B} x {k} sequences per "
+                                 f"step is not a multiple of num_generations={G}: every prompt needs its whole group")
+            self.__dict__["prompts_per_step"] = B * k // G
+        n = self.prompts_per_step * G
+        if B is None and n % k:
+            raise ValueError(f"gradient_accumulation_steps={k} does not divide prompts_per_step x num_generations = "
+                             f"{n} sequences: choose a divisor of {n}")
+        if B is not None and B * k != n:
+            raise ValueError(
+                f"per_device_train_batch_size x gradient_accumulation_steps = {B} x {k} = {B * k} sequences per step, "
+                f"but prompts_per_step x num_generations = {n}: one generation feeds one optimizer step; set "
+                f"gradient_accumulation_steps: {n // B if n % B == 0 else '...'} or leave prompts_per_step out "
+                "(it is then derived)")
+        if self.engine == "builtin" and k > 1:
+            raise ValueError(
+                f"gradient_accumulation_steps={k}: micro-batching is not supported by the built-in engine (it runs "
+                f"the step's {n} sequences as one batch); set gradient_accumulation_steps: 1 "
+                f"(per_device_train_batch_size: {n}) or use engine: trl")
+
+    @property
+    def micro_batch_size(self) -> int:
+        """Sequences per micro-batch (TRL's ``per_device_train_batch_size``)."""
+        return self.per_device_train_batch_size or self.prompts_per_step * self.num_generations // self.accumulation_steps
+
+    @property
+    def accumulation_steps(self) -> int:
+        """Micro-batches per optimizer step (TRL's ``gradient_accumulation_steps``)."""
+        return self.gradient_accumulation_steps or 1
 
     # -- helpers -----------------------------------------------------------------------
     def run_id(self) -> str:
-        """Stable id: a hash of the resolved spec (output location excluded)."""
+        """Stable id: a hash of the resolved spec (output location and logging excluded;
+        settings added later leave the ids of runs that do not use them unchanged)."""
         d = self.model_dump(mode="json")
-        d.pop("output_dir", None)
-        d.pop("log_to", None)
+        for k in LOGGING_ONLY:
+            d.pop(k, None)
+        for k, neutral in _ID_NEUTRAL.items():
+            if d.get(k) == neutral:
+                d.pop(k)
+        if d["loss_type"] != "sapo":  # the SAPO temperatures change nothing else
+            d.pop("sapo_temperature_pos"), d.pop("sapo_temperature_neg")
+        d["scale_rewards"] = {"group": True, "none": False}.get(d["scale_rewards"], d["scale_rewards"])  # was a bool
         blob = json.dumps(d, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()[:12]
 

@@ -21,17 +21,24 @@ step's counted FLOPs from the maximum lengths (the longest prompt of the dataset
 the counted total never exceeds it. FLOPs your reward functions spend on models are not
 visible to the hooks: report them with :meth:`RaceFlopCallback.charge` and bound them with
 ``reward_step_bound``.
+
+TRL's logs carry the ledger too: each ``on_log`` adds ``race/flops``, ``race/flops/<phase>``,
+``race/budget_fraction`` and ``race/split/{search,learning,feedback}``
+(:func:`race.accounting.log_values`) to the ``logs`` dict and to the trainer's
+``state.log_history``, so whatever ``report_to`` reports shows them. ``add_race_accounting``
+places the callback before the reporting callbacks (W&B, TensorBoard, ...); passed in
+``callbacks=[...]`` it runs after them, and only the log history and later callbacks see
+the values.
 """
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any, Callable
 
 from transformers import TrainerCallback
 
-from race.accounting import AccountingError, FlopLedger, LoRA, ModelShape, ReportCard
+from race.accounting import AccountingError, FlopLedger, LoRA, ModelShape, ReportCard, log_values
 from race.accounting.conventions import resolve
 from race.engines.trl.flops import (
     TRL_CONVENTIONS_NOTE,
@@ -46,6 +53,7 @@ from race.engines.trl.flops import (
 )
 from race.engines.trl.hooks import FlopTracker, _compact_head, bound_prompt_length, causal_lm, lora_of
 from race.models.refs import model_shape
+from race.models.timing import device_clock
 
 RewardBound = Callable[[int, int, int], int]  # (sequences, max prompt len, max completion len) -> FLOPs
 
@@ -97,6 +105,7 @@ class RaceFlopCallback(TrainerCallback):
         self._outside: dict[str, int] = {}  # charges between steps (TRL's evaluation): uncounted eval
         self._in_step = False
         self._t_step: float | None = None
+        self._device: Any = None  # the policy's: per-phase seconds synchronize it when it is CUDA
         self._max_completion = 0
         self._trainer: Any = None
 
@@ -211,6 +220,7 @@ class RaceFlopCallback(TrainerCallback):
                 raise AccountingError("RaceFlopCallback got no model: use add_race_accounting(trainer, ...)")
             self._models = [(model, "policy")]
         policy = self._models[0][0]
+        self._device = next(policy.parameters()).device
         self.shape = model_shape(policy)
         self.lora = lora_of(policy, self.shape)
         peft_ref = hasattr(policy, "peft_config") and "ref" in getattr(policy, "peft_config", {})
@@ -256,7 +266,7 @@ class RaceFlopCallback(TrainerCallback):
     def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self._flush_outside(int(state.global_step))
         self._in_step = True
-        self._t_step = time.perf_counter()
+        self._t_step = device_clock(self._device)
 
     def _flush_outside(self, step: int) -> None:
         """Calls and charges between steps (TRL's evaluation loop) go to the uncounted eval phase."""
@@ -275,7 +285,8 @@ class RaceFlopCallback(TrainerCallback):
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         assert self.ledger is not None and self.shape is not None and self.plan is not None
         self._in_step = False
-        wall = time.perf_counter() - (self._t_step or time.perf_counter())
+        now = device_clock(self._device)
+        wall = now - (self._t_step or now)
         calls = self.tracker.drain()
         comps = calls_components(self.shape, calls, lora=self.lora, conventions=self.conventions)
         tokens, seconds = calls_tokens_seconds(calls)
@@ -298,6 +309,19 @@ class RaceFlopCallback(TrainerCallback):
         if self.ledger.would_exceed(self.next_step_bound(state)):
             control.should_training_stop = True
             self.stop_reason = "budget"
+
+    def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any) -> None:
+        """Add the ledger's values (:func:`race.accounting.log_values`) to TRL's ``logs`` and
+        to the history entry the trainer just appended for them."""
+        if self.ledger is None or logs is None:
+            return
+        values = log_values(self.ledger)
+        logs.update(values)
+        hist = getattr(state, "log_history", None)
+        # Trainer.log appended {**logs, "step": ...} just before on_log: the same value objects
+        if hist and hist[-1].get("step") == state.global_step and all(
+                hist[-1].get(k, hist) is v for k, v in logs.items() if k not in values):
+            hist[-1].update(values)
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if self.ledger is not None:
@@ -323,9 +347,16 @@ class RaceFlopCallback(TrainerCallback):
 def add_race_accounting(trainer: Any, budget_flops: float | None = None, output_dir: str | Path | None = None,
                         **kwargs: Any) -> RaceFlopCallback:
     """Add a :class:`RaceFlopCallback` to ``trainer`` (hooking its policy and reference
-    model) and return it. ``kwargs`` go to the callback."""
+    model) and return it. ``kwargs`` go to the callback. It is placed before the reporting
+    callbacks (``report_to``), so they log the FLOPs it adds to TRL's logs."""
+    from transformers import DefaultFlowCallback
+
     cb = RaceFlopCallback(budget_flops, output_dir, **kwargs).attach(trainer)
     trainer.add_callback(cb)
+    callbacks = trainer.callback_handler.callbacks
+    callbacks.remove(cb)
+    first = next((i for i, c in enumerate(callbacks) if not isinstance(c, DefaultFlowCallback)), len(callbacks))
+    callbacks.insert(first, cb)
     return cb
 
 

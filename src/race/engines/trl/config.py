@@ -23,17 +23,21 @@ def check_trl_config(cfg: RunConfig) -> None:
 
 
 def grpo_args(cfg: RunConfig, output_dir: Path, *, use_cpu: bool, max_steps: int) -> Any:
-    """The ``GRPOConfig`` of a run spec (TRL names map one to one)."""
+    """The ``GRPOConfig`` of a run spec (TRL names map one to one; a step's
+    ``prompts_per_step x num_generations`` sequences are one generation batch, trained in
+    ``gradient_accumulation_steps`` micro-batches of ``per_device_train_batch_size``)."""
     from trl import GRPOConfig
 
     return GRPOConfig(
         output_dir=str(output_dir), use_cpu=use_cpu, bf16=False, fp16=False,
-        per_device_train_batch_size=cfg.prompts_per_step * cfg.num_generations,
-        gradient_accumulation_steps=1, steps_per_generation=1,
+        # one generation per optimizer step, split into gradient_accumulation_steps micro-batches
+        per_device_train_batch_size=cfg.micro_batch_size, gradient_accumulation_steps=cfg.accumulation_steps,
+        steps_per_generation=cfg.accumulation_steps,
         num_generations=cfg.num_generations, max_completion_length=cfg.max_completion_length,
         temperature=cfg.temperature, learning_rate=cfg.learning_rate, beta=cfg.beta,
         num_iterations=cfg.num_iterations, epsilon=cfg.epsilon, epsilon_high=cfg.epsilon_high,
-        loss_type=cfg.loss_type, scale_rewards="group" if cfg.scale_rewards else "none",
+        loss_type=cfg.loss_type, scale_rewards=cfg.scale_rewards, sapo_temperature_pos=cfg.sapo_temperature_pos,
+        sapo_temperature_neg=cfg.sapo_temperature_neg,
         mask_truncated_completions=cfg.mask_truncated_completions, seed=cfg.seed, data_seed=cfg.seed,
         max_steps=max_steps, max_grad_norm=cfg.max_grad_norm, weight_decay=cfg.weight_decay,
         optim="adamw_torch", activation_checkpointing=cfg.gradient_checkpointing,

@@ -1,8 +1,9 @@
 """RACE's TRL engine: a run spec trained by TRL's ``GRPOTrainer``, charged to RACE's ledger.
 
 The ``RunConfig`` maps onto ``GRPOConfig`` field by field (the names are TRL's already):
-``per_device_train_batch_size = prompts_per_step * num_generations`` with one generation per
-optimizer step (``gradient_accumulation_steps = steps_per_generation = 1``), LoRA through
+one generation of ``prompts_per_step * num_generations`` sequences per optimizer step, in
+``gradient_accumulation_steps`` micro-batches of ``per_device_train_batch_size`` (default
+one micro-batch: ``steps_per_generation = gradient_accumulation_steps``), LoRA through
 ``peft_config``, ``gradient_checkpointing`` from the config, no reporting, no hub. The
 task's training problems become a ``datasets.Dataset`` of prompts (batch b holds the
 problems the built-in engine draws for its step b) and the reward is a TRL reward function
@@ -107,9 +108,10 @@ class TrlEngine:
             validate_lora(model, cfg.lora)
             peft_config = LoraConfig(r=cfg.lora.r, lora_alpha=cfg.lora.lora_alpha, lora_dropout=cfg.lora.lora_dropout,
                                      target_modules=list(cfg.lora.target_modules), task_type="CAUSAL_LM", bias="none")
-        self.plan = TrlStepPlan(per_device_train_batch_size=cfg.prompts_per_step * cfg.num_generations,
-                                num_generations=cfg.num_generations, num_iterations=cfg.num_iterations, beta=cfg.beta,
-                                compact_head=_compact_head(model))
+        self.plan = TrlStepPlan(per_device_train_batch_size=cfg.micro_batch_size,
+                                gradient_accumulation_steps=cfg.accumulation_steps,
+                                steps_per_generation=cfg.accumulation_steps, num_generations=cfg.num_generations,
+                                num_iterations=cfg.num_iterations, beta=cfg.beta, compact_head=_compact_head(model))
         self.task = make_task(cfg)
         self.reward = make_reward(cfg.reward, seed=cfg.seed, device=str(self.device), conventions=cfg.conventions,
                                   task=self.task)
@@ -149,7 +151,7 @@ class TrlEngine:
         from race.engines.trl.flops import counted, generation_components, update_components
 
         cfg, plan = self.cfg, self.plan
-        n = plan.per_device_train_batch_size
+        n = plan.generation_batch_size  # FLOPs are linear in rows: the micro-batches of a step sum to this
         T = cfg.max_completion_length
         bound = counted(generation_components(self.shape, plan, n_seqs=n, prompt_len=self.max_prompt,
                                               completion_len=T, lora=self.lora, conventions=cfg.conventions))

@@ -13,13 +13,13 @@ removed by ``detach()``.
 from __future__ import annotations
 
 import contextlib
-import time
 from dataclasses import replace
 from typing import Any, Iterator, Sequence
 
 from race.accounting import LoRA, ModelShape
 from race.accounting.errors import AccountingError
 from race.engines.trl.flops import ModelCall
+from race.models.timing import device_clock
 
 
 def causal_lm(model: Any) -> Any:
@@ -141,7 +141,8 @@ class FlopTracker:
         layers = _decoder_layers(lm)
         loras = _lora_layers(model)
         probe = loras[0] if loras else None
-        state = {"role": role, "lm": lm, "layers": layers, "probe": probe}
+        device = next(lm.parameters()).device
+        state = {"role": role, "lm": lm, "layers": layers, "probe": probe, "device": device}
         self._handles.append(lm.register_forward_pre_hook(
             lambda mod, args, kwargs: self._pre(state, args, kwargs), with_kwargs=True))
         self._handles.append(lm.register_forward_hook(lambda mod, args, out: self._post(), always_call=True))
@@ -155,13 +156,13 @@ class FlopTracker:
             self._gen_depth += 1
             self._gen_first = True
             self._gen_shape = None
-            t0 = time.perf_counter()
+            t0 = device_clock(device)
             try:
                 return bound(*args, **kwargs)
             finally:
                 self._gen_depth -= 1
                 if not self._paused:
-                    self.generate_seconds += time.perf_counter() - t0
+                    self.generate_seconds += device_clock(device) - t0
                     if self._gen_shape is not None:
                         self.last_generation = tuple(self._gen_shape)  # type: ignore[assignment]
                         self.generations.append(self.last_generation)  # type: ignore[arg-type]
@@ -245,10 +246,11 @@ class FlopTracker:
         else:
             phase, comp = "old_logprobs", "forward"
         recompute, n_ckpt = _checkpointing(st["layers"]) if phase == "update" else (None, 0)
-        self._open.append({"skip": False, "t0": time.perf_counter(), "irg": None, "call": ModelCall(
-            phase=phase, component=comp, batch=B, new_tokens=n, cached=cached, head_positions=head,
-            lora=lora_on and st["role"] == "policy", fused_head=fused and phase == "update", recompute=recompute,
-            recompute_layers=n_ckpt)})
+        call = ModelCall(phase=phase, component=comp, batch=B, new_tokens=n, cached=cached, head_positions=head,
+                         lora=lora_on and st["role"] == "policy", fused_head=fused and phase == "update",
+                         recompute=recompute, recompute_layers=n_ckpt)
+        self._open.append({"skip": False, "t0": device_clock(st["device"]), "device": st["device"], "irg": None,
+                           "call": call})
 
     def _layer0(self, args: tuple, kwargs: dict[str, Any]) -> None:
         if not self._open or self._open[-1].get("skip") or self._open[-1]["irg"] is not None:
@@ -264,7 +266,7 @@ class FlopTracker:
             return
         call: ModelCall = st["call"]
         call = replace(call, inputs_require_grad=bool(st["irg"]) and call.phase == "update",
-                       seconds=time.perf_counter() - st["t0"])
+                       seconds=device_clock(st["device"]) - st["t0"])
         self.calls.append(call)
 
 
