@@ -47,7 +47,7 @@ def _yaml_defaults(path: Optional[Path]) -> dict:
 
 @app.command()
 def flops(
-    model: Annotated[Optional[str], typer.Option(help="Qwen2.5 preset, tiny-family name, config.json or model dir")] = None,
+    model: Annotated[Optional[str], typer.Option(help="Qwen2.5 preset, tiny-family name, config.json, model dir or hub name in the local HF cache")] = None,
     lora_rank: Annotated[Optional[int], typer.Option(help="LoRA rank (omit for full fine-tuning)")] = None,
     prompts: Annotated[Optional[int], typer.Option(help="prompts per step")] = None,
     group: Annotated[Optional[int], typer.Option(help="group size G (num_generations)")] = None,
