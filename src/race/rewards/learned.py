@@ -47,7 +47,7 @@ class LearnedReward:
         self.conventions = conventions
         self.system = RewardSystem(kind, scorer.shape, name)  # type: ignore[arg-type]
         self.k = tokens_per_policy_token
-        self._read_cache: tuple[int, int, int, int] | None = None  # (id, len, T, RM tokens) of the last problems
+        self._read_cache: tuple[Any, int, int, int] | None = None  # (problems, len, T, RM tokens), the last call
 
     def _scores(self, problems: Sequence[Any], completions: Sequence[str]) -> tuple[list[list[float]], dict[str, Any]]:
         import torch
@@ -98,9 +98,9 @@ class LearnedReward:
         ``max_completion_len`` policy tokens (before the cut to ``max_length``); needs ``k``.
         Remembered for the last ``problems`` list (the TRL engine passes its whole dataset)."""
         assert self.k is not None
-        key = (id(problems), len(problems), max_completion_len)
-        if self._read_cache is not None and self._read_cache[:3] == key:
-            return self._read_cache[3]
+        c = self._read_cache  # the list itself is kept, so a new list can never pass for it
+        if c is not None and c[0] is problems and c[1:3] == (len(problems), max_completion_len):
+            return c[3]
         sc = self.scorer
         per_token = self.k + (1 if sc.inserts_markers else 0)
         worst = 0
@@ -108,7 +108,7 @@ class LearnedReward:
             prefix, tail = sc.render(p, "")  # the RM's prompt and the template tokens after a completion
             n = sum(len(sc.tokenizer(t, add_special_tokens=False)["input_ids"]) for t in (prefix, tail) if t)
             worst = max(worst, n + per_token * max_completion_len)
-        self._read_cache = (*key, worst)
+        self._read_cache = (problems, len(problems), max_completion_len, worst)
         return worst
 
     def step_bound(self, n_sequences: int, max_prompt_len: int, max_completion_len: int, *,
