@@ -70,6 +70,10 @@ def test_flops_reads_a_run_file_with_trls_names(run, tmp_path):
     (["--prompts", "0"], ["--prompts", ">= 1"]),
     (["--prompt-len", "200000"], ["--prompt-len", "<= 131072"]),
     (["--models", "/nonexistent/config.json"], ["file not found"]),
+    (["--iterations", "0"], ["--iterations", ">= 1"]),
+    (["--beta", "-0.1"], ["--beta", ">= 0"]),
+    (["--hold", "tokens"], ["--hold", "sequences or prompts"]),
+    (["--budget", "1e6"], ["no allocation affords one step", "the cheapest step costs"]),
 ])
 def test_plan_refuses_bad_flags(run, args, needles):
     budget = [] if "--budget" in args else ["--budget", "1e18"]

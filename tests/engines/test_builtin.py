@@ -84,9 +84,10 @@ def test_killed_run_resumes_to_the_same_result(tiny_model_dir, tmp_path, monkeyp
     real = builtin.BuiltinEngine._train_step
 
     def crashing(self, step, *a, **k):
-        real(self, step, *a, **k)
+        charged = real(self, step, *a, **k)
         if step == 3:
             raise KeyboardInterrupt("simulated kill")
+        return charged
 
     monkeypatch.setattr(builtin.BuiltinEngine, "_train_step", crashing)
     with pytest.raises(KeyboardInterrupt):
@@ -113,8 +114,9 @@ def test_ledger_equals_measured_flops_under_torch_conventions(tiny_model_dir, tm
 
     def counted(self, step, *a, **k):
         with FlopCounterMode(display=False) as fc:
-            real(self, step, *a, **k)
+            charged = real(self, step, *a, **k)
         measured[step] = fc.get_total_flops()
+        return charged
 
     monkeypatch.setattr(builtin.BuiltinEngine, "_train_step", counted)
     cfg = _cfg(tiny_model_dir, budget_flops=4e9, conventions="torch", num_iterations=2, beta=0.1,

@@ -59,3 +59,36 @@ def test_random_control_run_completes_at_zero_reward_cost(tiny_model_dir, tmp_pa
 
     out = run_engine(_cfg(tiny_model_dir, "random"), tmp_path / "rand")
     assert out["status"] == "complete" and out["phase_flops"]["reward"] == 0
+
+
+def test_a_prm_reading_prompts_longer_than_max_prompt_length_stays_within_its_bound(
+        built_rms, tiny_model_dir, tmp_path, monkeypatch):
+    """The policy's prompts are cut to 6 tokens; the PRM reads them whole. The reward bound
+    the engine checks before each step covers what the PRM then charges, and the run ends
+    within the budget with nothing recorded as overrun."""
+    import race.engines.builtin as builtin
+    from race.engines import run_engine
+
+    bounds = []
+    real = builtin.reward_bound
+
+    def recording(reward, n, P, T, problems=None):
+        b = real(reward, n, P, T, problems)
+        bounds.append((P, b))
+        return b
+
+    monkeypatch.setattr(builtin, "reward_bound", recording)
+    out = run_engine(_cfg(tiny_model_dir, "prm:prm-xs", max_prompt_length=6, max_steps=None, budget_flops=2e9),
+                     tmp_path / "run")
+    assert out["status"] == "complete" and out["stop_reason"] == "budget" and out["steps"] >= 2
+    ledger = _ledger(tmp_path / "run")
+    assert out["total_flops"] <= 2e9 and not [r for r in ledger if r["phase"] == "overrun"]
+    assert all(P == 6 for P, _ in bounds)
+    per_step: dict[int, int] = {}
+    for r in ledger:
+        if r["phase"] == "reward":
+            per_step[r["step"]] = per_step.get(r["step"], 0) + r["flops"]
+    # bounds[0] planned the schedule (step 1's problems); then one bound before each step
+    step_bounds = [b for _, b in bounds[1:]]
+    for step, used in per_step.items():
+        assert used <= step_bounds[step - 1], (step, used, step_bounds[step - 1])

@@ -5,6 +5,7 @@ tiny stand-in saved to a temporary directory."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -186,3 +187,16 @@ def test_rm_tokenizer_keeps_every_character(built_rms):
     tok = load_rm_tokenizer(Path(built_rms["prm-xs"].path))
     text = "Q:1+2\nA: 1+2=3;#3."
     assert tok.decode(tok(text, add_special_tokens=False)["input_ids"]) == text
+
+
+def test_template_tokens_of_a_chat_prm_are_in_the_bound(prm_dir, arith, char_tokenizer):
+    """A Qwen2.5-Math-PRM-style PRM wraps the problem in a chat template with a system
+    prompt and writes a separator after each step: all of it is read, all of it is bounded."""
+    problems = [dataclasses.replace(p, prompt="Solve carefully. " * 4 + p.prompt) for p in arith.problems("test", 6, seed=2)]
+    T = 30
+    texts = [solution_text(p).replace(";", ";\n\n")[:T] for p in problems]
+    r = make_reward(f"prm:{prm_dir}", device="cpu", tokenizer=char_tokenizer)
+    assert r.scorer.inserts_markers
+    used = r.score(problems, texts).flops
+    P = max(len(p.prompt) for p in problems)  # even the whole policy prompt misses the template
+    assert r.step_bound(6, P, T) < used <= r.step_bound(6, P, T, problems=problems)

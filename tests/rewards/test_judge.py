@@ -3,6 +3,7 @@ KV-cache decode with the judge's own shape, equal to what FlopCounterMode measur
 
 from __future__ import annotations
 
+import pytest
 from torch.utils.flop_counter import FlopCounterMode
 
 from race.rewards import make_reward
@@ -28,3 +29,20 @@ def test_judge_terms_mix_with_rules(tiny_model_dir, arith):
     p = arith.problems("test", 2, seed=0)
     out = r.score(p, [solution_text(p[0]), "nope"])
     assert out.rewards[0] >= 0.75 and out.rewards[1] <= 0.25
+
+
+def test_a_run_with_the_judge_warns_that_it_is_not_feedback(tiny_model_dir):
+    from race.rewards.hf import JudgeRewardWarning
+
+    with pytest.warns(JudgeRewardWarning, match="cost-and-plumbing check, not feedback"):
+        make_reward(f"judge:{tiny_model_dir}", device="cpu")
+
+
+def test_other_rewards_do_not_warn(built_rms):
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        make_reward("prm:prm-xs", device="cpu")
+        make_reward("rule")
+    assert not [w for w in caught if "not feedback" in str(w.message)]

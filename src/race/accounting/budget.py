@@ -49,6 +49,12 @@ class Allocation:
     reward: str
     step: PhaseFlops
     steps: int
+    prompts: int = 0  # prompts per step (0: not recorded)
+
+    @property
+    def sequences(self) -> int:
+        """Sequences (completions) per step: prompts x group size."""
+        return self.prompts * self.num_generations
 
     @property
     def total(self) -> int:
@@ -57,19 +63,23 @@ class Allocation:
     def row(self) -> dict[str, object]:
         s = split_shares(self.step)
         return {"model": self.model, "params": self.params, "num_generations": self.num_generations,
-                "reward": self.reward, "step_flops": self.step.total, "steps": self.steps, "total_flops": self.total,
+                "reward": self.reward, "prompts": self.prompts, "sequences": self.sequences,
+                "step_flops": self.step.total, "steps": self.steps, "total_flops": self.total,
                 "search": s["search"], "learning": s["learning"], "feedback": s["feedback"]}
 
 
 def plan_allocations(budget: float, models: Sequence[ModelShape], groups: Sequence[int],
                      rewards: Sequence[RewardSystem] = (RULE,), *, prompts_per_step: int, prompt_len: int,
                      completion_len: int, group_tokens_fixed: bool = True, lora: LoRA | None = None,
-                     num_iterations: int = 1, beta: float = 0.0, conventions=None) -> list[Allocation]:
+                     num_iterations: int = 1, beta: float = 0.0, conventions=None,
+                     unaffordable: list[Allocation] | None = None) -> list[Allocation]:
     """Every (model x group size x reward) allocation that affords at least one step,
     sorted by steps bought (most first). With ``group_tokens_fixed`` the number of
     sequences per step is held at ``prompts_per_step * max(groups)`` so that a larger group
-    means fewer prompts (search vs learning at a fixed rollout count); otherwise prompts
-    stay fixed. Allocations that cannot afford one step are left out."""
+    means fewer prompts (search vs learning at a fixed rollout count: the step's FLOPs, and
+    so the steps bought, barely change with G); otherwise prompts stay fixed and a larger
+    group costs more per step. Allocations that cannot afford one step are left out; pass
+    a list as ``unaffordable`` to receive them (with ``steps=0``)."""
     conv = resolve(conventions)
     out: list[Allocation] = []
     gmax = max(groups)
@@ -81,8 +91,11 @@ def plan_allocations(budget: float, models: Sequence[ModelShape], groups: Sequen
                     shape, prompts=prompts, num_generations=g, prompt_len=prompt_len, completion_len=completion_len,
                     lora=lora, num_iterations=num_iterations, beta=beta, reward=rw, conventions=conv,
                     share_prompt=False)
+                alloc = Allocation(shape.name, shape.num_params(), g, rw.label(), step, int(budget // step.total), prompts)
                 if step.total > budget:
+                    if unaffordable is not None:
+                        unaffordable.append(alloc)
                     continue
-                out.append(Allocation(shape.name, shape.num_params(), g, rw.label(), step, int(budget // step.total)))
+                out.append(alloc)
     out.sort(key=lambda a: (-a.steps, a.params))
     return out

@@ -5,8 +5,11 @@ Records persist as JSON Lines. Each append writes whole lines and flushes them t
 drops it (with a warning and a truncation of the file, so later appends stay clean). A
 malformed line anywhere else is corruption and raises: it is never silently mixed in.
 
-``counted`` records are charged to the budget; ``recompute`` (hardware FLOPs), ``eval``
-and ``warmstart`` records are kept apart and never charged.
+``counted`` records are charged to the budget; ``recompute`` (hardware FLOPs), ``eval``,
+``warmstart`` and ``overrun`` records are kept apart and never charged. ``overrun`` holds
+what a step executed that the budget could not take (its bound was low): the run stops
+there (a clean ``budget`` stop), the ledger's counted total stays within the budget, and
+the FLOPs are still on record (:meth:`FlopLedger.record_overrun`).
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from typing import Iterable, Iterator
 
 from .errors import AccountingError
 
-UNCOUNTED_PHASES = ("recompute", "eval", "warmstart")
+UNCOUNTED_PHASES = ("recompute", "eval", "warmstart", "overrun")
 KNOWN_PHASES = ("rollout", "old_logprobs", "reference", "reward", "update", *UNCOUNTED_PHASES)
 
 
@@ -164,6 +167,17 @@ class FlopLedger:
             recs.append(LedgerRecord(step, phase, comp, int(flops), (tokens or {}).get(key, 0),
                                      (seconds or {}).get(key, 0.0), phase not in UNCOUNTED_PHASES))
         self.extend(recs)
+
+    def record_overrun(self, step: int, components: dict[str, int], *, tokens: dict[str, int] | None = None,
+                       seconds: dict[str, float] | None = None) -> int:
+        """Record FLOPs that step ``step`` executed but the budget cannot take, uncounted:
+        ``phase/component`` becomes ``overrun/phase_component`` (recompute included: all
+        of it is hardware work). Returns the FLOPs recorded."""
+        recs = [LedgerRecord(step, "overrun", key.replace("/", "_"), int(flops), (tokens or {}).get(key, 0),
+                             (seconds or {}).get(key, 0.0), False)
+                for key, flops in components.items()]
+        self.extend(recs)
+        return sum(r.flops for r in recs)
 
     # -- queries --------------------------------------------------------------------
     def __iter__(self) -> Iterator[LedgerRecord]:

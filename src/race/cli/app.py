@@ -47,7 +47,7 @@ def _yaml_defaults(path: Optional[Path]) -> dict:
 
 @app.command()
 def flops(
-    model: Annotated[Optional[str], typer.Option(help="Qwen2.5 preset, tiny-family name, config.json or model dir")] = None,
+    model: Annotated[Optional[str], typer.Option(help="Qwen2.5 preset, tiny-family name, config.json, model dir or hub name in the local HF cache")] = None,
     lora_rank: Annotated[Optional[int], typer.Option(help="LoRA rank (omit for full fine-tuning)")] = None,
     prompts: Annotated[Optional[int], typer.Option(help="prompts per step")] = None,
     group: Annotated[Optional[int], typer.Option(help="group size G (num_generations)")] = None,
@@ -123,18 +123,22 @@ def plan(
     models: Annotated[str, typer.Option(help="comma-separated models")] = "qwen2.5-0.5b,qwen2.5-1.5b,qwen2.5-3b,qwen2.5-7b",
     groups: Annotated[str, typer.Option(help="comma-separated group sizes")] = "4,8,16",
     rewards: Annotated[str, typer.Option(help="comma-separated reward systems")] = "rule,prm:qwen2.5-math-prm-7b",
-    prompts: Annotated[int, typer.Option(help="prompts per step at the largest group")] = 32,
+    prompts: Annotated[int, typer.Option(help="prompts per step: at the largest group (--hold sequences) or at "
+                                              "every group (--hold prompts)")] = 32,
+    hold: Annotated[str, typer.Option(help="what stays fixed across group sizes: sequences (prompts x G; a "
+                                           "larger G means fewer prompts) or prompts (a larger G costs more)")
+                    ] = "sequences",
     prompt_len: Annotated[int, typer.Option()] = 256,
     completion_len: Annotated[int, typer.Option()] = 512,
     lora_rank: Annotated[Optional[int], typer.Option()] = 64,
+    iterations: Annotated[int, typer.Option(help="policy-update passes per batch (num_iterations)")] = 1,
+    beta: Annotated[float, typer.Option(help="KL coefficient; != 0 adds reference log-probs")] = 0.0,
     conventions: Annotated[str, typer.Option()] = "race",
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
-    """Allocations (model x group size x reward) that fit a budget, the steps each buys and its split."""
-    from rich.table import Table
-
-    from race.accounting import LoRA, fmt_flops, plan_allocations
-    from race.cli.tables import print_table
+    """Allocations (model x group size x reward) that fit a budget: prompts and sequences per
+    step, the steps each buys and its split; rows that cannot afford one step are named."""
+    from race.accounting import LoRA, plan_allocations
     from race.models.refs import resolve_shape
     from race.rewards.systems import reward_system
 
@@ -142,10 +146,14 @@ def plan(
         _fail(f"--budget {budget:g}: budget must be > 0 and finite (a FLOP count)")
     if lora_rank is not None and lora_rank < 1:
         _fail(f"--lora-rank {lora_rank}: must be >= 1 (omit it for full fine-tuning)")
+    if hold not in ("sequences", "prompts"):
+        _fail(f"--hold {hold!r}: choose sequences or prompts")
+    if not math.isfinite(beta) or beta < 0:
+        _fail(f"--beta {beta:g}: must be >= 0 and finite")
     from race.spec.flops import MAX_TOKENS
 
     for flag, value, top in (("--prompts", prompts, None), ("--prompt-len", prompt_len, MAX_TOKENS),
-                             ("--completion-len", completion_len, MAX_TOKENS)):
+                             ("--completion-len", completion_len, MAX_TOKENS), ("--iterations", iterations, None)):
         if value < 1:
             _fail(f"{flag} {value}: must be >= 1")
         if top is not None and value > top:
@@ -156,27 +164,53 @@ def plan(
         _fail(f"--groups {groups!r}: give comma-separated whole numbers, e.g. 4,8,16")
     if not gs or any(g < 2 for g in gs):
         _fail(f"--groups {groups}: GRPO needs group sizes >= 2")
+    skipped: list = []
     try:
         shapes = [resolve_shape(m.strip()) for m in models.split(",") if m.strip()]
         rws = [reward_system(r.strip()) for r in rewards.split(",") if r.strip()]
         allocs = plan_allocations(budget, shapes, gs, rws, prompts_per_step=prompts, prompt_len=prompt_len,
                                   completion_len=completion_len, lora=LoRA(lora_rank) if lora_rank else None,
-                                  conventions=conventions)
+                                  group_tokens_fixed=hold == "sequences", num_iterations=iterations, beta=beta,
+                                  conventions=conventions, unaffordable=skipped)
     except (AccountingError, ValueError) as e:
         _fail(one_line(str(e)))
     if not allocs:
-        _fail(f"no allocation affords one step within {budget:.3g} FLOPs; raise --budget or shrink the step")
-    rows = [a.row() for a in allocs]
+        cheapest = min(a.step.total for a in skipped)
+        _fail(f"no allocation affords one step within {budget:.3g} FLOPs (the cheapest step costs {cheapest:.3g}); "
+              "raise --budget or shrink the step")
     if as_json:
-        typer.echo(json.dumps(rows, indent=2))
+        typer.echo(json.dumps([a.row() for a in allocs], indent=2))
         return
-    t = Table(title=f"Allocations within {fmt_flops(budget)} (sorted by steps bought)")
-    for col in ("model", "G", "reward", "FLOPs/step", "steps", "search", "learning", "feedback"):
+    _print_plan(budget, allocs, skipped, hold, prompts, max(gs))
+
+
+def _print_plan(budget: float, allocs: list, skipped: list, hold: str, prompts: int, gmax: int) -> None:
+    from rich.table import Table
+
+    from race.accounting import fmt_flops
+    from race.cli.tables import print_table
+
+    held = (f"sequences per step held at {prompts * gmax} ({prompts} prompts x G={gmax}): a larger G means fewer "
+            "prompts, so FLOPs per step barely change with G" if hold == "sequences"
+            else f"prompts per step held at {prompts}: a larger G means more sequences and a dearer step")
+    t = Table(title=f"Allocations within {fmt_flops(budget)} (sorted by steps bought)",
+              caption=f"{held}; split = % of FLOPs in search (rollout), learning, feedback (reward)")
+    for col in ("model", "G", "reward", "prompts", "seqs", "FLOPs/step", "steps", "split % S L F"):
         t.add_column(col, justify="right" if col not in ("model", "reward") else "left")
-    for r in rows:
-        t.add_row(str(r["model"]), str(r["num_generations"]), str(r["reward"]), fmt_flops(r["step_flops"]),
-                  str(r["steps"]), f"{r['search']:.0%}", f"{r['learning']:.0%}", f"{r['feedback']:.0%}")
-    print_table(_console(), t)
+    for r in (a.row() for a in allocs):
+        split = " ".join(f"{100 * float(r[k]):.0f}" for k in ("search", "learning", "feedback"))  # type: ignore[arg-type]
+        t.add_row(str(r["model"]), str(r["num_generations"]), str(r["reward"]), str(r["prompts"]),
+                  str(r["sequences"]), fmt_flops(r["step_flops"]), str(r["steps"]), split)
+    c = _console()
+    print_table(c, t)
+    by: dict[tuple[str, str], list] = {}
+    for a in skipped:
+        by.setdefault((a.model, a.reward), []).append(a)
+    for (model, reward), rows in by.items():
+        gs = ",".join(str(a.num_generations) for a in rows)
+        cheapest = min(a.step.total for a in rows)
+        c.print(f"not affordable: {model} G={gs} with {reward}: one step costs >= {fmt_flops(cheapest)}, more than "
+                f"the budget {fmt_flops(budget)}", markup=False)
 
 
 def _register_subapps() -> None:

@@ -10,9 +10,13 @@ One step reads top to bottom as named stages over one batch:
 
 Each stage charges what it executed (padded tensors included) under the run's FLOP
 conventions. Before a step the engine bounds its cost (this step's prompts, completions at
-``max_completion_length``, no group dropped) and stops when the bound does not fit the
-budget, so the ledger total never exceeds the budget. Evaluation is charged to the
-``eval`` phase, never to the budget.
+``max_completion_length``, no group dropped, a reward model reading the full prompts) and
+stops when the bound does not fit the budget, so the ledger total never exceeds the
+budget. Should a bound ever be low, the step's exact cost is known before its update runs:
+when it does not fit, the update is skipped, the rollout and reward FLOPs already executed
+go to the uncounted ``overrun`` phase, and the run ends as a clean ``budget`` stop (the
+model is the one the budget paid for). Evaluation is charged to the ``eval`` phase, never
+to the budget.
 
 Determinism: every step seeds its own random streams from (seed, step), so a run resumed
 from a checkpoint continues exactly as an uninterrupted one.
@@ -29,12 +33,14 @@ import torch
 
 from race.accounting import (
     AccountingError,
+    BudgetExceededError,
     FlopLedger,
     ReportCard,
     learning_components,
     rollout_components,
     steps_in_budget,
 )
+from race.accounting.ledger import UNCOUNTED_PHASES
 from race.engines.checkpoint import find_checkpoint, load_checkpoint, save_checkpoint
 from race.engines.common import (
     DivergedError,
@@ -50,6 +56,7 @@ from race.engines.grpo_math import completion_logprobs, group_advantages, grpo_l
 from race.engines.run_io import MetricsLog
 from race.engines.sampling import Rollout, decode_completions, encode_prompts, sample
 from race.models.timing import device_clock
+from race.rewards.base import reward_bound
 from race.spec.run import RunConfig
 
 __all__ = ["BuiltinEngine", "DivergedError", "default_torch_threads", "run_builtin"]
@@ -100,15 +107,17 @@ class BuiltinEngine:
             ids, mask = ids[:, -cfg.max_prompt_length:], mask[:, -cfg.max_prompt_length:]
         return problems, ids, mask
 
-    def step_bound(self, prompt_len: int) -> int:
-        """Upper bound of one step's counted FLOPs: completions at max length, no group dropped."""
+    def step_bound(self, prompt_len: int, problems: list[Any] | None = None) -> int:
+        """Upper bound of one step's counted FLOPs: completions at max length, no group
+        dropped; a reward model reads the full prompts of ``problems`` (not the policy's
+        prompts cut to ``max_prompt_length``)."""
         cfg = self.cfg
         n = cfg.prompts_per_step * cfg.num_generations
         T = cfg.max_completion_length
         comps = rollout_components(self.shape, [prompt_len] * cfg.prompts_per_step, [T] * n, lora=self.lora,
                                    share_prompt=True, conventions=cfg.conventions)
         comps.update(self._learning([prompt_len + T] * n, [T] * n))
-        return sum(comps.values()) + self.reward.step_bound(n, prompt_len, T)
+        return _counted(comps) + reward_bound(self.reward, n, prompt_len, T, problems)
 
     def _learning(self, seq_lens: list[int], completion_lens: list[int]) -> dict[str, int]:
         cfg = self.cfg
@@ -216,9 +225,9 @@ class BuiltinEngine:
     def _plan(self, step: int) -> None:
         """Steps the budget buys at the next step's bound (the lr schedule's length)."""
         cfg = self.cfg
-        _, ids1, _ = self._prompts(max(step, 0) + 1)
+        problems1, ids1, _ = self._prompts(max(step, 0) + 1)
         try:
-            self.total_steps = steps_in_budget(cfg.budget_flops, self.step_bound(ids1.shape[1]))
+            self.total_steps = steps_in_budget(cfg.budget_flops, self.step_bound(ids1.shape[1], problems1))
         except AccountingError as e:
             raise AccountingError(f"run {cfg.name!r}: {e}") from None
         if cfg.max_steps:
@@ -249,10 +258,12 @@ class BuiltinEngine:
                     stop_reason = "max_steps"
                     break
                 problems, ids, mask = self._prompts(step + 1)
-                if self.ledger.would_exceed(self.step_bound(ids.shape[1])):
+                if self.ledger.would_exceed(self.step_bound(ids.shape[1], problems)):
                     break
                 step += 1
-                self._train_step(step, problems, ids, mask)
+                if not self._train_step(step, problems, ids, mask):  # the budget could not take it: stop
+                    step -= 1
+                    break
                 if self.schedule.due(self.ledger.total):
                     self._evaluate(step)
                 if step % cfg.checkpoint_every == 0:
@@ -265,7 +276,9 @@ class BuiltinEngine:
             self._checkpoint(step)
         return self._finish(step, status, stop_reason, error, time.perf_counter() - t_start)
 
-    def _train_step(self, step: int, problems: list[Any], ids: torch.Tensor, mask: torch.Tensor) -> None:
+    def _train_step(self, step: int, problems: list[Any], ids: torch.Tensor, mask: torch.Tensor) -> bool:
+        """One step, charged to the ledger; False (nothing charged, what ran recorded as
+        ``overrun``) when its exact cost does not fit the budget."""
         cfg = self.cfg
         torch.manual_seed(cfg.seed * 1_000_033 + step)  # LoRA dropout etc.
         G = cfg.num_generations
@@ -287,14 +300,19 @@ class BuiltinEngine:
         learn: dict[str, int] = {}
         upd: dict[str, float] = {}
         n_kept = int(rows.numel())
-        if n_kept:
-            batch = self._select(ro, rows)
+        reward_key = next(iter(rw.components), "reward/score")
+        batch = self._select(ro, rows) if n_kept else None
+        if batch is not None:
             P, T = batch.prompt_ids.shape[1], batch.completion_ids.shape[1]
+            learn = self._learning([P + T] * n_kept, [T] * n_kept)
+        ran = {**roll, **(rw.components or {})}
+        if self.ledger.would_exceed(_counted(ran) + _counted(learn)):  # the bound was low: no update
+            self.ledger.record_overrun(step, ran, seconds={"rollout/decode": t_roll, reward_key: rw.seconds})
+            return False
+        if batch is not None:
             # 4-6. old/ref log-probs and the update
             upd = self.update(batch, adv[rows].to(self.device), step)
-            learn = self._learning([P + T] * n_kept, [T] * n_kept)
         # charge the ledger: what executed
-        reward_key = next(iter(rw.components), "reward/score")
         seconds = {"rollout/prefill": 0.0, "rollout/decode": t_roll, reward_key: rw.seconds,
                    "old_logprobs/forward": upd.get("seconds_old_logprobs", 0.0),
                    "reference/forward": upd.get("seconds_reference", 0.0),
@@ -307,7 +325,11 @@ class BuiltinEngine:
             tokens[reward_key] = rw.tokens
         if not rw.components:
             comps["reward/score"] = 0
-        self.ledger.add_components(step, comps, tokens=tokens, seconds=seconds)
+        try:
+            self.ledger.add_components(step, comps, tokens=tokens, seconds=seconds)
+        except BudgetExceededError:  # cannot happen after the check above; never let it fail the run
+            self.ledger.record_overrun(step, comps, tokens=tokens, seconds=seconds)
+            return False
         trunc = float(ro.truncated.float().mean())
         row = {"kind": "train", "step": step, "flops": self.ledger.total, "reward_mean": float(rewards.mean()),
                "reward_std": float(rewards.std()) if len(rewards) > 1 else 0.0,
@@ -318,6 +340,7 @@ class BuiltinEngine:
         self.metrics.append([row])
         if self.progress:
             self.progress({"step": step, "flops": self.ledger.total, "budget": self.cfg.budget_flops, **row})
+        return True
 
     def _finish(self, step: int, status: str, stop_reason: str, error: str | None, wall: float) -> dict[str, Any]:
         cfg = self.cfg
@@ -333,6 +356,11 @@ class BuiltinEngine:
         return self.out.finish(engine=self.name, ledger=self.ledger, metrics=self.metrics, steps=step, status=status,
                                stop_reason=stop_reason, error=error, wall=wall, shape=self.shape,
                                resumed_from=self.resumed_from)
+
+
+def _counted(components: dict[str, int]) -> int:
+    """FLOPs of ``phase/component`` entries the budget is charged (recompute is not)."""
+    return sum(v for k, v in components.items() if k.partition("/")[0] not in UNCOUNTED_PHASES)
 
 
 def run_builtin(cfg: RunConfig, run_dir: Path, progress: Progress | None = None) -> dict[str, Any]:

@@ -19,7 +19,7 @@ from race.spec.reward import parse_reward
 from race.spec.run import RunConfig
 
 Progress = Callable[[dict[str, Any]], None]
-PHASES = ("rollout", "old_logprobs", "reference", "reward", "update", "recompute", "eval")
+PHASES = ("rollout", "old_logprobs", "reference", "reward", "update", "recompute", "eval", "overrun")
 
 
 class DivergedError(RuntimeError):

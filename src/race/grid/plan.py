@@ -3,7 +3,9 @@
 The FLOP prediction comes from ``race.accounting`` through one adapter,
 :func:`predict_cell`; everything else here is bookkeeping over its numbers. A cell whose
 budget buys fewer than ``min_steps`` optimizer steps is refused: a run that cannot take a
-few steps says nothing about its allocation.
+few steps says nothing about its allocation. A cell is also refused when its ``task.path``
+does not exist or when its engine would refuse its settings (``race.engines.checks``): a
+worker would fail on it anyway, after the grid had started.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from race.engines.checks import engine_refusal
 from race.spec.cells import Cell
 from race.spec.grid import GridSpec, as_grid_spec
 from race.spec.run import RunConfig
@@ -158,6 +161,18 @@ def _time_scale(study_dir: Path | None, predicted: dict[str, float]) -> tuple[fl
     return (sum(o for o, _ in pairs) / sum(g for _, g in pairs), len(pairs)) if pairs else (None, 0)
 
 
+def cell_refusal(cfg: RunConfig) -> str | None:
+    """Why a worker would refuse ``cfg`` before spending anything, or None: a ``task.path``
+    that is not there (read from the current directory, as the worker reads it) or
+    settings its engine refuses."""
+    path = cfg.task.path
+    if path is not None and not Path(path).expanduser().exists():
+        where = "" if Path(path).expanduser().is_absolute() else f" (relative to {Path.cwd()})"
+        return (f"task.path {path!r}: file not found{where}; fix the path in the grid file or run from the "
+                "folder it is relative to")
+    return engine_refusal(cfg)
+
+
 def plan_grid(spec: "GridSpec | dict | str | Path", predictor: Predictor | None = None,
               study_dir: str | Path | None = None) -> GridPlan:
     """Expand the grid and predict every cell. ``predictor`` defaults to
@@ -179,8 +194,8 @@ def plan_grid(spec: "GridSpec | dict | str | Path", predictor: Predictor | None 
         if pred is not None:
             base = pred["est_seconds"] if "est_seconds" in pred else default_seconds(pred["steps"], pred["total"])
             pred = {**pred, "est_seconds": base}
-        refusal = None
-        if pred is not None and pred["steps"] < spec.min_steps:
+        refusal = cell_refusal(cell.config)
+        if refusal is None and pred is not None and pred["steps"] < spec.min_steps:
             need = spec.min_steps * pred["step_flops"]
             refusal = (f"budget {cell.budget:.3g} buys {int(pred['steps'])} step(s) of {pred['step_flops']:.3g} FLOPs, "
                        f"fewer than min_steps={spec.min_steps}: raise this budget to >= {need:.3g}, make the step "

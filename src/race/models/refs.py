@@ -1,13 +1,15 @@
 """Model references -> ``ModelShape``: the one place a model name becomes a shape.
 
 A reference is a tiny-family name (``tiny-s``), a Qwen2.5 preset (``qwen2.5-7b``), a
-``config.json`` path or a model directory; :func:`resolve_shape` reads it without torch
+``config.json`` path, a model directory or a Hugging Face hub name (``Qwen/Qwen2.5-0.5B``)
+already in the local hub cache; :func:`resolve_shape` reads it without torch or network
 (``race flops``, ``race plan``, the grid's dry run). :func:`model_shape` reads the shape of
 a model already loaded (PEFT-wrapped or not).
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -22,8 +24,9 @@ def looks_like_path(ref: str) -> bool:
 
 
 def resolve_shape(ref: str) -> ModelShape:
-    """A Qwen2.5 preset name, a tiny-family name, a config.json path or an HF model
-    directory -> its ``ModelShape``; ``AccountingError`` says what to pass instead."""
+    """A Qwen2.5 preset name, a tiny-family name, a config.json path, an HF model
+    directory or a hub name in the local hub cache -> its ``ModelShape``;
+    ``AccountingError`` says what to pass instead (never touches the network)."""
     p = Path(ref).expanduser()
     if p.exists():
         return ModelShape.from_hf_config(p)
@@ -37,10 +40,50 @@ def resolve_shape(ref: str) -> ModelShape:
     try:
         return preset_shape(ref)
     except AccountingError:
-        raise AccountingError(
-            f"unknown model {ref!r}: use a preset ({', '.join(preset_names())}), a tiny-family name, "
-            "a config.json path or a model directory"
-        ) from None
+        pass
+    if looks_like_hub_name(ref):
+        found = cached_hub_config(ref)
+        if found is None:
+            raise AccountingError(
+                f"model {ref!r}: not in the local Hugging Face cache ({hub_cache_dir()}); RACE reads hub "
+                "configs from the cache only (no network): download it first (e.g. `huggingface-cli download "
+                f"{ref} config.json`) or pass a preset, a config.json path or a model directory") from None
+        return ModelShape.from_hf_config(found, name=ref)
+    raise AccountingError(
+        f"unknown model {ref!r}: use a preset ({', '.join(preset_names())}), a tiny-family name, "
+        "a config.json path, a model directory or a hub name (org/name) in the local Hugging Face cache")
+
+
+def looks_like_hub_name(ref: str) -> bool:
+    """``org/name`` with no path markers: a Hugging Face hub repository id."""
+    parts = ref.split("/")
+    return len(parts) == 2 and all(parts) and not looks_like_path(ref) and " " not in ref
+
+
+def hub_cache_dir() -> Path:
+    """The Hugging Face hub cache: ``HF_HUB_CACHE``, else ``$HF_HOME/hub``, else
+    ``~/.cache/huggingface/hub`` (the layout huggingface_hub uses)."""
+    if os.environ.get("HF_HUB_CACHE"):
+        return Path(os.environ["HF_HUB_CACHE"]).expanduser()
+    if os.environ.get("HF_HOME"):
+        return Path(os.environ["HF_HOME"]).expanduser() / "hub"
+    return Path("~/.cache/huggingface/hub").expanduser()
+
+
+def cached_hub_config(repo_id: str) -> Path | None:
+    """``config.json`` of hub model ``repo_id`` in the local cache, or None: the snapshot
+    ``refs/main`` points at when it holds one, else the newest snapshot that does."""
+    repo = hub_cache_dir() / ("models--" + repo_id.replace("/", "--"))
+    snaps = repo / "snapshots"
+    if not snaps.is_dir():
+        return None
+    main = repo / "refs" / "main"
+    if main.is_file():
+        cfg = snaps / main.read_text().strip() / "config.json"
+        if cfg.is_file():
+            return cfg
+    found = [d / "config.json" for d in snaps.iterdir() if (d / "config.json").is_file()]
+    return max(found, key=lambda c: c.stat().st_mtime) if found else None
 
 
 def tiny_shape(name: str) -> ModelShape:
@@ -57,4 +100,4 @@ def model_shape(model: Any) -> ModelShape:
     return ModelShape.from_hf_config(text.to_dict(), name=str(getattr(cfg, "_name_or_path", "") or "") or None)
 
 
-__all__ = ["looks_like_path", "model_shape", "resolve_shape", "tiny_shape"]
+__all__ = ["cached_hub_config", "hub_cache_dir", "looks_like_hub_name", "looks_like_path", "model_shape", "resolve_shape", "tiny_shape"]

@@ -17,8 +17,8 @@ outcome and process reward models, generative judges. Each reports the FLOPs it 
     diagnostics.py  over-optimisation of a learned reward
 """
 
-from race.rewards.base import RewardFunction, RewardOutput
+from race.rewards.base import RewardFunction, RewardOutput, reward_bound
 from race.rewards.registry import make_reward, register
 from race.rewards.rule import RandomReward, RuleReward
 
-__all__ = ["RandomReward", "RewardFunction", "RewardOutput", "RuleReward", "make_reward", "register"]
+__all__ = ["RandomReward", "RewardFunction", "RewardOutput", "RuleReward", "make_reward", "register", "reward_bound"]

@@ -36,6 +36,24 @@ class RewardFunction(Protocol):
 
     def score(self, problems: Sequence[Any], completions: Sequence[str]) -> RewardOutput: ...
 
-    def step_bound(self, n_sequences: int, max_prompt_len: int, max_completion_len: int) -> int:
-        """An upper bound of the reward FLOPs for one step of ``n_sequences`` (budget check)."""
+    def step_bound(self, n_sequences: int, max_prompt_len: int, max_completion_len: int, *,
+                   problems: Sequence[Any] | None = None) -> int:
+        """An upper bound of the reward FLOPs for one step of ``n_sequences`` (budget check).
+        ``max_prompt_len`` is the policy's (possibly truncated) prompt length; ``problems``,
+        when given, are the step's problems, whose full prompts a reward model reads."""
         ...
+
+
+def reward_bound(reward: Any, n_sequences: int, max_prompt_len: int, max_completion_len: int,
+                 problems: Sequence[Any] | None = None) -> int:
+    """``reward.step_bound(...)`` with the step's ``problems`` when the reward takes them
+    (a reward registered before ``problems`` existed is called without)."""
+    import inspect
+
+    try:
+        takes = "problems" in inspect.signature(reward.step_bound).parameters
+    except (TypeError, ValueError):
+        takes = False
+    if takes and problems is not None:
+        return int(reward.step_bound(n_sequences, max_prompt_len, max_completion_len, problems=problems))
+    return int(reward.step_bound(n_sequences, max_prompt_len, max_completion_len))

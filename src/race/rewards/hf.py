@@ -26,13 +26,15 @@ EOS is held off, so every row decodes the same count); the reward is 1 when the 
 starts with ``Y``/``y``. FLOPs are KV-cache prefill + decode with the judge's shape
 (``reward_model_flops(kind="judge", judge_completion_lens=...)``). A judge trained for
 this task is future work: the tiny policies were never taught to answer Y/N, so treat a
-tiny judge as a cost and plumbing check, not as feedback quality.
+tiny judge as a cost and plumbing check, not as feedback quality. Loading one warns so
+(:class:`JudgeRewardWarning`), once per run.
 """
 
 from __future__ import annotations
 
 import json
 import time
+import warnings
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -219,10 +221,21 @@ def load_hf_scorer(path: str | Path, kind: str, *, device: Any = "auto", name: s
     render, markers, final_id = _renderer(kind, tok, settings)
     max_len = int(settings.get("max_length") or min(int(getattr(model.config, "max_position_embeddings", 4096)), 4096))
     return Scorer(model=model, tokenizer=tok, shape=scorer_shape(model, name or p.name), render=render,
-                  markers=markers, max_length=max_len, final_marker=final_id)
+                  markers=markers, max_length=max_len, final_marker=final_id,
+                  inserts_markers=kind == "prm" and not settings.get("markers"))
 
 
 # -- generative judge ------------------------------------------------------------------------
+class JudgeRewardWarning(UserWarning):
+    """A run uses the generative judge: its FLOPs are real, its verdicts are not feedback."""
+
+
+JUDGE_NOTE = ("reward 'judge:{name}': the generative judge is a cost-and-plumbing check, not feedback: no judge "
+              "was trained to answer Y/N for this task, so its verdicts carry no reliable signal about "
+              "correctness. Its FLOPs are charged exactly; compare feedback quality with prm:/orm: rewards or "
+              "rule rewards")
+
+
 class JudgeReward:
     """A causal LM that reads the problem and completion and generates a verdict."""
 
@@ -240,6 +253,7 @@ class JudgeReward:
 
     @classmethod
     def load(cls, spec: Any, *, device: Any = "auto", conventions: Any = None, cache_dir: Any = None) -> "JudgeReward":
+        warnings.warn(JUDGE_NOTE.format(name=spec.target), JudgeRewardWarning, stacklevel=2)
         model, tok = load_policy(spec.target, device=device, dtype="float32", attn_implementation="eager",
                                  cache_dir=cache_dir, build_missing=True)
         return cls(Path(spec.target).name, model, tok, spec, conventions=conventions,
@@ -276,7 +290,10 @@ class JudgeReward:
         return RewardOutput(rewards, verified, components=comps, tokens=B * (L + k), seconds=time.perf_counter() - t0,
                             extra={"judge_yes_frac": yes / B})
 
-    def step_bound(self, n_sequences: int, max_prompt_len: int, max_completion_len: int) -> int:
+    def step_bound(self, n_sequences: int, max_prompt_len: int, max_completion_len: int, *,
+                   problems: Sequence[Any] | None = None) -> int:
+        """The judge reads at most ``max_length`` tokens (its input is cut there, template
+        included) and writes ``verdict_tokens``: a bound whatever the prompts."""
         L = max(1, self.max_length)
         return sum(reward_model_flops(self.system, [L] * n_sequences,
                                       judge_completion_lens=[self.verdict_tokens] * n_sequences,

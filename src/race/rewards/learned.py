@@ -10,9 +10,14 @@ reward). An ORM scores p(correct) at the last token.
 FLOPs: ``score()`` runs ONE batched forward over the padded batch (every row padded to the
 longest, which is what executes) with the head only at the scored positions, and charges
 ``reward_model_flops`` for exactly that (``reward/forward`` + ``reward/head``).
-``step_bound(n, P, T)`` bounds a step by ``n`` sequences of ``min(max_length, k * (P +
-T))`` RM tokens, ``k`` the most RM tokens one policy token can decode to (known when the
-builder gets the policy's ``tokenizer``; without it ``max_length``, conservatively).
+``step_bound(n, P, T, problems=...)`` bounds a step by ``n`` sequences of ``min(max_length,
+prompt + k * T + tail)`` RM tokens: ``prompt`` the longest of the step's problems as the RM
+reads it (the FULL prompt, rendered through the RM's template and tokenised by the RM; the
+policy's prompt may have been cut to ``max_prompt_length``, the RM's is not), ``k`` the most
+RM tokens one policy token can decode to (known when the builder gets the policy's
+``tokenizer``), ``tail`` the template tokens after the completion, plus one separator per
+policy token where the RM writes step separators itself. Without ``k`` the bound is the
+RM's whole window (``max_length``); without ``problems`` the prompt is taken as ``k * P``.
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ class LearnedReward:
         self.conventions = conventions
         self.system = RewardSystem(kind, scorer.shape, name)  # type: ignore[arg-type]
         self.k = tokens_per_policy_token
+        self._read_cache: tuple[Any, int, int, int] | None = None  # (problems, len, T, RM tokens), the last call
 
     def _scores(self, problems: Sequence[Any], completions: Sequence[str]) -> tuple[list[list[float]], dict[str, Any]]:
         import torch
@@ -87,10 +93,32 @@ class LearnedReward:
         return RewardOutput(rewards, verified, components=comps, tokens=B * L, seconds=time.perf_counter() - t0,
                             extra=extra)
 
-    def step_bound(self, n_sequences: int, max_prompt_len: int, max_completion_len: int) -> int:
+    def rm_tokens_bound(self, problems: Sequence[Any], max_completion_len: int) -> int:
+        """Most tokens the RM reads for one of ``problems`` with a completion of at most
+        ``max_completion_len`` policy tokens (before the cut to ``max_length``); needs ``k``.
+        Remembered for the last ``problems`` list (the TRL engine passes its whole dataset)."""
+        assert self.k is not None
+        c = self._read_cache  # the list itself is kept, so a new list can never pass for it
+        if c is not None and c[0] is problems and c[1:3] == (len(problems), max_completion_len):
+            return c[3]
+        sc = self.scorer
+        per_token = self.k + (1 if sc.inserts_markers else 0)
+        worst = 0
+        for p in problems:
+            prefix, tail = sc.render(p, "")  # the RM's prompt and the template tokens after a completion
+            n = sum(len(sc.tokenizer(t, add_special_tokens=False)["input_ids"]) for t in (prefix, tail) if t)
+            worst = max(worst, n + per_token * max_completion_len)
+        self._read_cache = (problems, len(problems), max_completion_len, worst)
+        return worst
+
+    def step_bound(self, n_sequences: int, max_prompt_len: int, max_completion_len: int, *,
+                   problems: Sequence[Any] | None = None) -> int:
         L = self.scorer.max_length
         if self.k is not None:
-            L = min(L, self.k * (max_prompt_len + max_completion_len))
+            if problems:
+                L = min(L, self.rm_tokens_bound(problems, max_completion_len))
+            else:
+                L = min(L, self.k * (max_prompt_len + max_completion_len))
         L = max(1, L)
         head = [min(L, MAX_MARKERS)] * n_sequences if self.kind == "prm" else "last"
         return sum(reward_model_flops(self.system, [L] * n_sequences, head_positions=head,

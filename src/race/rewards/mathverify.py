@@ -119,7 +119,8 @@ class MathReward:
         verified = [verify_terms(p, sanitize(c))[0] for p, c in zip(problems, completions)]
         return RewardOutput(rewards, verified, seconds=time.perf_counter() - t0)
 
-    def step_bound(self, n_sequences: int, max_prompt_len: int, max_completion_len: int) -> int:
+    def step_bound(self, n_sequences: int, max_prompt_len: int, max_completion_len: int, *,
+                   problems: Sequence[Any] | None = None) -> int:
         return 0
 
 

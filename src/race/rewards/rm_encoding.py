@@ -30,6 +30,7 @@ class Scorer:
     markers: frozenset[int] | None  # PRM: token ids read in the body; ORM: None (last token)
     max_length: int
     final_marker: int | None = None  # PRM: an unfinished trajectory (no final marker) scores 0 at the end
+    inserts_markers: bool = False  # PRM: render() writes a separator after each step (one per step at most)
 
 
 def marker_ids(tok: Any) -> list[int]:

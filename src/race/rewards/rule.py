@@ -39,7 +39,8 @@ class RuleReward:
             verified.append(outcome)
         return RewardOutput(rewards, verified, seconds=time.perf_counter() - t0)
 
-    def step_bound(self, n_sequences: int, max_prompt_len: int, max_completion_len: int) -> int:
+    def step_bound(self, n_sequences: int, max_prompt_len: int, max_completion_len: int, *,
+                   problems: Sequence[Any] | None = None) -> int:
         return 0
 
 
@@ -66,5 +67,6 @@ class RandomReward:
         """Resume support: continue the random stream at call ``i``."""
         self._calls = i
 
-    def step_bound(self, n_sequences: int, max_prompt_len: int, max_completion_len: int) -> int:
+    def step_bound(self, n_sequences: int, max_prompt_len: int, max_completion_len: int, *,
+                   problems: Sequence[Any] | None = None) -> int:
         return 0

@@ -20,7 +20,11 @@ step's counted FLOPs from the maximum lengths (the longest prompt of the dataset
 ``max_completion_length``) and stops training when the bound does not fit the budget, so
 the counted total never exceeds it. FLOPs your reward functions spend on models are not
 visible to the hooks: report them with :meth:`RaceFlopCallback.charge` and bound them with
-``reward_step_bound``.
+``reward_step_bound`` (without it the bound takes the largest reward charge seen so far per
+generation, and warns once). Should a step still cost more than the budget has left (its
+bound was low), its FLOPs go to the uncounted ``overrun`` phase and training stops with
+``stop_reason = "budget"``: the counted total stays within the budget (TRL has applied that
+step's update by then; the ledger says so).
 
 TRL's logs carry the ledger too: each ``on_log`` adds ``race/flops``, ``race/flops/<phase>``,
 ``race/budget_fraction`` and ``race/split/{search,learning,feedback}``
@@ -33,13 +37,15 @@ the values.
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Any, Callable
 
 from transformers import TrainerCallback
 
-from race.accounting import AccountingError, FlopLedger, LoRA, ModelShape, ReportCard, log_values
+from race.accounting import AccountingError, BudgetExceededError, FlopLedger, LoRA, ModelShape, ReportCard, log_values
 from race.accounting.conventions import resolve
+from race.accounting.ledger import UNCOUNTED_PHASES
 from race.engines.trl.flops import (
     TRL_CONVENTIONS_NOTE,
     TRL_EXECUTION_NOTE,
@@ -71,7 +77,9 @@ class RaceFlopCallback(TrainerCallback):
         max_prompt_length: the longest prompt in tokens, for the step bound; default: the
             longest prompt of the training dataset, tokenised as TRL does.
         reward_step_bound: ``f(sequences, max_prompt_len, max_completion_len)``, an upper
-            bound of the FLOPs your reward functions charge per generation (default 0).
+            bound of the FLOPs your reward functions charge per generation (default: the
+            largest counted charge seen so far in one call of :meth:`charge`, which is no
+            guarantee: a warning says so the first time a charge is bounded that way).
         model_name: the name the report card shows.
         report_card: write ``report_card.{json,md,tex}`` when training ends.
         card_extra: more entries for the report card's ``extra``.
@@ -108,6 +116,9 @@ class RaceFlopCallback(TrainerCallback):
         self._device: Any = None  # the policy's: per-phase seconds synchronize it when it is CUDA
         self._max_completion = 0
         self._trainer: Any = None
+        self._reward_seen = 0  # largest counted FLOPs of one charge() call (the bound without reward_step_bound)
+        self._warned_bound = False
+        self.overrun_flops = 0  # FLOPs of a step the budget could not take (recorded uncounted)
 
     # -- wiring -------------------------------------------------------------------------
     def attach(self, trainer: Any) -> "RaceFlopCallback":
@@ -162,6 +173,16 @@ class RaceFlopCallback(TrainerCallback):
                 self._outside[key] = self._outside.get(key, 0) + int(v)
             return
         self._pending.append((dict(components), dict(tokens or {}), dict(seconds or {})))
+        charged = sum(int(v) for k, v in components.items() if k.partition("/")[0] not in UNCOUNTED_PHASES)
+        if charged and self.reward_step_bound is None:
+            self._reward_seen = max(self._reward_seen, charged)
+            if self.budget_flops is not None and not self._warned_bound:
+                self._warned_bound = True
+                warnings.warn("RaceFlopCallback.charge() got counted FLOPs but no reward_step_bound was given: the "
+                              "step bound uses the largest charge seen so far, which is no guarantee; pass "
+                              "reward_step_bound=f(sequences, max_prompt_len, max_completion_len) (a step that "
+                              "overruns the budget ends training as a budget stop, its FLOPs recorded uncounted)",
+                              stacklevel=2)
 
     # -- the step bound -----------------------------------------------------------------
     def step_bound(self, micro_step: int, *, buffered: bool | None = None) -> int:
@@ -188,6 +209,8 @@ class RaceFlopCallback(TrainerCallback):
                 total += counted(gen)
                 if self.reward_step_bound is not None:
                     total += int(self.reward_step_bound(plan.generation_batch_size, P, T))
+                else:
+                    total += self._reward_seen
                 width = (_round_up(P, pad) + _round_up(T, pad), _round_up(T, pad))
             total += counted(update_components(self.shape, plan, n_seqs=plan.per_device_train_batch_size,
                                                seq_len=width[0], completion_len=width[1], lora=self.lora,
@@ -305,7 +328,14 @@ class RaceFlopCallback(TrainerCallback):
         self._pending.clear()
         if "update/forward" in comps:
             seconds["update/backward"] = max(0.0, wall - sum(seconds.values()))
-        self.ledger.add_components(int(state.global_step), comps, tokens=tokens, seconds=seconds)
+        try:
+            self.ledger.add_components(int(state.global_step), comps, tokens=tokens, seconds=seconds)
+        except BudgetExceededError:  # the bound was low: keep the FLOPs on record, uncounted, and stop
+            self.overrun_flops += self.ledger.record_overrun(int(state.global_step), comps, tokens=tokens,
+                                                             seconds=seconds)
+            control.should_training_stop = True
+            self.stop_reason = "budget"
+            return
         if self.ledger.would_exceed(self.next_step_bound(state)):
             control.should_training_stop = True
             self.stop_reason = "budget"

@@ -1,25 +1,14 @@
-"""A run spec as TRL's ``GRPOConfig`` (TRL's names map one to one), and the settings the TRL
-engine refuses."""
+"""A run spec as TRL's ``GRPOConfig`` (TRL's names map one to one). The settings the TRL
+engine refuses are checked by ``check_trl_config`` (in ``race.engines.checks``, torch-free,
+so ``race grid plan`` runs the same check)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
-from race.spec.errors import ConfigError
+from race.engines.checks import check_trl_config
 from race.spec.run import RunConfig
-
-
-def check_trl_config(cfg: RunConfig) -> None:
-    """Refuse settings the TRL engine cannot run as specified, saying what to change."""
-    if cfg.engine != "trl":
-        raise ConfigError(f"engine={cfg.engine!r}: run_trl runs engine: trl specs")
-    if cfg.drop_zero_variance_groups:
-        raise ConfigError(
-            "drop_zero_variance_groups: true is not available with engine: trl (TRL keeps groups whose rewards are "
-            "all equal in the update, with advantage 0, and spends their FLOPs); set drop_zero_variance_groups: false")
-    if cfg.max_completion_length + cfg.max_prompt_length < 2:
-        raise ConfigError("max_prompt_length + max_completion_length must be >= 2")
 
 
 def grpo_args(cfg: RunConfig, output_dir: Path, *, use_cpu: bool, max_steps: int) -> Any:
@@ -45,3 +34,6 @@ def grpo_args(cfg: RunConfig, output_dir: Path, *, use_cpu: bool, max_steps: int
         save_strategy="steps", save_steps=cfg.checkpoint_every, save_total_limit=1,
         shuffle_dataset=False, disable_tqdm=True, dataloader_num_workers=0, log_completions=False,
     )
+
+
+__all__ = ["check_trl_config", "grpo_args"]

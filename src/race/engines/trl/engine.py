@@ -36,6 +36,7 @@ from race.engines.grpo_math import lr_at
 from race.engines.trl import trainer as _trainer
 from race.engines.trl.config import check_trl_config, grpo_args
 from race.engines.trl.reward import RaceReward
+from race.rewards.base import reward_bound
 from race.spec.run import RunConfig
 
 MAX_DATASET_BATCHES = 10_000  # prompts repeat (TRL starts a new epoch) past this many batches
@@ -52,6 +53,7 @@ class TrlEngine:
         self.schedule = EvalSchedule.of(cfg)
         self.resumed_from: int | None = None
         self.total_steps = cfg.max_steps or 0  # batches the budget buys (the lr schedule's length), set by _setup
+        self.problems: list[Any] = []  # the dataset's problems (set by _setup)
 
     # -- setup ---------------------------------------------------------------------------
     def _dataset(self, tok: Any) -> tuple[Any, list[Any], int]:
@@ -116,10 +118,12 @@ class TrlEngine:
         self.reward = make_reward(cfg.reward, seed=cfg.seed, device=str(self.device), conventions=cfg.conventions,
                                   task=self.task)
         dataset, problems, self.max_prompt = self._dataset(tok)
+        self.problems = problems
         reward = self.reward
+        # a reward model reads the full prompts of the dataset's problems, not TRL's cut ones
         self.flops = RaceFlopCallback(
             cfg.budget_flops, self.run_dir, conventions=cfg.conventions, max_prompt_length=self.max_prompt,
-            reward_step_bound=lambda n, p, t: int(reward.step_bound(n, p, t)), model_name=cfg.model)
+            reward_step_bound=lambda n, p, t: reward_bound(reward, n, p, t, problems), model_name=cfg.model)
         eos_ids = {int(tok.eos_token_id)}
         gen_eos = getattr(model.generation_config, "eos_token_id", None)
         eos_ids |= set(gen_eos if isinstance(gen_eos, (list, tuple)) else [gen_eos] if gen_eos is not None else [])
@@ -155,7 +159,7 @@ class TrlEngine:
         T = cfg.max_completion_length
         bound = counted(generation_components(self.shape, plan, n_seqs=n, prompt_len=self.max_prompt,
                                               completion_len=T, lora=self.lora, conventions=cfg.conventions))
-        bound += int(self.reward.step_bound(n, self.max_prompt, T))
+        bound += reward_bound(self.reward, n, self.max_prompt, T, self.problems)
         bound += cfg.num_iterations * counted(update_components(
             self.shape, plan, n_seqs=n, seq_len=self.max_prompt + T, completion_len=T, lora=self.lora,
             conventions=cfg.conventions))
