@@ -7,15 +7,19 @@ a free parameter). With x = ln C and x_ref = ln (largest pilot FLOPs):
 - ``sigmoid``   mu = R0 + alpha * expit(B (x - m))          (ScaleRL form; A = R0 + alpha, C_mid = e^m)
 - ``power``     mu = R0 + alpha * exp(beta (x - x_ref))      (gain = alpha (C / C_ref)^beta)
 - ``loglinear`` mu = a + b (x - x_ref)                        (straight line in log FLOPs)
+- ``quadratic`` mu = a + b (x - x_ref) + c (x - x_ref)^2      (a parabola: can rise then fall)
 - ``constant``  mu = c                                        (the recent level: no further change)
 
 Fits maximise the binomial log-likelihood sum_i w_i [y_i ln mu_i + (1 - y_i) ln(1 - mu_i)]
 of the evaluation points (y_i = share of problems solved, w_i = problems x seed
 multiplicity): the per-problem 0/1 outcomes at one point share mu_i, so this is their
-Bernoulli likelihood. The nonlinear parameters (B, m) and beta are searched on fixed grids
-and the linear one (alpha) is solved by Newton's method inside its box, vectorised over
-bootstrap replicates and grid points at once (no iterative optimiser, so every replicate
-costs the same and none "fails").
+Bernoulli likelihood. The nonlinear parameters (B, m) and beta are searched on a coarse
+grid (for the replicates' average data), then refined per replicate by ``ZOOM_LEVELS``
+grids of halving spacing around the best point; the linear one (alpha) is solved by
+Newton's method inside its box, vectorised over replicates and grid points at once (no
+iterative optimiser, so every replicate costs the same and none "fails"). The straight
+line, the parabola and the constant are weighted least squares (closed form), scored by
+the same binomial deviance.
 
 A fit is *identified* when no parameter sits at the edge of its grid or box: B or m at a
 grid edge, A = R0 + alpha at 0 or 1, the midpoint C_mid beyond the data (the asymptote
@@ -23,9 +27,13 @@ would be an extrapolation), beta at a grid edge. Unidentified fits never make a 
 
 Which family forecasts is decided on held-out points: each family is fitted on the points
 below ``holdout_cut`` of the log-FLOP range and scored by the binomial deviance of the
-points above it; the identified family with the smallest held-out deviance is refitted on
-all points. The saturating curve is used only where it beats a constant and a straight
-line in log FLOPs on points it has not seen.
+points above it. Family weights are exp(-0.5 (D_f - D_min) / phi) over the families whose
+full-data fit is identified (phi: the dispersion of the best full fit, at least 1); the
+point forecast averages the families by weight, each bootstrap replicate draws one family
+by weight and adds noise with that family's RMS held-out error scaled to the target's
+distance, (x_target - x_max) / (mean held-out x - last fitted x). The saturating curve
+thus forecasts only where it beats a constant and a straight line in log FLOPs on points
+it has not seen, and the intervals include model choice and extrapolation error.
 """
 
 from __future__ import annotations
@@ -219,16 +227,18 @@ class Forecast:
 def select_and_forecast(x: np.ndarray, y: np.ndarray, w: np.ndarray, r0: np.ndarray, x_target: float,
                         families: tuple[str, ...] = FAMILIES, holdout_cut: float = HOLDOUT_CUT,
                         rng: np.random.Generator | int | None = 0, average: bool = False) -> Forecast:
-    """Choose a family per replicate on held-out points, forecast with it (module docstring).
+    """Weigh the families on held-out points and forecast (module docstring).
 
     Points with ln C above ``x.min() + holdout_cut * ptp(x)`` are held out. Without >= 3
-    fitting points at >= 2 FLOP levels and >= 1 held-out point, the choice falls to the
-    identified family with the smallest in-sample deviance per parameter count (the
-    order of ``families`` breaks ties: simplest first).
+    fitting points at >= 2 FLOP levels and >= 1 held-out point, the weights use the
+    in-sample deviance plus 2 per parameter (AIC-like) and no extrapolation noise is added.
+    One replicate row (or ``average=True``): the weight-averaged forecast; several rows:
+    one family drawn per row by weight (``rng``), plus its held-out extrapolation noise.
     """
-    families = tuple(f for f in FAMILIES if f in families)
+    asked = tuple(families)
+    families = tuple(f for f in FAMILIES if f in asked)
     if not families:
-        raise ValueError(f"no known family among {families}; choose from {FAMILIES}")
+        raise ValueError(f"no known family among {asked}; choose from {FAMILIES}")
     x_ref = float(x.max())
     R = y.shape[0]
     distinct = len(np.unique(x)) >= 2

@@ -123,8 +123,9 @@ def spend_share(sm: StudyMatrix) -> float:
 
 def forecast_allocation(sm: StudyMatrix, reps: Replicates, allocation: str, x_target: float,
                         families: tuple[str, ...], rng: np.random.Generator | int | None = 0,
-                        ) -> tuple[float, str, np.ndarray, dict]:
-    """(point forecast, point family, replicate forecasts (R,), info) of one allocation."""
+                        ) -> tuple[float, np.ndarray, dict]:
+    """(point forecast, replicate forecasts (R,), info) of one allocation; ``info["family"]``
+    is the family with the largest weight in the point fit."""
     idx = sm.runs.index[sm.runs["allocation"] == allocation].to_numpy()
     mask = sm.points["run"].isin(idx).to_numpy()
     pts = sm.points[mask]
@@ -146,7 +147,7 @@ def forecast_allocation(sm: StudyMatrix, reps: Replicates, allocation: str, x_ta
     fam = point.families[int(point.family[0])]
     info = {"family": fam, "holdout": point.selected_by_holdout, "r0": r0,
             **{f"share_{f}": rep.share(f) for f in families}, **{f"bound_{f}": v for f, v in rep.bound_hits.items()}}
-    return float(point.forecast[0]), fam, rep.forecast, info
+    return float(point.forecast[0]), rep.forecast, info
 
 
 def standings(sm: StudyMatrix, reps: Replicates, allocations: list[str], budget: float) -> tuple[list[str], np.ndarray, np.ndarray]:
@@ -288,7 +289,7 @@ def recommend(evals: pd.DataFrame, runs: pd.DataFrame, target: str, target_budge
         rows, cols = [], []
         for a in allocs:
             fams = METHODS[method]
-            p, fam, r, info = forecast_allocation(sm, reps, a, float(np.log(forecast_c)), fams, rng=gen)
+            p, r, info = forecast_allocation(sm, reps, a, float(np.log(forecast_c)), fams, rng=gen)
             rows.append({"allocation": a, "point": p, "forecast": a in passed, **info})
             cols.append(r)
         info_df = pd.DataFrame(rows)
