@@ -234,7 +234,7 @@ def label(pred: pd.DataFrame, gate: pd.DataFrame, observed: str | None, largest:
                              f"largest budgets (tau {t:.2f})"]
 
 
-def resampled_text(reps: Replicates, sm: StudyMatrix) -> str:
+def resampled_text(reps: Replicates, sm: StudyMatrix, forecast: bool = True) -> str:
     """Exactly what the intervals resample (for the report's method section)."""
     parts = []
     if "seeds" in reps.over:
@@ -245,8 +245,11 @@ def resampled_text(reps: Replicates, sm: StudyMatrix) -> str:
                      "allocation, budget and evaluation point: paired)")
     else:
         parts.append("NOT evaluation problems (per-problem outcomes missing)")
-    return (f"{reps.n} joint bootstrap replicates over " + " and ".join(parts)
-            + "; each replicate re-selects the curve family on held-out points and refits every allocation")
+    text = f"{reps.n} joint bootstrap replicates over " + " and ".join(parts)
+    if forecast:
+        text += ("; each replicate draws a curve family by its held-out skill, refits every allocation and adds "
+                 "that family's held-out extrapolation error")
+    return text
 
 
 def recommend(evals: pd.DataFrame, runs: pd.DataFrame, target: str, target_budget: float, *,
@@ -321,6 +324,6 @@ def recommend(evals: pd.DataFrame, runs: pd.DataFrame, target: str, target_budge
         expected_regret=float(top["expected_regret"]), win_probability=float(top["p_best"]),
         runner_up=str(pred.iloc[1]["allocation"]) if len(pred) > 1 else None, confidence=confidence,
         reasons=reasons, largest_pilot_budget=largest, extrapolation_ratio=ratio, forecast_flops=forecast_c,
-        n_boot=int(n_boot), resampled=resampled_text(reps, sm), predictions=pred, gate=gate, notes=notes,
+        n_boot=int(n_boot), resampled=resampled_text(reps, sm, forecast=method_used != "observed"), predictions=pred, gate=gate, notes=notes,
         replicates=rep_matrix,
     )

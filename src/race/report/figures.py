@@ -345,7 +345,7 @@ def flops_seconds_figure(runs: pd.DataFrame, phase_costs: pd.DataFrame | None = 
 
 
 def predictions_figure(predictions: pd.DataFrame, chosen: str, labels: Mapping[str, str] | None = None,
-                       realised: pd.DataFrame | None = None, top: int = 8) -> bytes:
+                       realised: pd.DataFrame | None = None, top: int = 8, observed: bool = False) -> bytes:
     """Predicted score at the target budget with its interval for the leading candidates
     (``predictions`` of :class:`race.analysis.Recommendation`: ``allocation, score, lo,
     hi``); the chosen one in bold. ``realised`` (``allocation, score, lo, hi``): validation
@@ -359,7 +359,7 @@ def predictions_figure(predictions: pd.DataFrame, chosen: str, labels: Mapping[s
     for i, r in pred.iterrows():
         c = "#e15759" if r["allocation"] == chosen else "#4e79a7"
         ax.errorbar([r["score"]], [i], xerr=[[max(r["score"] - r["lo"], 0)], [max(r["hi"] - r["score"], 0)]],
-                    fmt="o", color=c, capsize=3, label="predicted (95% interval)" if i == len(pred) - 1 else None)
+                    fmt="o", color=c, capsize=3, label=("observed" if observed else "predicted") + " (95% interval)" if i == len(pred) - 1 else None)
     if realised is not None and len(realised):
         pos = {a: i for i, a in enumerate(pred["allocation"])}
         first = True
@@ -371,8 +371,12 @@ def predictions_figure(predictions: pd.DataFrame, chosen: str, labels: Mapping[s
                         fmt="D", color="black", ms=5, capsize=2, label="realised at the target budget" if first else None)
             first = False
     ax.set_yticks(y, [("» " if a == chosen else "") + labels.get(a, a) for a in pred["allocation"]], fontsize=8)
-    ax.set_xlabel("score at the target budget")
-    ax.set_title("Predicted score at the target budget (red: recommended)", fontsize=10)
+    if observed:  # no allocation learned: standings at the largest pilot budget, no forecast
+        ax.set_xlabel("score at the largest pilot budget (equal FLOPs)")
+        ax.set_title("No learning detected: observed scores, not a forecast (red: leader)", fontsize=10)
+    else:
+        ax.set_xlabel("score at the target budget")
+        ax.set_title("Predicted score at the target budget (red: recommended)", fontsize=10)
     ax.grid(alpha=0.3, axis="x")
     ax.set_ylim(-0.6, len(pred) - 0.4)
     _legend(ax, loc="upper left", bbox_to_anchor=(1.01, 1.0))

@@ -133,7 +133,8 @@ def recommendation_section(ctx: Context) -> Section:
     realised = res.table if res is not None else None
     title = "Predicted score at the target budget" if rec.forecast_made else "Observed score at the largest pilot"
     sec.add(figure("predictions", title,
-                   lambda: F.predictions_figure(rec.predictions, rec.allocation, ctx.labels, realised)))
+                   lambda: F.predictions_figure(rec.predictions, rec.allocation, ctx.labels, realised,
+                                                observed=not rec.forecast_made)))
     pred = rec.predictions.head(10)
     fam_cols = [c for c in pred.columns if c.startswith("share_")]
 
