@@ -106,18 +106,40 @@ class EvalSchedule:
     every: float
     next_at: float = 0.0
     last_step: int = -1
+    step0: tuple[Any, str] | None = None  # (Step0Cache, key) when the step-0 evaluation is shared
 
     @classmethod
     def of(cls, cfg: RunConfig) -> "EvalSchedule":
         return cls(cfg.eval.every_flops or cfg.budget_flops / cfg.eval.num_points)
 
+    def share_step0(self, cfg: RunConfig, base: Any) -> None:
+        """With ``cfg.eval_cache_dir``, share the step-0 evaluation of the loaded ``base``
+        model with every run that starts from it (``race.engines.eval_share``)."""
+        if not cfg.eval_cache_dir:
+            return
+        import torch
+
+        from race.engines.eval_share import Step0Cache, step0_key
+
+        key = step0_key(cfg, getattr(base, "name_or_path", ""), torch.get_num_threads())
+        if key is not None:
+            self.step0 = (Step0Cache(cfg.eval_cache_dir), key)
+
     def due(self, total: float) -> bool:
         return total >= self.next_at
 
     def evaluate(self, evaluator: Any, model: Any, ledger: Any, metrics: MetricsLog, step: int) -> list[dict[str, Any]]:
-        """Run the targets, charge the uncounted ``eval`` phase, append the metrics rows."""
-        res = evaluator.evaluate(model)
-        ledger.add(step, "eval", "generate", res.flops, tokens=res.tokens, seconds=res.seconds, counted=False)
+        """Run the targets, charge the uncounted ``eval`` phase, append the metrics rows.
+        A shared step-0 evaluation read from the cache is recorded as ``eval/shared``
+        with the 0 FLOPs this run executed for it."""
+        shared = False
+        if step == 0 and self.step0 is not None:
+            cache, key = self.step0
+            res, shared = cache.get_or_compute(key, lambda: evaluator.evaluate(model))
+        else:
+            res = evaluator.evaluate(model)
+        ledger.add(step, "eval", "shared" if shared else "generate", res.flops, tokens=res.tokens,
+                   seconds=res.seconds, counted=False)
         rows = [dict(r, kind="eval", step=step, flops=ledger.total) for r in res.rows]
         metrics.append(rows)
         self.last_step = step

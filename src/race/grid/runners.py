@@ -108,6 +108,14 @@ class _Driver:
         self.progress = GridProgress(total=len(self.cells), refused=len(plan.refused),
                                      flops_planned=sum(c.budget for c in self.cells.values()))
 
+    def _cell_spec(self, cell: Cell) -> dict[str, Any]:
+        """What a worker runs: the cell's spec, its step-0 evaluation shared through
+        ``<study>/eval-cache`` unless the grid names another ``eval_cache_dir``."""
+        spec = cell.spec_dict()
+        if not spec.get("eval_cache_dir"):
+            spec["eval_cache_dir"] = str(self.study_dir / "eval-cache")
+        return spec
+
     def ordered(self, cells: list[Cell]) -> list[Cell]:
         """Cells in the order they are handed out: longest predicted wall time first
         (``runner.order = longest_first``; ties keep the grid's order), else the grid's."""
@@ -170,7 +178,7 @@ class _Driver:
             while queue and len(inflight) < executor.capacity:
                 cell = queue.popleft()
                 self.store.mark_running(cell.run_id)
-                handle = executor.submit(cell.spec_dict(), str(self.study_dir / "runs" / cell.run_id))
+                handle = executor.submit(self._cell_spec(cell), str(self.study_dir / "runs" / cell.run_id))
                 inflight[handle] = cell
                 self.started[cell.run_id] = time.monotonic()
                 self._status[cell.run_id] = "running"

@@ -44,7 +44,7 @@ REFUSED_LOSS_TYPES = {
     "vespo": "its gamma-weighted sequence-level importance weights are not implemented by RACE's built-in engine",
 }
 #: Settings that change neither training nor accounting (left out of the run id).
-LOGGING_ONLY = ("output_dir", "log_to", "wandb_project")
+LOGGING_ONLY = ("output_dir", "log_to", "wandb_project", "eval_cache_dir")
 #: Settings added after run ids were first issued: left out of the id while at these values,
 #: so the ids of existing runs (and the run directories and grid stores keyed by them) hold.
 _ID_NEUTRAL = {"per_device_train_batch_size": None, "gradient_accumulation_steps": None}
@@ -181,6 +181,9 @@ class RunConfig(_Strict):
     log_to: list[Literal["tensorboard", "wandb"]] = Field(default_factory=list)
     wandb_project: str | None = Field(None, description="W&B project for log_to: wandb (default $WANDB_PROJECT, "
                                       "else 'race')")
+    eval_cache_dir: str | None = Field(
+        None, description="share the step-0 evaluation with every run that starts from the same base on the same "
+        "task and evaluation settings (race.engines.eval_share); grids set <study>/eval-cache")
 
     @field_validator("num_generations")
     @classmethod

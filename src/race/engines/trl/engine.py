@@ -103,6 +103,7 @@ class TrlEngine:
 
         cfg = self.cfg
         policy = load_run_policy(cfg)
+        self.schedule.share_step0(cfg, policy.model)
         model, tok, self.lora, self.shape, self.device = policy.model, policy.tok, policy.lora, policy.shape, policy.device
         self.tok = tok
         peft_config = None
