@@ -89,6 +89,13 @@ def test_demo_builds_runs_the_grid_and_writes_the_report(tmp_path, tiny_recipes,
     assert "tiny-xs: built in" in r.output and "16/16 cells complete" in r.output.replace("\n", " ")
     assert (study / "report" / "report.html").is_file() and (study / "report" / "report.md").is_file()
     assert "demo wall time" in r.output
+    # validation ran the recommendation and one rival at 4x the largest pilot budget, into the study
+    [val] = json.loads((study / "validation.json").read_text())["validations"]
+    assert val["target_budget"] == pytest.approx(8e10) and len(val["allocations"]) == 2
+    assert val["status"] == "complete" and val["result"]["realised_score"] is not None
+    assert "3/4 validation" in r.output and "realised" in r.output
+    md = (study / "report" / "report.md").read_text()
+    assert "realised" in md.lower() and "Validation: not shown" not in md
     # a second run reuses everything: no builds, no cells
     r = CliRunner().invoke(app, ["demo", "--grid", str(grid_file), "--study-dir", str(study), "--quiet"])
     assert r.exit_code == 0, r.output

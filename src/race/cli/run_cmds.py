@@ -87,9 +87,14 @@ def demo(
     grid: Annotated[Optional[Path], typer.Option(help="grid file (default: the packaged demo grid)")] = None,
     workers: Annotated[Optional[int], typer.Option(min=1, help="cells in flight (default: the grid's)")] = None,
     quiet: Annotated[bool, typer.Option("--quiet", help="no live view")] = False,
+    validate: Annotated[bool, typer.Option(help="run the recommendation and its strongest rival at the target "
+                                                "budget (4x the largest pilot budget) and report forecast vs "
+                                                "realised")] = True,
+    rivals: Annotated[int, typer.Option(min=0, help="rivals validated beside the recommendation")] = 1,
 ) -> None:
     """The main job: build the tiny base models and reward models (cached), run the default
-    pilot grid (all four axes), and write the report. Resumable: run it again after a crash."""
+    pilot grid (all four axes), validate the recommendation at the target budget, and write
+    the report. Resumable: run it again after a crash."""
     import time
     from importlib import resources
 
@@ -109,7 +114,7 @@ def demo(
         axes = dict(spec.axes)
         models, rms = grid_builds(axes.get("model", [spec.base.get("model", "tiny-s")]),
                                   axes.get("reward", [spec.base.get("reward", "rule")]))
-        con.rule("[bold]1/3 base models and reward models[/bold] (cached after the first run)")
+        con.rule("[bold]1/4 base models and reward models[/bold] (cached after the first run)")
         jobs = plan_builds(models, rms)
         if jobs:
             con.print(f"  building {', '.join(j.name for j in jobs)} (side by side, longest first) ...")
@@ -124,20 +129,50 @@ def demo(
             if name not in built:
                 con.print(f"  {name}: cached")
         con.print(f"  ({time.perf_counter() - t0:.0f} s)")
-        con.rule("[bold]2/3 pilot grid[/bold]")
+        con.rule("[bold]2/4 pilot grid[/bold]")
         try:
             grid_run(grid_file, runner=None, workers=workers, threads=None, ray_address=None, study_dir=study_dir,
                      retry_failed=False, quiet=quiet)
         except typer.Exit as e:
             if e.exit_code not in (0, 1):  # 1: some cells failed; the report says which
                 raise
-    con.rule("[bold]3/3 report[/bold]")
+    t_grid = time.perf_counter()
+    if validate:
+        con.rule("[bold]3/4 validation[/bold] (new runs at the target budget; they never feed the forecast)")
+        _demo_validation(con, study_dir, rivals, workers)
+        con.print(f"  ({time.perf_counter() - t_grid:.0f} s)")
+    con.rule(f"[bold]{'4/4' if validate else '3/3'} report[/bold]")
     paths = build_report(study_dir)
     if paths.headline:
         con.print(f"recommendation: {paths.headline} (confidence: {paths.confidence})")
     con.print(f"report: {paths.html}")
     con.print(f"        {paths.markdown}")
     con.print(f"demo wall time: {time.perf_counter() - t0:.0f} s")
+
+
+def _demo_validation(con: Any, study_dir: Path, rivals: int, workers: int | None) -> None:
+    """``race validate`` inside the demo: the report then shows forecast vs realised. A
+    validation that cannot run (e.g. no pilot run completed) is reported, not fatal."""
+    from race.accounting import fmt_flops
+    from race.report import ReportError, validate_study
+
+    def on_event(ev: Any) -> None:
+        if ev.kind in ("complete", "failed", "retry"):
+            con.print(f"  {ev.kind} {ev.run_id} [{ev.label}]" + (f": {ev.message}" if ev.message else ""))
+
+    try:
+        res = validate_study(study_dir, rivals=rivals, workers=workers, on_event=on_event)
+    except ReportError as e:
+        con.print(f"[yellow]  validation not run: {e}[/yellow]")
+        return
+    v = res.result
+    con.print(f"  validated at {fmt_flops(res.target_budget)}: {', '.join(res.allocations)}")
+    if v is not None:
+        con.print(f"  {v.allocation}: realised {v.realised_score:.3f} [{v.realised_lo:.3f}, {v.realised_hi:.3f}]"
+                  + (f", forecast {v.predicted_score:.3f} [{v.predicted_lo:.3f}, {v.predicted_hi:.3f}]"
+                     if v.predicted_score == v.predicted_score else ""))
+    if res.message:
+        con.print(f"[yellow]  note: {res.message}[/yellow]")
 
 
 def register(app: typer.Typer) -> None:
