@@ -46,7 +46,8 @@ def test_sdpa_matches_eager(tiny_model_dir, tiny_policy):
         torch.testing.assert_close(eager(ids).logits, sdpa(ids).logits, atol=1e-5, rtol=1e-4)
 
 
-def test_tiny_name_without_warm_start_says_how_to_build(tmp_path):
+def test_tiny_name_without_warm_start_says_how_to_build(tmp_path, monkeypatch):
+    monkeypatch.setenv("RACE_NO_PACKAGED", "1")  # else the packaged warm start is installed
     with pytest.raises(FileNotFoundError, match="race base build --sizes tiny-s"):
         load_policy("tiny-s", cache_dir=tmp_path)
 

@@ -133,3 +133,30 @@ def test_sft_flops_equal_the_measured_count():
     assert stats["sft_flops"] == measured > 0
     race = sft(build_tiny_model("tiny-xs", seed=0, attn_implementation="eager"), tok, TINY)["sft_flops"]
     assert race < measured  # causal attention counts half the score matmuls
+
+
+def test_a_packaged_artefact_with_the_same_recipe_hash_is_installed_not_built(built, tmp_path, monkeypatch):
+    import shutil
+
+    import race.builds.cache as bc
+    import race.models.warmstart as ws
+    from race.models.warmstart import cached_base
+
+    cache, info = built
+    src = base_dir("tiny-xs", cache_dir=cache, recipe=TINY)
+    shipped = tmp_path / "package" / "base"
+    shutil.copytree(src, shipped / src.name)
+    monkeypatch.setattr(bc, "PACKAGED", tmp_path / "package")
+    monkeypatch.setattr(ws, "sft", lambda *a, **k: (_ for _ in ()).throw(AssertionError("trained")))
+    fresh = tmp_path / "fresh-cache"
+    got = build_base("tiny-xs", cache_dir=fresh, recipe=TINY)
+    path = base_dir("tiny-xs", cache_dir=fresh, recipe=TINY)
+    assert got.reused and got.path == str(path) and path.parent == fresh / "base"
+    assert (path / "model.safetensors").read_bytes() == (src / "model.safetensors").read_bytes()
+    assert json.loads((path / "info.json").read_text())["installed_from"] == "package"
+    assert cached_base("tiny-xs", cache_dir=fresh, recipe=TINY) is not None
+    # another recipe hash is not served from the package; RACE_NO_PACKAGED turns it off
+    other = dataclasses.replace(TINY, learning_rate=1e-3)
+    assert not (base_dir("tiny-xs", cache_dir=fresh, recipe=other) / "model.safetensors").exists()
+    monkeypatch.setenv("RACE_NO_PACKAGED", "1")
+    assert not (base_dir("tiny-xs", cache_dir=tmp_path / "off", recipe=TINY) / "info.json").exists()

@@ -46,7 +46,16 @@ class ArtefactCache:
     kind: str
 
     def directory(self, name: str, digest: str, cache_dir: str | os.PathLike[str] | None = None) -> Path:
-        return cache_root(cache_dir) / self.kind / f"{name}-{digest}"
+        """``<cache>/<kind>/<name>-<digest>``. When it holds no complete artefact and the
+        package ships one under the same name AND recipe hash (:func:`packaged_dir`), that
+        copy is installed there first, so a fresh clone skips the build; a changed recipe
+        has another hash and builds as before (``race base build --force`` rebuilds)."""
+        final = cache_root(cache_dir) / self.kind / f"{name}-{digest}"
+        if not _complete(final):
+            src = packaged_dir(self.kind, final.name)
+            if src is not None:
+                install_packaged(src, final)
+        return final
 
     @staticmethod
     def read_info(path: Path, make: Callable[[dict[str, Any]], Info]) -> Info | None:
@@ -83,6 +92,42 @@ class ArtefactCache:
         return build()
 
 
+def _complete(path: Path) -> bool:
+    return (path / INFO_FILE).is_file() and (path / WEIGHTS_FILE).is_file()
+
+
+#: Where the package ships prebuilt artefacts: ``race/data/artefacts/<kind>/<name>-<hash>/``.
+PACKAGED = Path(__file__).resolve().parents[1] / "data" / "artefacts"
+
+
+def packaged_dir(kind: str, dirname: str) -> Path | None:
+    """The packaged artefact ``<kind>/<dirname>`` (``$RACE_NO_PACKAGED=1``: none)."""
+    if os.environ.get("RACE_NO_PACKAGED", "") not in ("", "0"):
+        return None
+    path = PACKAGED / kind / dirname
+    return path if _complete(path) else None
+
+
+def install_packaged(src: Path, final: Path) -> None:
+    """Copy a packaged artefact into the cache atomically (temporary sibling, rename), its
+    ``info.json`` noting where it came from and where it now lives."""
+    tmp = final.with_name(f"{final.name}.tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copytree(src, tmp)
+    info = json.loads((tmp / INFO_FILE).read_text())
+    info.update(path=str(final), installed_from="package")
+    (tmp / INFO_FILE).write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
+    if final.exists() and not _complete(final):
+        shutil.rmtree(final, ignore_errors=True)  # a damaged artefact: replace it
+    try:
+        os.replace(tmp, final)
+    except OSError:  # another process installed it first
+        shutil.rmtree(tmp, ignore_errors=True)
+        if not _complete(final):
+            raise
+
+
 def build_each(names: list[str], build: Callable[..., Info],
                progress: Callable[[str, int, int, float], None] | None = None, **kwargs: Any) -> list[Info]:
     """``build(name, progress=..., **kwargs)`` for each name, with ``progress(name, step,
@@ -94,4 +139,5 @@ def build_each(names: list[str], build: Callable[..., Info],
     return out
 
 
-__all__ = ["ArtefactCache", "INFO_FILE", "build_each", "cache_root", "recipe_digest"]
+__all__ = ["ArtefactCache", "INFO_FILE", "PACKAGED", "build_each", "cache_root", "install_packaged", "packaged_dir",
+           "recipe_digest"]
