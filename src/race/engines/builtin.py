@@ -92,7 +92,7 @@ class BuiltinEngine:
         elif cfg.beta != 0:
             self.ref_model = copy.deepcopy(model).eval().requires_grad_(False)
         self.model = model
-        self.task = make_task(cfg)
+        self.task = make_task(cfg, tok)
         self.reward = make_reward(cfg.reward, seed=cfg.seed, device=str(self.device), conventions=cfg.conventions,
                                   task=self.task, tokenizer=tok)
         params = [p for p in model.parameters() if p.requires_grad]
