@@ -165,3 +165,15 @@ def test_grid_on_a_chat_templated_dataset(chat_model_dir, data, tmp_path):
         tokens, _, _ = _expected_prefill(cfg, 1)
         pre = next(r for r in rows if r["step"] == 1 and r["phase"] == "rollout" and r["component"] == "prefill")
         assert pre["tokens"] == tokens
+
+
+def test_templated_prompts_cut_to_max_prompt_length_warn_and_charge_what_runs(chat_model_dir, data, tmp_path):
+    from race.engines import run_engine
+    from race.spec.run import run_config_from_dict
+
+    settings = {**_run_settings(chat_model_dir, *data), "max_prompt_length": 20, "max_steps": 1}
+    with pytest.warns(UserWarning, match="cut to their last max_prompt_length=20: the template's start"):
+        run_engine(run_config_from_dict(settings), tmp_path / "r")
+    rows = [json.loads(x) for x in (tmp_path / "r" / "ledger.jsonl").read_text().splitlines()]
+    pre = next(r for r in rows if r["step"] == 1 and r["phase"] == "rollout" and r["component"] == "prefill")
+    assert pre["tokens"] == 20 * settings["prompts_per_step"]

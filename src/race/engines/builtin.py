@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import copy
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -82,6 +83,7 @@ class BuiltinEngine:
         self.metrics: MetricsLog | None = None
         self.total_steps = cfg.max_steps or 0  # steps the budget buys (the lr schedule's length), set by run()
         self.resumed_from: int | None = None
+        self._warned_cut = False
         self.recompute_early_stop = True  # torch's non-reentrant early stop (set when checkpointing is enabled)
 
     # -- setup ------------------------------------------------------------------------
@@ -113,6 +115,11 @@ class BuiltinEngine:
         problems = self.task.problems("train", cfg.prompts_per_step, seed=cfg.seed * 1_000_003 + step)
         ids, mask = encode_prompts(self.tok, [p.prompt for p in problems], self.device)
         if ids.shape[1] > cfg.max_prompt_length:  # keep the end of over-long prompts (TRL does the same)
+            if not self._warned_cut and (cfg.task.prompt_template or cfg.task.chat_template):
+                self._warned_cut = True
+                warnings.warn(f"templated prompts of up to {ids.shape[1]} tokens are cut to their last "
+                              f"max_prompt_length={cfg.max_prompt_length}: the template's start (a system turn) is "
+                              "lost; raise max_prompt_length", stacklevel=2)
             ids, mask = ids[:, -cfg.max_prompt_length:], mask[:, -cfg.max_prompt_length:]
         return problems, ids, mask
 
