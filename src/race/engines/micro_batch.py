@@ -90,9 +90,10 @@ class _Acc:
     tokens: float = 0.0
 
     def add(self, st: LossStats, w: float, tokens: float) -> None:
-        self.loss += w * st.loss
-        self.clip, self.kl, self.ratio = self.clip + st.clip_frac * tokens, self.kl + st.kl * tokens, \
-            self.ratio + st.ratio_mean * tokens
+        self.loss += w * st.loss  # the weighted losses add up to the one-batch loss
+        self.clip += st.clip_frac * tokens  # token means, weighted by the micro-batch's tokens
+        self.kl += st.kl * tokens
+        self.ratio += st.ratio_mean * tokens
         self.tokens += tokens
 
     def stats(self) -> LossStats:
@@ -117,7 +118,7 @@ def accumulate_gradients(model: Any, ro: Rollout, adv: torch.Tensor, mask: torch
         loss, st = loss_fn(logp, old[sl] if old is not None else logp.detach(), adv[sl], mask[sl],
                            ref_logp=ref[sl] if ref is not None else None, **loss_kwargs)
         if not torch.isfinite(loss):
-            raise DivergedError(f"non-finite loss ({float(loss)}) at step {step}")
+            raise DivergedError(f"non-finite loss ({float(loss.detach())}) at step {step}")
         w = loss_weight(loss_type, mask, sl)
         (loss * w if w != 1.0 else loss).backward()
         acc.add(st, w, float(mask[sl].sum()))
