@@ -55,13 +55,13 @@ def test_batch_sizes_have_trls_meaning():
     assert (c.micro_batch_size, c.accumulation_steps) == (16, 2)
     c = cfg(prompts_per_step=4, num_generations=8)
     assert (c.micro_batch_size, c.accumulation_steps) == (32, 1)
-    # the built-in engine takes them when they describe one batch per step
+    # the built-in engine takes them too (it micro-batches the log-prob passes and the update)
     assert cfg(prompts_per_step=4, num_generations=8, per_device_train_batch_size=32,
                gradient_accumulation_steps=1).micro_batch_size == 32
-    with pytest.raises(ConfigError, match="micro-batching is not supported by the built-in engine"):
-        cfg(prompts_per_step=4, num_generations=8, gradient_accumulation_steps=2)
-    with pytest.raises(ConfigError, match="micro-batching is not supported by the built-in engine"):
-        cfg(per_device_train_batch_size=8, gradient_accumulation_steps=4, num_generations=8)
+    c = cfg(prompts_per_step=4, num_generations=8, gradient_accumulation_steps=2)
+    assert (c.engine, c.micro_batch_size, c.accumulation_steps) == ("builtin", 16, 2)
+    c = cfg(per_device_train_batch_size=8, gradient_accumulation_steps=4, num_generations=8)
+    assert (c.engine, c.prompts_per_step, c.micro_batch_size, c.accumulation_steps) == ("builtin", 4, 8, 4)
     with pytest.raises(ConfigError, match="= 32 sequences per step, but prompts_per_step x num_generations = 128.*"
                                           "gradient_accumulation_steps: 4"):
         cfg(engine="trl", prompts_per_step=16, num_generations=8, per_device_train_batch_size=32)

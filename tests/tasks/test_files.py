@@ -47,7 +47,7 @@ def test_missing_field_names_the_row(tmp_path):
     with pytest.raises(ValueError, match=r"row 2 has no 'answer' field"):
         load_problems_file(_write_jsonl(tmp_path / "bad.jsonl", rows))
     rows = [{"prompt": "x", "answer": "1"}]
-    with pytest.raises(ValueError, match=r"row 0 has no 'question' field"):
+    with pytest.raises(ValueError, match=r"no column 'question' for the question \(columns found: \['prompt', 'answer'\]\)"):
         load_problems_file(_write_jsonl(tmp_path / "bad2.jsonl", rows))
 
 
@@ -92,7 +92,7 @@ def test_file_task_has_the_task_interface(tmp_path):
     assert all(p.split == "train" and p.answer == str(2 * int(p.question.split()[2])) for p in a)
     with pytest.raises(ValueError, match="unknown split"):
         task.problems("valid", 3)
-    with pytest.raises(ValueError, match="needs name jsonl or parquet"):
+    with pytest.raises(ValueError, match="needs name jsonl, parquet or dataset"):
         FileTask.from_settings(TaskSettings())
     tiny = FileTask(_write_jsonl(tmp_path / "one.jsonl", ROWS[:1]))
     empty = next(s for s, n in tiny.split_sizes().items() if n == 0)

@@ -8,6 +8,11 @@ One step reads top to bottom as named stages over one batch:
             -> reference log-probs (if beta != 0; the base with the adapter off)
             -> clipped policy update, num_iterations passes -> optimizer step
 
+The log-prob passes and the update run in micro-batches of ``per_device_train_batch_size``
+sequences with gradients accumulated (TRL's ``gradient_accumulation_steps``; the ledger is
+the one-batch step's), and ``gradient_checkpointing`` recomputes the decoder layers in the
+update's backward, recorded as uncounted ``recompute`` (``race.engines.micro_batch``).
+
 Each stage charges what it executed (padded tensors included) under the run's FLOP
 conventions. Before a step the engine bounds its cost (this step's prompts, completions at
 ``max_completion_length``, no group dropped, a reward model reading the full prompts) and
@@ -26,6 +31,7 @@ from __future__ import annotations
 
 import copy
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -52,7 +58,8 @@ from race.engines.common import (
     make_task,
     run_evaluator,
 )
-from race.engines.grpo_math import completion_logprobs, group_advantages, grpo_loss, lr_at
+from race.engines import micro_batch
+from race.engines.grpo_math import group_advantages, grpo_loss, lr_at
 from race.engines.run_io import MetricsLog
 from race.engines.sampling import Rollout, decode_completions, encode_prompts, sample
 from race.models.timing import device_clock
@@ -76,6 +83,8 @@ class BuiltinEngine:
         self.metrics: MetricsLog | None = None
         self.total_steps = cfg.max_steps or 0  # steps the budget buys (the lr schedule's length), set by run()
         self.resumed_from: int | None = None
+        self._warned_cut = False
+        self.recompute_early_stop = True  # torch's non-reentrant early stop (set when checkpointing is enabled)
 
     # -- setup ------------------------------------------------------------------------
     def _setup(self) -> None:
@@ -93,7 +102,9 @@ class BuiltinEngine:
         elif cfg.beta != 0:
             self.ref_model = copy.deepcopy(model).eval().requires_grad_(False)
         self.model = model
-        self.task = make_task(cfg)
+        if cfg.gradient_checkpointing:
+            self.recompute_early_stop = micro_batch.enable_checkpointing(model)
+        self.task = make_task(cfg, tok)
         self.reward = make_reward(cfg.reward, seed=cfg.seed, device=str(self.device), conventions=cfg.conventions,
                                   task=self.task, tokenizer=tok)
         params = [p for p in model.parameters() if p.requires_grad]
@@ -105,6 +116,11 @@ class BuiltinEngine:
         problems = self.task.problems("train", cfg.prompts_per_step, seed=cfg.seed * 1_000_003 + step)
         ids, mask = encode_prompts(self.tok, [p.prompt for p in problems], self.device)
         if ids.shape[1] > cfg.max_prompt_length:  # keep the end of over-long prompts (TRL does the same)
+            if not self._warned_cut and (cfg.task.prompt_template or cfg.task.chat_template):
+                self._warned_cut = True
+                warnings.warn(f"templated prompts of up to {ids.shape[1]} tokens are cut to their last "
+                              f"max_prompt_length={cfg.max_prompt_length}: the template's start (a system turn) is "
+                              "lost; raise max_prompt_length", stacklevel=2)
             ids, mask = ids[:, -cfg.max_prompt_length:], mask[:, -cfg.max_prompt_length:]
         return problems, ids, mask
 
@@ -125,7 +141,8 @@ class BuiltinEngine:
         return learning_components(self.shape, seq_lens, completion_lens, lora=self.lora,
                                    num_iterations=cfg.num_iterations, beta=cfg.beta,
                                    needs_old_logprobs=cfg.needs_old_logprobs, train_logits="completion",
-                                   conventions=cfg.conventions)
+                                   recompute=cfg.gradient_checkpointing, recompute_early_stop=self.recompute_early_stop,
+                                   inputs_require_grad=cfg.gradient_checkpointing, conventions=cfg.conventions)
 
     # -- stages -----------------------------------------------------------------------
     def rollout(self, step: int, ids: torch.Tensor, mask: torch.Tensor) -> Rollout:
@@ -146,11 +163,11 @@ class BuiltinEngine:
                        truncated=ro.truncated[rows], n_prompts=len(rows) // ro.group, group=ro.group)
 
     def _logprobs(self, model: Any, ro: Rollout) -> torch.Tensor:
-        return completion_logprobs(model, ro.prompt_ids, ro.prompt_mask, ro.completion_ids, ro.completion_mask,
-                                   self.cfg.temperature)
+        return micro_batch.logprobs(model, ro, self.cfg.micro_batch_size, self.cfg.temperature)
 
     def update(self, batch: Rollout, adv: torch.Tensor, step: int) -> dict[str, float]:
-        """Old/reference log-probs, then ``num_iterations`` clipped policy updates."""
+        """Old/reference log-probs, then ``num_iterations`` clipped policy updates, each in
+        micro-batches of ``per_device_train_batch_size`` sequences (``race.engines.micro_batch``)."""
         from race.models import reference_policy
 
         cfg = self.cfg
@@ -181,16 +198,14 @@ class BuiltinEngine:
             g["lr"] = lr
         self.model.train()
         stats = None
+        kw = dict(epsilon=cfg.epsilon, epsilon_high=cfg.epsilon_high, loss_type=cfg.loss_type,
+                  max_completion_length=cfg.max_completion_length, beta=cfg.beta,
+                  sapo_temperatures=(cfg.sapo_temperature_pos, cfg.sapo_temperature_neg))
         for _ in range(cfg.num_iterations):
-            logp = self._logprobs(self.model, batch)
-            loss, stats = grpo_loss(logp, old if old is not None else logp.detach(), adv, mask,
-                                    epsilon=cfg.epsilon, epsilon_high=cfg.epsilon_high, loss_type=cfg.loss_type,
-                                    max_completion_length=cfg.max_completion_length, beta=cfg.beta, ref_logp=ref,
-                                    sapo_temperatures=(cfg.sapo_temperature_pos, cfg.sapo_temperature_neg))
-            if not torch.isfinite(loss):
-                raise DivergedError(f"non-finite loss ({float(loss)}) at step {step}")
             self.optimizer.zero_grad(set_to_none=True)
-            loss.backward()
+            stats = micro_batch.accumulate_gradients(self.model, batch, adv, mask, old, ref,
+                                                     size=cfg.micro_batch_size, temperature=cfg.temperature,
+                                                     loss_fn=grpo_loss, loss_kwargs=kw, step=step)
             torch.nn.utils.clip_grad_norm_([p for p in self.model.parameters() if p.requires_grad], cfg.max_grad_norm)
             self.optimizer.step()
         timings["update"] = device_clock(self.device) - t0

@@ -26,14 +26,21 @@ class DivergedError(RuntimeError):
     """The loss became non-finite."""
 
 
-def make_task(cfg: RunConfig) -> Any:
+def make_task(cfg: RunConfig, tokenizer: Any = None) -> Any:
+    """The run's task. A chat-template task renders its prompts with ``tokenizer`` (the
+    policy's; loaded from ``cfg.model`` when not given)."""
     from race.tasks import ArithTask
 
     if cfg.task.name == "arith":
         return ArithTask.from_settings(cfg.task, seed=0)
     from race.tasks.files import FileTask
 
-    return FileTask.from_settings(cfg.task)
+    if cfg.task.chat_template and tokenizer is None:
+        from race.models.loading import load_tokenizer, resolve_source
+
+        source, kw = resolve_source(cfg.model, build_missing=True)
+        tokenizer = load_tokenizer(source, **kw)
+    return FileTask.from_settings(cfg.task, tokenizer=tokenizer)
 
 
 def default_torch_threads(cfg: RunConfig) -> int | None:

@@ -162,14 +162,15 @@ def _time_scale(study_dir: Path | None, predicted: dict[str, float]) -> tuple[fl
 
 
 def cell_refusal(cfg: RunConfig) -> str | None:
-    """Why a worker would refuse ``cfg`` before spending anything, or None: a ``task.path``
-    that is not there (read from the current directory, as the worker reads it) or
-    settings its engine refuses."""
-    path = cfg.task.path
-    if path is not None and not Path(path).expanduser().exists():
-        where = "" if Path(path).expanduser().is_absolute() else f" (relative to {Path.cwd()})"
-        return (f"task.path {path!r}: file not found{where}; fix the path in the grid file or run from the "
-                "folder it is relative to")
+    """Why a worker would refuse ``cfg`` before spending anything, or None: a task data
+    path (``task.path``, ``train_path``, ``test_path``, ``hard_path``) that is not there
+    (read from the current directory, as the worker reads it) or settings its engine
+    refuses."""
+    for setting, path in cfg.task.data_paths().items():
+        if not Path(path).expanduser().exists():
+            where = "" if Path(path).expanduser().is_absolute() else f" (relative to {Path.cwd()})"
+            return (f"task.{setting} {path!r}: file not found{where}; fix the path in the grid file or run from "
+                    "the folder it is relative to")
     return engine_refusal(cfg)
 
 

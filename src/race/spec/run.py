@@ -33,6 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from race.spec.errors import ConfigError, format_errors, load_yaml_mapping, parse_scalar
 from race.spec.reward import parse_reward
+from race.spec.task import TASK_ID_NEUTRAL, TaskSettings
 
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 #: The loss types both engines run (TRL 1.16's names and formulas).
@@ -85,29 +86,6 @@ class LoraSettings(_Strict):
         return v
 
 
-class TaskSettings(_Strict):
-    """The training/evaluation task. ``arith`` is the built-in chained-arithmetic task;
-    ``jsonl``/``parquet`` load GSM8K/MATH-style files with ``question`` and ``answer``."""
-
-    name: Literal["arith", "jsonl", "parquet"] = "arith"
-    path: str | None = None
-    min_ops: int = Field(2, ge=1)
-    max_ops: int = Field(4, ge=1)
-    max_operand: int = Field(19, ge=1, description="operands 0..max_operand (the warm start trains on 0-19)")
-    hard_min_ops: int = Field(5, ge=1)
-    hard_max_ops: int = Field(5, ge=1)
-
-    @model_validator(mode="after")
-    def _check(self) -> "TaskSettings":
-        if self.max_ops < self.min_ops:
-            raise ValueError(f"task.max_ops ({self.max_ops}) < task.min_ops ({self.min_ops}): raise max_ops")
-        if self.hard_max_ops < self.hard_min_ops:
-            raise ValueError("task.hard_max_ops < task.hard_min_ops")
-        if self.name in ("jsonl", "parquet") and not self.path:
-            raise ValueError(f"task.name={self.name!r} needs task.path (a local file with question/answer fields)")
-        return self
-
-
 class EvalSettings(_Strict):
     """Evaluation targets, run at regular FLOP intervals (not charged to the budget)."""
 
@@ -142,7 +120,7 @@ class RunConfig(_Strict):
         None, ge=1, description="TRL: sequences per micro-batch; default prompts_per_step x num_generations / "
         "gradient_accumulation_steps")
     gradient_accumulation_steps: int | None = Field(
-        None, ge=1, description="TRL: micro-batches per optimizer step (default 1); the built-in engine runs 1")
+        None, ge=1, description="TRL: micro-batches per optimizer step (default 1)")
     num_generations: int = Field(8, description="group size G")
     max_prompt_length: int = Field(64, ge=1)
     max_completion_length: int = Field(64, ge=1)
@@ -245,11 +223,6 @@ class RunConfig(_Strict):
                 f"but prompts_per_step x num_generations = {n}: one generation feeds one optimizer step; set "
                 f"gradient_accumulation_steps: {n // B if n % B == 0 else '...'} or leave prompts_per_step out "
                 "(it is then derived)")
-        if self.engine == "builtin" and k > 1:
-            raise ValueError(
-                f"gradient_accumulation_steps={k}: micro-batching is not supported by the built-in engine (it runs "
-                f"the step's {n} sequences as one batch); set gradient_accumulation_steps: 1 "
-                f"(per_device_train_batch_size: {n}) or use engine: trl")
 
     @property
     def micro_batch_size(self) -> int:
@@ -271,6 +244,9 @@ class RunConfig(_Strict):
         for k, neutral in _ID_NEUTRAL.items():
             if d.get(k) == neutral:
                 d.pop(k)
+        for k, neutral in TASK_ID_NEUTRAL.items():  # task settings added later, likewise
+            if d["task"].get(k) == neutral:
+                d["task"].pop(k)
         if d["loss_type"] != "sapo":  # the SAPO temperatures change nothing else
             d.pop("sapo_temperature_pos"), d.pop("sapo_temperature_neg")
         d["scale_rewards"] = {"group": True, "none": False}.get(d["scale_rewards"], d["scale_rewards"])  # was a bool

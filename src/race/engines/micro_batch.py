@@ -1,0 +1,145 @@
+"""The built-in engine's learning passes in micro-batches, and gradient checkpointing.
+
+Micro-batches have TRL's meaning: one generation of ``prompts_per_step x num_generations``
+sequences per optimizer step; the old-policy and reference log-prob passes and the update
+run over ``per_device_train_batch_size`` sequences at a time (the step's kept rows, in
+order), the update's gradients accumulate over the micro-batches, then one clip and one
+optimizer step per iteration.
+
+The micro-batches keep the batch's padded widths (prompt and completion columns), so the
+passes execute exactly the FLOPs of the one-batch step: the ledger is the same, only fewer
+sequences are in memory at once. Each micro-batch's loss is weighted so that the
+accumulated gradient equals the one-batch gradient for every ``loss_type``
+(``race.engines.grpo_math.grpo_loss``):
+
+- ``grpo``/``sapo`` (mean over sequences of per-sequence token means) and ``dr_grpo``
+  (token sum over ``sequences x max_completion_length``): the micro-batch's share of the
+  sequences, ``n_micro / n``;
+- ``dapo``/``bnpo``/``cispo`` (token sum over the batch's tokens): the micro-batch's share
+  of the completion tokens, ``max(1, tokens_micro) / max(1, tokens)`` (the whole batch's
+  token count normalises every micro-batch, as TRL's ``dapo`` does with
+  ``num_items_in_batch``; TRL's ``bnpo`` normalises per micro-batch instead, so under
+  micro-batching RACE's ``bnpo`` is its ``dapo``).
+
+With LoRA dropout > 0 the dropout masks are drawn per micro-batch, so micro-batched and
+one-batch updates agree only in distribution; at ``lora_dropout: 0`` they agree to float
+rounding.
+
+Gradient checkpointing (``gradient_checkpointing: true``) checkpoints every decoder layer
+with torch's non-reentrant checkpoint (``use_reentrant: False``) and makes the embedding
+output require grad, as transformers and TRL do; in the update's backward each layer's
+forward runs again (torch's early stop skips its last matmul). The ledger records that as
+``recompute/forward`` (hardware FLOPs, never charged to the budget), and the update's
+backward then includes layer 0's q/k/v input gradients.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+
+from race.engines.common import DivergedError
+from race.engines.grpo_math import LossStats, completion_logprobs
+from race.engines.sampling import Rollout
+
+#: Loss types normalised by the batch's completion tokens (the others by its sequences).
+TOKEN_NORMALISED = ("dapo", "bnpo", "cispo")
+
+
+def micro_slices(n: int, size: int) -> list[slice]:
+    """Consecutive row slices of at most ``size`` rows covering ``n`` rows."""
+    if size < 1:
+        raise ValueError(f"micro-batch size must be >= 1, got {size}")
+    return [slice(i, min(n, i + size)) for i in range(0, n, size)]
+
+
+def rows(ro: Rollout, sl: slice) -> Rollout:
+    """Rows ``sl`` of a rollout, padded widths kept (what the ledger charged)."""
+    n = len(range(*sl.indices(ro.prompt_ids.shape[0])))
+    return Rollout(prompt_ids=ro.prompt_ids[sl], prompt_mask=ro.prompt_mask[sl], completion_ids=ro.completion_ids[sl],
+                   completion_mask=ro.completion_mask[sl], truncated=ro.truncated[sl],
+                   n_prompts=max(1, n // ro.group), group=ro.group)
+
+
+def logprobs(model: Any, ro: Rollout, size: int, temperature: float) -> torch.Tensor:
+    """Completion log-probs (B, T) computed ``size`` rows at a time."""
+    parts = []
+    for sl in micro_slices(ro.prompt_ids.shape[0], size):
+        r = rows(ro, sl)
+        parts.append(completion_logprobs(model, r.prompt_ids, r.prompt_mask, r.completion_ids, r.completion_mask,
+                                         temperature))
+    return torch.cat(parts, dim=0)
+
+
+def loss_weight(loss_type: str, mask: torch.Tensor, sl: slice) -> float:
+    """Weight of micro-batch ``sl``'s loss so that the weighted sum equals the one-batch
+    loss (module docstring). ``mask``: the whole batch's (B, T) loss mask."""
+    if loss_type in TOKEN_NORMALISED:
+        return float(mask[sl].sum().clamp(min=1)) / float(mask.sum().clamp(min=1))
+    return mask[sl].shape[0] / mask.shape[0]
+
+
+@dataclass
+class _Acc:
+    loss: float = 0.0
+    clip: float = 0.0
+    kl: float = 0.0
+    ratio: float = 0.0
+    tokens: float = 0.0
+
+    def add(self, st: LossStats, w: float, tokens: float) -> None:
+        self.loss += w * st.loss  # the weighted losses add up to the one-batch loss
+        self.clip += st.clip_frac * tokens  # token means, weighted by the micro-batch's tokens
+        self.kl += st.kl * tokens
+        self.ratio += st.ratio_mean * tokens
+        self.tokens += tokens
+
+    def stats(self) -> LossStats:
+        t = self.tokens or 1.0
+        return LossStats(loss=self.loss, clip_frac=self.clip / t, kl=self.kl / t, ratio_mean=self.ratio / t)
+
+
+def accumulate_gradients(model: Any, ro: Rollout, adv: torch.Tensor, mask: torch.Tensor, old: torch.Tensor | None,
+                         ref: torch.Tensor | None, *, size: int, temperature: float, loss_fn: Callable[..., Any],
+                         loss_kwargs: dict[str, Any], step: int) -> LossStats:
+    """Backward of the step's loss over micro-batches of ``size`` rows (gradients add up
+    in ``.grad``; the caller zeroes them before and steps the optimizer after). Returns
+    the whole batch's loss statistics; ``DivergedError`` on a non-finite loss."""
+    acc = _Acc()
+    loss_type = loss_kwargs["loss_type"]
+    slices = micro_slices(ro.prompt_ids.shape[0], size)
+    st = None
+    for sl in slices:
+        r = rows(ro, sl)
+        logp = completion_logprobs(model, r.prompt_ids, r.prompt_mask, r.completion_ids, r.completion_mask,
+                                   temperature)
+        loss, st = loss_fn(logp, old[sl] if old is not None else logp.detach(), adv[sl], mask[sl],
+                           ref_logp=ref[sl] if ref is not None else None, **loss_kwargs)
+        if not torch.isfinite(loss):
+            raise DivergedError(f"non-finite loss ({float(loss.detach())}) at step {step}")
+        w = loss_weight(loss_type, mask, sl)
+        (loss * w if w != 1.0 else loss).backward()
+        acc.add(st, w, float(mask[sl].sum()))
+    return st if len(slices) == 1 and st is not None else acc.stats()
+
+
+def enable_checkpointing(model: Any) -> bool:
+    """Checkpoint every decoder layer of ``model`` (non-reentrant) and make the embedding
+    output require grad; returns whether torch's early stop is on (the recompute then
+    skips each layer's last matmul: ``race.accounting.recompute_flops(early_stop=...)``)."""
+    import torch.utils.checkpoint as cp
+
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    kw = {"use_reentrant": False}
+    if hasattr(base, "activation_checkpointing_enable"):  # transformers >= 5.x's name
+        base.activation_checkpointing_enable(activation_checkpointing_kwargs=kw)
+    else:  # pragma: no cover - older transformers
+        base.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kw)
+    base.enable_input_require_grads()  # transformers does it for input_ids models; say so for any
+    return getattr(cp, "_checkpoint_early_stop", None) is not False
+
+
+__all__ = ["TOKEN_NORMALISED", "accumulate_gradients", "enable_checkpointing", "logprobs", "loss_weight",
+           "micro_slices", "rows"]
