@@ -46,3 +46,27 @@ def test_one_loop_scores_match_each_target_alone_and_flops_are_measured(char_tok
         [rows["greedy"]["per_problem"], rows["hard"]["per_problem"]]
     assert model.training  # evaluation restores the mode
 
+
+
+def test_pass_at_1_is_the_mean_accuracy_of_the_pass_at_k_samples(char_tokenizer):
+    from race.engines.evaluation import Evaluator
+
+    model = _policy()
+    k = 4
+    settings = EvalSettings(n_pass_problems=9, pass_k=k, targets=["pass@k", "pass@1"])
+    shape = ModelShape.from_hf_config(model.get_base_model().config.to_dict())
+    # an untrained model solves nothing: a verifier that accepts completions holding a "1"
+    # gives the samples of one problem different outcomes
+    ev = Evaluator(ArithTask(), settings, tokenizer=char_tokenizer, max_new_tokens=16, temperature=1.0, shape=shape,
+                   lora=LoRA(4), conventions="torch", device="cpu", verify=lambda p, text: "1" in text)
+    rows = {r["target"]: r for r in ev.evaluate(model).rows}
+    assert list(rows) == ["pass@k", "pass@1"]
+    per1 = rows["pass@1"]["per_problem"]
+    assert len(per1) == 9 and all(abs(v * k - round(v * k)) < 1e-9 for v in per1)
+    assert any(0 < v < 1 for v in per1)  # the test can tell a fraction from a 0/1 score
+    assert rows["pass@1"]["score"] == sum(per1) / 9 == rows["pass@k"]["pass1"]
+    assert rows["pass@k"]["per_problem"] == [1 if v > 0 else 0 for v in per1]
+    only1 = Evaluator(ArithTask(), EvalSettings(n_pass_problems=9, pass_k=k, targets=["pass@1"]),
+                      tokenizer=char_tokenizer, max_new_tokens=16, temperature=1.0, shape=shape, lora=LoRA(4),
+                      conventions="torch", device="cpu", verify=lambda p, text: "1" in text)
+    assert [r["target"] for r in only1.evaluate(model).rows] == ["pass@1"]

@@ -54,7 +54,7 @@ def report(
     out: Annotated[Optional[Path], typer.Option(help="output directory (default STUDY_DIR/report)")] = None,
     target_budget: Annotated[Optional[float], typer.Option(help="FLOPs of the run to plan (default: the validated "
                                                                "budget, else 4x the largest pilot budget)")] = None,
-    target: Annotated[str, typer.Option(help="primary evaluation target: greedy | pass@k | hard")] = "greedy",
+    target: Annotated[str, typer.Option(help="primary evaluation target: greedy | pass@k | pass@1 | hard")] = "greedy",
     n_boot: Annotated[int, typer.Option(min=10, help="bootstrap replicates of scores")] = 500,
     n_boot_fit: Annotated[int, typer.Option(min=10, help="bootstrap replicates of curve fits")] = 200,
     seed: Annotated[int, typer.Option(help="random seed of the bootstraps")] = 0,

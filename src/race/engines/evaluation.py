@@ -1,5 +1,7 @@
 """Evaluation targets: greedy accuracy on the test split, pass@k at the training
-temperature, greedy accuracy on the harder held-out split.
+temperature, pass@1 (the mean accuracy of those same k samples: the expected verified
+reward of the policy as it samples, i.e. what GRPO optimises; ``per_problem`` holds each
+problem's fraction correct), greedy accuracy on the harder held-out split.
 
 The problems are the same for every run of a study (fixed seeds, independent of the run
 seed), in the same order, so ``per_problem`` vectors line up for bootstrap over problems.
@@ -46,8 +48,9 @@ class Evaluator:
         self.test = task.problems("test", settings.n_problems, seed=EVAL_SEED) if "greedy" in settings.targets else []
         self.hard = (task.problems("hard", settings.n_hard_problems, seed=EVAL_SEED)
                      if "hard" in settings.targets and settings.n_hard_problems else [])
+        sampled = "pass@k" in settings.targets or "pass@1" in settings.targets
         self.passk = (task.problems("test", settings.n_pass_problems, seed=EVAL_SEED + 1)
-                      if "pass@k" in settings.targets and settings.n_pass_problems else [])
+                      if sampled and settings.n_pass_problems else [])
 
     def _jobs(self) -> list[tuple[str, Any, int, bool]]:
         """(target, problem, samples, greedy) per evaluated problem, in target order."""
@@ -98,15 +101,18 @@ class Evaluator:
             if not res:
                 continue
             if target == "pass@k":
-                rows.append(self._row(target, [any(r) for r in res], k=self.s.pass_k,
-                                      pass1=sum(sum(r) for r in res) / (len(res) * self.s.pass_k)))
+                if "pass@k" in self.s.targets:
+                    rows.append(self._row(target, [any(r) for r in res], k=self.s.pass_k,
+                                          pass1=sum(sum(r) for r in res) / (len(res) * self.s.pass_k)))
+                if "pass@1" in self.s.targets:
+                    rows.append(self._row("pass@1", [sum(r) / len(r) for r in res], k=self.s.pass_k))
             else:
                 rows.append(self._row(target, [r[0] for r in res]))
         return EvalResult(rows, flops, tokens, time.perf_counter() - t0)
 
     @staticmethod
-    def _row(target: str, correct: list[bool], **extra: Any) -> dict[str, Any]:
-        per = [1 if c else 0 for c in correct]
+    def _row(target: str, correct: list[bool] | list[float], **extra: Any) -> dict[str, Any]:
+        per = [c if isinstance(c, float) else (1 if c else 0) for c in correct]
         row = {"target": target, "score": sum(per) / max(1, len(per)), "n": len(per), "per_problem": per}
         row.update(extra)
         return row

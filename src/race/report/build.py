@@ -43,7 +43,7 @@ from .sections_study import (
 )
 from .study import ReportError, StudyData, default_target_budget, load_study
 
-DEFAULT_TARGETS = ("greedy", "pass@k", "hard")
+DEFAULT_TARGETS = ("greedy", "pass@k", "pass@1", "hard")
 
 
 @dataclass

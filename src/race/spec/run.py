@@ -95,7 +95,10 @@ class EvalSettings(_Strict):
     n_hard_problems: int = Field(100, ge=0)
     pass_k: int = Field(4, ge=1)
     n_pass_problems: int = Field(50, ge=0)
-    targets: list[Literal["greedy", "pass@k", "hard"]] = Field(default_factory=lambda: ["greedy", "pass@k", "hard"])
+    targets: list[Literal["greedy", "pass@k", "pass@1", "hard"]] = Field(
+        default_factory=lambda: ["greedy", "pass@k", "hard"],
+        description="greedy accuracy; pass@k and pass@1 (the mean accuracy of the same k samples at the training "
+        "temperature: what GRPO optimises) on n_pass_problems; greedy accuracy on the hard split")
 
 
 class RunConfig(_Strict):
