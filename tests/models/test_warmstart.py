@@ -160,3 +160,14 @@ def test_a_packaged_artefact_with_the_same_recipe_hash_is_installed_not_built(bu
     assert not (base_dir("tiny-xs", cache_dir=fresh, recipe=other) / "model.safetensors").exists()
     monkeypatch.setenv("RACE_NO_PACKAGED", "1")
     assert not (base_dir("tiny-xs", cache_dir=tmp_path / "off", recipe=TINY) / "info.json").exists()
+
+
+def test_equal_flops_recipe_trains_smaller_sizes_longer_for_the_same_sft_flops(tmp_path):
+    recipe = dataclasses.replace(TINY, steps=4, equal_flops_to="tiny-s")
+    assert recipe.steps_for("tiny-s") == 4 and recipe.steps_for("tiny-xs") > 8  # ~3x cheaper per step
+    assert recipe_hash("tiny-xs", recipe) != recipe_hash("tiny-xs", TINY)
+    xs = build_base("tiny-xs", cache_dir=tmp_path, recipe=recipe)
+    s = build_base("tiny-s", cache_dir=tmp_path, recipe=recipe)
+    assert (xs.steps, s.steps) == (recipe.steps_for("tiny-xs"), 4)
+    assert xs.recipe["equal_flops_to"] == "tiny-s"  # the hashed recipe, as asked
+    assert abs(xs.sft_flops / s.sft_flops - 1) < 0.25, (xs.sft_flops, s.sft_flops)

@@ -40,7 +40,8 @@ def _base_cost(name: str, recipe: Any) -> float:
     from race.models.family import tiny_config_kwargs
 
     c = tiny_config_kwargs(name)
-    return float(recipe.steps * (1.0 + c["num_hidden_layers"] * c["hidden_size"] ** 2 / 20_000))
+    steps = recipe.steps_for(name) if hasattr(recipe, "steps_for") else recipe.steps
+    return float(steps * (1.0 + c["num_hidden_layers"] * c["hidden_size"] ** 2 / 20_000))
 
 
 def grid_builds(models: Sequence[str], rewards: Sequence[str]) -> tuple[list[str], list[str]]:

@@ -79,9 +79,33 @@ class SFTRecipe(RecipeSchedule):
     task: dict[str, Any] = field(default_factory=lambda: ArithTask().describe())
     n_eval_test: int = 500
     n_eval_hard: int = 200
+    #: ``None``: every size trains ``steps`` steps. A size name: every size trains for the
+    #: SFT FLOPs that ``steps`` steps of THAT size cost (:meth:`steps_for`), so smaller
+    #: sizes take more steps (warm starts comparable at equal compute).
+    equal_flops_to: str | None = None
 
     def __post_init__(self) -> None:
         self._check_schedule()
+
+    def steps_for(self, name: str) -> int:
+        """Optimizer steps of size ``name``: ``steps``, or with ``equal_flops_to = ref``
+        round(steps x F(ref) / F(name)), F = ``train_flops`` of one batch of
+        ``batch_size`` sequences at the task's mean prompt + solution length (the ratio
+        barely depends on that length)."""
+        if self.equal_flops_to is None or self.equal_flops_to == name:
+            return self.steps
+        from race.models.refs import tiny_shape
+
+        task = self.make_task()
+        sample = task.problems("train", 64, seed=0)
+        length = round(sum(len(p.prompt) + len(solution_text(p)) + 1 for p in sample) / len(sample))
+        ref, own = (train_flops(tiny_shape(n), [length] * self.batch_size) for n in (self.equal_flops_to, name))
+        return max(1, round(self.steps * ref / own))
+
+    def for_size(self, name: str) -> "SFTRecipe":
+        """This recipe with the steps of size ``name`` (what :func:`sft` runs)."""
+        n = self.steps_for(name)
+        return self if n == self.steps else dataclasses.replace(self, steps=n, equal_flops_to=None)
 
 
 DEFAULT_RECIPE = SFTRecipe()
@@ -294,7 +318,8 @@ def _train_base(name: str, recipe: SFTRecipe, final: Path,
     t0 = time.perf_counter()
     tok = build_char_tokenizer()
     model = build_tiny_model(name, seed=recipe.seed, attn_implementation="sdpa")
-    stats = sft(model, tok, recipe, progress)
+    sized = recipe.for_size(name)
+    stats = sft(model, tok, sized, progress)
     seconds = time.perf_counter() - t0
     task = recipe.make_task()
     test_acc = evaluate_greedy(model, tok, task.problems("test", recipe.n_eval_test, seed=0))
@@ -304,7 +329,7 @@ def _train_base(name: str, recipe: SFTRecipe, final: Path,
     info = BaseInfo(
         name=name, path=str(final), recipe=dataclasses.asdict(recipe), recipe_hash=recipe_hash(name, recipe),
         non_embedding_params=n_ne, lm_head_params=n_head,
-        total_params=sum(p.numel() for p in model.parameters()), steps=recipe.steps,
+        total_params=sum(p.numel() for p in model.parameters()), steps=sized.steps,
         tokens_processed=int(stats["tokens_processed"]), real_tokens=int(stats["real_tokens"]),
         loss_tokens=int(stats["loss_tokens"]), sft_flops=float(stats["sft_flops"]),
         seconds=round(seconds, 2), final_loss=round(stats["final_loss"], 5),
