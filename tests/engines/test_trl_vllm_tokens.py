@@ -97,7 +97,7 @@ class _FakeVLLM:
     log-prob per token) without running the hooked model."""
 
     def __init__(self, eos: int) -> None:
-        self.eos, self.calls = eos, 0
+        self.eos, self.calls, self.rows = eos, 0, []
 
     def sync_weights(self) -> None:
         pass
@@ -105,6 +105,7 @@ class _FakeVLLM:
     def generate(self, prompts, images, num_generations, profiler=None):
         self.calls += 1
         completions = [_target(p, self.eos) for p in prompts]
+        self.rows.extend(zip(prompts, completions))
         return prompts, completions, [[[0.0] for _ in c] for c in completions], None
 
 
@@ -189,3 +190,66 @@ def test_continuous_batching_is_charged_from_its_tokens_not_as_log_prob_passes(t
     assert "old_logprobs/forward" not in keys and "reference/forward" not in keys  # no paged forward misread
     want = rollout_components(cb.shape, [len(p) for p, _ in rows], [len(c) for _, c in rows])
     assert {k: keys[k] for k in want} == want
+
+
+def test_rollout_func_is_charged_from_the_ids_it_returns(tiny_model_dir, tmp_path):
+    """TRL's public ``rollout_func`` hook (a custom generator, e.g. an agent loop on vLLM)."""
+    from datasets import Dataset
+    from trl import GRPOConfig, GRPOTrainer
+
+    from race.accounting import rollout_components
+    from race.engines.trl_callback import add_race_accounting
+    from race.models import load_policy
+
+    model, tok = load_policy(str(tiny_model_dir), device="cpu")
+    rows: list = []
+
+    def rollout_func(prompts, trainer):
+        p_ids = [tok(text=p)["input_ids"] for p in prompts]
+        c_ids = [_target(p, tok.eos_token_id) for p in p_ids]
+        rows.extend(zip(p_ids, c_ids))
+        return {"prompt_ids": p_ids, "completion_ids": c_ids, "logprobs": [[0.0] * len(c) for c in c_ids]}
+
+    args = GRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, per_device_train_batch_size=8,
+                      num_generations=4, max_completion_length=T_MAX, max_steps=1, report_to="none",
+                      disable_tqdm=True, save_strategy="no", activation_checkpointing=False)
+    trainer = GRPOTrainer(model=model, reward_funcs=lambda completions, **k: [0.0] * len(completions), args=args,
+                          train_dataset=Dataset.from_dict({"prompt": PROMPTS * 4}), processing_class=tok,
+                          rollout_func=rollout_func)
+    cb = add_race_accounting(trainer, budget_flops=1e13)
+    trainer.train()
+    assert len(rows) == 8 and cb.watch.charged_rows == 8
+    keys = cb.ledger.totals_by_key()
+    want = rollout_components(cb.shape, [len(p) for p, _ in rows], [len(c) for _, c in rows])
+    assert {k: keys[k] for k in want} == want and min(want.values()) > 0
+    assert trainer.rollout_func is rollout_func  # unwrapped when training ends
+
+
+def test_vllm_rollouts_of_a_lora_policy_carry_no_adapter_flops(tiny_model_dir, tmp_path):
+    """TRL merges the adapter into the weights it sends to vLLM: rollouts run dense weights."""
+    from datasets import Dataset
+    from peft import LoraConfig
+    from trl import GRPOConfig, GRPOTrainer
+
+    from race.accounting import rollout_components
+    from race.engines.trl_callback import add_race_accounting
+    from race.models import load_policy
+
+    model, tok = load_policy(str(tiny_model_dir), device="cpu")
+    args = GRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, per_device_train_batch_size=8,
+                      num_generations=4, max_completion_length=T_MAX, max_steps=1, report_to="none",
+                      disable_tqdm=True, save_strategy="no", activation_checkpointing=False)
+    trainer = GRPOTrainer(model=model, reward_funcs=lambda completions, **k: [0.0] * len(completions), args=args,
+                          train_dataset=Dataset.from_dict({"prompt": PROMPTS * 4}), processing_class=tok,
+                          peft_config=LoraConfig(r=2, task_type="CAUSAL_LM", target_modules=["q_proj", "v_proj"]))
+    trainer.use_vllm, trainer.vllm_generation, trainer._last_loaded_step = True, _FakeVLLM(tok.eos_token_id), -1
+    cb = add_race_accounting(trainer, budget_flops=1e13)
+    trainer.train()
+    assert cb.lora is not None and cb.watch.lora is False
+    p_ids = [p for p, _ in trainer.vllm_generation.rows]
+    c_lens = [len(c) for _, c in trainer.vllm_generation.rows]
+    assert len(p_ids) == 8
+    keys = cb.ledger.totals_by_key()
+    dense = rollout_components(cb.shape, [len(p) for p in p_ids], c_lens)
+    assert {k: keys[k] for k in dense} == dense
+    assert dense != rollout_components(cb.shape, [len(p) for p in p_ids], c_lens, lora=cb.lora)

@@ -144,11 +144,12 @@ class RaceFlopCallback(TrainerCallback):
     def _install(self) -> None:
         if self._attached:
             return
+        trainer = self._trainer() if self._trainer is not None else None
+        if trainer is not None:  # first: a reward model it cannot read is refused before any hook is in place
+            self.reward_models.attach(getattr(trainer, "reward_funcs", None))
         for model, role in self._models:
             self.tracker.attach(model, role=role)
-        trainer = self._trainer() if self._trainer is not None else None
         if trainer is not None:
-            self.reward_models.attach(getattr(trainer, "reward_funcs", None))
             args = trainer.args
             vllm = bool(getattr(trainer, "use_vllm", getattr(args, "use_vllm", False)))
             bypass = vllm or bool(getattr(args, "use_transformers_continuous_batching", False))
