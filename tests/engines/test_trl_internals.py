@@ -64,3 +64,28 @@ def test_world_size_without_a_process_group_is_refused():
     assert world() == (0, 1)
     with pytest.raises(AccountingError, match="accelerate launch / torchrun"):
         world(types.SimpleNamespace(world_size=2))
+
+
+def test_the_vllm_multi_gpu_script_of_docs_trl_md_uses_real_names():
+    """The docs' vLLM + accelerate script: its GRPOConfig / LoraConfig keywords are fields
+    of TRL's and PEFT's configs, and it adds RACE with the one-line call."""
+    import ast
+    import dataclasses
+    import re
+    from pathlib import Path
+
+    from peft import LoraConfig
+    from trl import GRPOConfig
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "trl.md").read_text()
+    (code,) = [c for c in re.findall(r"```python\n(.*?)```", text, re.S) if "accelerate launch" in c]
+    calls = {n.func.id: n for n in ast.walk(ast.parse(code)) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
+    fields = {"GRPOConfig": {f.name for f in dataclasses.fields(GRPOConfig)},
+              "LoraConfig": {f.name for f in dataclasses.fields(LoraConfig)}}
+    for name, known in fields.items():
+        kws = {k.arg for k in calls[name].keywords}
+        assert kws <= known, (name, kws - known)
+    grpo = {k.arg: ast.literal_eval(k.value) for k in calls["GRPOConfig"].keywords}
+    assert grpo["use_vllm"] is True and grpo["vllm_mode"] == "colocate"
+    assert "accelerate launch --num_processes 4 train.py" in code
+    assert [k.arg for k in calls["add_race_accounting"].keywords] == ["budget_flops"]
