@@ -153,6 +153,8 @@ def test_vllm_stand_in_charges_exactly_what_the_measured_path_charges(tiny_model
         assert a == m, step
         assert m["rollout/prefill"][0] > 0 and m["rollout/decode"][1] > 0
     assert cb_vllm.plan.needs_old_logprobs and not cb_hook.plan.needs_old_logprobs
+    assert "16 rows generated outside the hooked model" in cb_vllm.report_card().extra["trl_rollouts"]
+    assert "trl_rollouts" not in cb_hook.report_card().extra
     # the step bound (prompts at the longest, completions at max_completion_length) covers the vLLM steps
     per_step = {s: sum(f for k, (f, _) in analytic[s].items() if not k.startswith("recompute/")) for s in (1, 2)}
     assert cb_vllm.step_bound(0, buffered=False) >= max(per_step.values())

@@ -59,7 +59,7 @@ from race.engines.trl.bounds import step_bound
 from race.engines.trl.distributed import RunLedgers
 from race.engines.trl.hooks import FlopTracker, _compact_head, bound_prompt_length, causal_lm, lora_of
 from race.engines.trl.reward_models import RewardModelMeter
-from race.engines.trl.rollouts import GenerationWatch
+from race.engines.trl.rollouts import ROLLOUT_NOTE, GenerationWatch
 from race.models.refs import model_shape
 from race.models.timing import device_clock
 
@@ -356,7 +356,13 @@ class RaceFlopCallback(TrainerCallback):
         """The run's compute report card from the ledger so far."""
         if self.ledger is None or self.shape is None or self.plan is None:
             raise AccountingError("no ledger yet: the report card exists once training has begun")
-        extra = {"engine": "trl", "trl_execution": TRL_EXECUTION_NOTE, **self.card_extra, **meta.pop("extra", {})}
+        extra: dict[str, Any] = {"engine": "trl", "trl_execution": TRL_EXECUTION_NOTE}
+        if self.watch is not None and self.watch.charged_rows:
+            extra["trl_rollouts"] = (f"{self.watch.charged_rows} rows generated outside the hooked model (vLLM, "
+                                     f"continuous batching or rollout_func), {ROLLOUT_NOTE}")
+        if self.ledgers is not None and self.ledgers.world > 1:
+            extra["processes"] = self.ledgers.world
+        extra.update({**self.card_extra, **meta.pop("extra", {})})
         card = ReportCard.from_ledger(
             self.ledger, conventions=self.conventions, model=meta.pop("model", self.model_name or self.shape.name),
             model_params=meta.pop("model_params", self.shape.num_params()),

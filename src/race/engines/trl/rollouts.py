@@ -35,6 +35,11 @@ from race.accounting.errors import AccountingError
 from race.models.timing import device_clock
 
 
+#: How those rows are charged, for the report card.
+ROLLOUT_NOTE = ("charged from their token ids: each row prefilled at its own prompt length and decoded to its own "
+                "completion length (no padding, no prompt prefix shared across the G samples)")
+
+
 @dataclass(frozen=True)
 class RolloutBlock:
     """Rows generated outside the hooked model (see module docstring): a record the
@@ -146,4 +151,4 @@ class GenerationWatch:
         return watched
 
 
-__all__ = ["GenerationWatch", "RolloutBlock", "rollout_blocks"]
+__all__ = ["GenerationWatch", "ROLLOUT_NOTE", "RolloutBlock", "rollout_blocks"]
