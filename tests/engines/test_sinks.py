@@ -95,3 +95,27 @@ def test_grid_cells_log_to_wandb(monkeypatch, tmp_path):
     wb.api.api_key = None
     assert execute_cell(DEFAULT_CELL_FN, spec, str(tmp_path / "c"))["ok"]
     assert wb.runs[-1].kw["mode"] == "offline" and wb.runs[-1].kw["project"] == "my-study"
+
+
+def test_wandb_mode_reads_the_netrc_login_without_importing_wandb(monkeypatch, tmp_path):
+    """``wandb login`` writes the key to ~/.netrc: that alone means online, wandb not imported."""
+    from race.engines.sinks import netrc_has_wandb_key
+
+    monkeypatch.setitem(sys.modules, "wandb", None)  # importing wandb would fail
+    rc = tmp_path / "netrc"
+    rc.write_text("machine api.wandb.ai\n  login user\n  password " + "k" * 40 + "\n")
+    rc.chmod(0o600)
+    assert netrc_has_wandb_key({"NETRC": str(rc)}) and wandb_mode({"NETRC": str(rc)}) == "online"
+    # HOME's .netrc is read when NETRC is not set
+    (tmp_path / ".netrc").write_text(rc.read_text())
+    (tmp_path / ".netrc").chmod(0o600)
+    assert wandb_mode({"HOME": str(tmp_path)}) == "online"
+    # a key for another host (a private W&B server is logged in elsewhere) is not a login here
+    assert wandb_mode({"NETRC": str(rc), "WANDB_BASE_URL": "https://wandb.example.org"}) == "offline"
+    rc.write_text("machine wandb.example.org\n  login user\n  password k\n")
+    assert wandb_mode({"NETRC": str(rc), "WANDB_BASE_URL": "https://wandb.example.org"}) == "online"
+    # no file, an unreadable file, an explicit WANDB_MODE
+    assert wandb_mode({"NETRC": str(tmp_path / "none")}) == "offline"
+    rc.write_text("machine api.wandb.ai login\n")
+    assert not netrc_has_wandb_key({"NETRC": str(rc)})
+    assert wandb_mode({"NETRC": str(tmp_path / ".netrc"), "WANDB_MODE": "offline"}) == "offline"

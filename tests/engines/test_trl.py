@@ -162,9 +162,9 @@ def test_callback_refuses_what_it_cannot_see(tiny_model_dir, tmp_path):
                           train_dataset=ds, processing_class=tok, callbacks=[RaceFlopCallback(1e12)])
     with pytest.raises(AccountingError, match="add_race_accounting"):
         trainer.train()
-    # a reward model given to TRL as reward_funcs runs outside the hooks
+    # a reward module is charged from its shape: one without a scoring head has none to read
     trainer.reward_funcs = [torch.nn.Linear(2, 2)]
-    with pytest.raises(AccountingError, match="reward model"):
+    with pytest.raises(AccountingError, match="reward model Linear: no score/classifier Linear head"):
         add_race_accounting(trainer, 1e12)
 
 

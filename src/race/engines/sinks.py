@@ -1,8 +1,8 @@
 """Where a run's metrics stream goes besides ``metrics.jsonl``: TensorBoard and/or Weights &
 Biases, the way TRL users are used to (``log_to`` in the run file).
 
-W&B runs online when you are logged in (``WANDB_API_KEY`` set, or ``wandb login`` done)
-and offline otherwise (sync later with ``wandb sync``); ``WANDB_MODE`` set in the
+W&B runs online when you are logged in (``WANDB_API_KEY`` set, or ``wandb login`` done:
+a key for the W&B host in ``~/.netrc`` or ``$NETRC``, or one wandb itself finds) and offline otherwise (sync later with ``wandb sync``); ``WANDB_MODE`` set in the
 environment wins. The project is the run file's ``wandb_project``, else ``$WANDB_PROJECT``,
 else ``race``. Neither package is required: both are in the ``logging`` extra, imported
 only when a run asks for them.
@@ -17,15 +17,37 @@ from typing import Any, Callable, Mapping
 Progress = Callable[[dict[str, Any]], None]
 
 
+def netrc_has_wandb_key(env: Mapping[str, str] | None = None) -> bool:
+    """Whether ``wandb login`` stored a key: an entry with a password for the W&B host
+    (``$WANDB_BASE_URL``'s, default ``api.wandb.ai``) in ``$NETRC`` or ``~/.netrc``. Reads
+    the file only; wandb is not imported."""
+    import netrc
+    from urllib.parse import urlparse
+
+    real = env is None or env is os.environ
+    env = os.environ if env is None else env
+    host = urlparse(env.get("WANDB_BASE_URL", "").strip() or "https://api.wandb.ai").hostname or "api.wandb.ai"
+    home = env.get("HOME", "").strip() or (str(Path.home()) if real else "")  # a given env without HOME: none
+    path = env.get("NETRC", "").strip() or (str(Path(home) / ".netrc") if home else "")
+    if not path or not Path(path).is_file():
+        return False
+    try:
+        entry = netrc.netrc(path).authenticators(host)
+    except (netrc.NetrcParseError, OSError):
+        return False
+    return bool(entry and entry[2])
+
+
 def wandb_mode(env: Mapping[str, str] | None = None) -> str:
     """``online`` when the user is logged in to W&B, ``offline`` otherwise; an explicit
     ``WANDB_MODE`` (``online``, ``offline``, ``disabled``, ``dryrun``) is honoured. Logged
-    in: ``WANDB_API_KEY`` is set, or wandb (when installed) finds a key (``wandb login``)."""
+    in: ``WANDB_API_KEY`` is set, ``wandb login`` stored a key in the netrc file
+    (:func:`netrc_has_wandb_key`), or wandb (when installed) finds one."""
     env = os.environ if env is None else env
     mode = env.get("WANDB_MODE", "").strip().lower()
     if mode:
         return "offline" if mode == "dryrun" else mode
-    if env.get("WANDB_API_KEY", "").strip():
+    if env.get("WANDB_API_KEY", "").strip() or netrc_has_wandb_key(env):
         return "online"
     try:
         import wandb
@@ -114,4 +136,4 @@ class LazySink:
             self.sink = None
 
 
-__all__ = ["LazySink", "MetricsSink", "check_installed", "wandb_mode", "wandb_project"]
+__all__ = ["LazySink", "MetricsSink", "check_installed", "netrc_has_wandb_key", "wandb_mode", "wandb_project"]

@@ -14,11 +14,16 @@ model of a full fine-tuning run with ``beta != 0`` is not visible to the callbac
 
 What it records: every call of the policy (and reference) model, turned into
 ``phase/component`` FLOPs as ``race.engines.trl.flops`` describes, one ledger record per
-key per optimizer step (``step`` = ``state.global_step``). Calls outside training steps
+key per optimizer step (``step`` = ``state.global_step``). Rollouts that bypass the hooked
+model (vLLM colocate or server, continuous batching, a ``rollout_func``) are charged from
+the token ids they return (``race.engines.trl.rollouts``); reward models passed as modules
+in ``reward_funcs`` from their shape (``race.engines.trl.reward_models``). With several
+processes each rank keeps its own ledger and the budget is charged and decided globally
+(``race.engines.trl.distributed``). Calls outside training steps
 (TRL's own evaluation) go to the uncounted ``eval`` phase. Before each step it bounds the
 step's counted FLOPs from the maximum lengths (the longest prompt of the dataset,
 ``max_completion_length``) and stops training when the bound does not fit the budget, so
-the counted total never exceeds it. FLOPs your reward functions spend on models are not
+the counted total never exceeds it. FLOPs your reward FUNCTIONS spend on models are not
 visible to the hooks: report them with :meth:`RaceFlopCallback.charge` and bound them with
 ``reward_step_bound`` (without it the bound takes the largest reward charge seen so far per
 generation, and warns once). Should a step still cost more than the budget has left (its
@@ -38,26 +43,23 @@ the values.
 from __future__ import annotations
 
 import warnings
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
 
 from transformers import TrainerCallback
 
-from race.accounting import AccountingError, BudgetExceededError, FlopLedger, LoRA, ModelShape, ReportCard, log_values
+from race.accounting import AccountingError, FlopLedger, LoRA, ModelShape, ReportCard, log_values
 from race.accounting.conventions import resolve
 from race.accounting.ledger import UNCOUNTED_PHASES
-from race.engines.trl.flops import (
-    TRL_CONVENTIONS_NOTE,
-    TRL_EXECUTION_NOTE,
-    TrlStepPlan,
-    _round_up,
-    calls_components,
-    calls_tokens_seconds,
-    counted,
-    generation_components,
-    update_components,
-)
+from race.engines.trl import internals
+from race.engines.trl.flops import TRL_CONVENTIONS_NOTE, TRL_EXECUTION_NOTE, TrlStepPlan, calls_components, \
+    calls_tokens_seconds
+from race.engines.trl.bounds import step_bound
+from race.engines.trl.distributed import RunLedgers
 from race.engines.trl.hooks import FlopTracker, _compact_head, bound_prompt_length, causal_lm, lora_of
+from race.engines.trl.reward_models import RewardModelMeter
+from race.engines.trl.rollouts import ROLLOUT_NOTE, GenerationWatch
 from race.models.refs import model_shape
 from race.models.timing import device_clock
 
@@ -100,7 +102,10 @@ class RaceFlopCallback(TrainerCallback):
         self.write_card = report_card
         self.card_extra = dict(card_extra or {})
         self.tracker = FlopTracker()
-        self.ledger: FlopLedger | None = None
+        self.reward_models = RewardModelMeter(self.conventions)
+        self.watch: GenerationWatch | None = None
+        self.ledgers: RunLedgers | None = None
+        self.ledger: FlopLedger | None = None  # the global ledger (the run's, on one process)
         self.shape: ModelShape | None = None
         self.lora: LoRA | None = None
         self.plan: TrlStepPlan | None = None
@@ -108,6 +113,7 @@ class RaceFlopCallback(TrainerCallback):
         self.reference_lora = False
         self._models: list[tuple[Any, str]] = []
         self._attached = False
+        self._undo: list[Callable[[], None]] = []
         self._has_ref_model = False
         self._pending: list[tuple[dict[str, int], dict[str, int], dict[str, float]]] = []
         self._outside: dict[str, int] = {}  # charges between steps (TRL's evaluation): uncounted eval
@@ -125,7 +131,7 @@ class RaceFlopCallback(TrainerCallback):
         """Hook the trainer's policy and, when TRL keeps one, its reference model."""
         import weakref
 
-        self._check_trainer(trainer)
+        internals.check_trl(trainer)
         self._trainer = weakref.ref(trainer)
         self._models = [(trainer.model, "policy")]
         ref = getattr(trainer, "ref_model", None)
@@ -135,27 +141,34 @@ class RaceFlopCallback(TrainerCallback):
         self._install()
         return self
 
-    @staticmethod
-    def _check_trainer(trainer: Any) -> None:
-        import torch
-
-        for f in getattr(trainer, "reward_funcs", []):
-            if isinstance(f, torch.nn.Module):
-                raise AccountingError(
-                    "a reward model passed to GRPOTrainer as reward_funcs runs outside the hooked policy: its FLOPs "
-                    "would be missed. Wrap it in a reward function and report its FLOPs with "
-                    "RaceFlopCallback.charge(), bounding them with reward_step_bound")
-
     def _install(self) -> None:
         if self._attached:
             return
+        trainer = self._trainer() if self._trainer is not None else None
+        if trainer is not None:  # first: a reward model it cannot read is refused before any hook is in place
+            self.reward_models.attach(getattr(trainer, "reward_funcs", None))
         for model, role in self._models:
             self.tracker.attach(model, role=role)
+        if trainer is not None:
+            args = trainer.args
+            vllm = bool(getattr(trainer, "use_vllm", getattr(args, "use_vllm", False)))
+            bypass = vllm or bool(getattr(args, "use_transformers_continuous_batching", False))
+            lora = lora_of(self._models[0][0], model_shape(self._models[0][0])) is not None
+            self.watch = GenerationWatch(self.tracker, lora=lora and not vllm, bypass=bypass,
+                                         device=next(self._models[0][0].parameters()).device)
+            self._undo.append(internals.wrap_generation(trainer, self.watch.single_turn))
+            rollout_func = getattr(trainer, "rollout_func", None)
+            if rollout_func is not None:
+                trainer.rollout_func = self.watch.wrap_rollout_func(rollout_func)
+                self._undo.append(lambda: setattr(trainer, "rollout_func", rollout_func))
         self._attached = True
 
     def _uninstall(self) -> None:
         if self._attached:
             self.tracker.detach()
+            self.reward_models.detach()
+            while self._undo:
+                self._undo.pop()()
             self._attached = False
 
     def charge(self, components: dict[str, int], *, tokens: dict[str, int] | None = None,
@@ -191,53 +204,26 @@ class RaceFlopCallback(TrainerCallback):
         prompts at the longest prompt, every old/reference pass TRL would run. A micro-step
         generates when TRL's counter says so or when no generated batch is buffered
         (``buffered``; default: whether a generation was seen)."""
-        assert self.plan is not None and self.shape is not None and self.max_prompt_length is not None
-        plan, P, T = self.plan, self.max_prompt_length, self._max_completion
-        pad = plan.pad_to_multiple_of
-        total = 0
-        last = self.tracker.last_generation
-        if buffered is None:
-            buffered = last is not None
-        width = None if last is None or not buffered else (
-            _round_up(last[1], pad) + _round_up(last[2], pad), _round_up(last[2], pad))
-        for i in range(plan.gradient_accumulation_steps):
-            m = micro_step + i
-            if plan.generates(m) or width is None:
-                gen = generation_components(self.shape, plan, n_seqs=plan.generation_batch_size, prompt_len=P,
-                                            completion_len=T, lora=self.lora, conventions=self.conventions,
-                                            reference_lora=self.reference_lora)
-                total += counted(gen)
-                if self.reward_step_bound is not None:
-                    total += int(self.reward_step_bound(plan.generation_batch_size, P, T))
-                else:
-                    total += self._reward_seen
-                width = (_round_up(P, pad) + _round_up(T, pad), _round_up(T, pad))
-            total += counted(update_components(self.shape, plan, n_seqs=plan.per_device_train_batch_size,
-                                               seq_len=width[0], completion_len=width[1], lora=self.lora,
-                                               inputs_require_grad=True, conventions=self.conventions))
-        return total
+        return step_bound(self, micro_step, buffered=buffered)
 
     def next_step_bound(self, state: Any) -> int:
         """``step_bound`` of the next optimizer step, reading TRL's own micro-step counter
         and generation buffer when the trainer is attached (they restart on resume)."""
         assert self.plan is not None
         trainer = self._trainer() if self._trainer is not None else None
-        if trainer is not None and hasattr(trainer, "_step"):
-            return self.step_bound(int(trainer._step), buffered=getattr(trainer, "_buffered_inputs", None) is not None)
+        micro = internals.micro_step(trainer) if trainer is not None else None
+        if micro is not None:
+            return self.step_bound(micro, buffered=internals.has_buffered_batch(trainer))
         return self.step_bound(int(state.global_step) * self.plan.gradient_accumulation_steps)
 
     # -- TrainerCallback events ---------------------------------------------------------------
     def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, processing_class: Any = None,
                        train_dataloader: Any = None, **kwargs: Any) -> None:
-        if getattr(args, "use_vllm", False):
-            raise AccountingError("use_vllm=True: generation runs in vLLM, outside the hooked model; the RACE "
-                                  "ledger supports transformers generation only")
-        if getattr(args, "use_transformers_continuous_batching", False):
-            raise AccountingError("use_transformers_continuous_batching=True is not supported by the RACE ledger; "
-                                  "use the default model.generate path")
-        if int(getattr(args, "world_size", 1)) > 1:
-            raise AccountingError("the RACE ledger counts one process; distributed runs (world_size > 1) are not "
-                                  "supported yet")
+        if self._trainer is None and (getattr(args, "use_vllm", False) or
+                                      getattr(args, "use_transformers_continuous_batching", False)):
+            raise AccountingError("generation runs outside the hooked model (use_vllm / continuous batching): the "
+                                  "callback must see the trainer to charge it from the token ids; use "
+                                  "add_race_accounting(trainer, ...) instead of passing it in callbacks=[...]")
         if not self._models:
             if model is None:
                 raise AccountingError("RaceFlopCallback got no model: use add_race_accounting(trainer, ...)")
@@ -255,20 +241,24 @@ class RaceFlopCallback(TrainerCallback):
                 "passing the callback in callbacks=[...]")
         self._install()
         self.plan = TrlStepPlan.from_args(args, compact_head=_compact_head(causal_lm(policy)))
+        trainer = self._trainer() if self._trainer is not None else None
+        if trainer is not None and getattr(trainer, "use_vllm", False):  # TRL's own flags win over args
+            self.plan = replace(self.plan, vllm_is_correction=bool(
+                getattr(trainer, "vllm_importance_sampling_correction", False)))
         self._max_completion = int(args.max_completion_length)
         if self.max_prompt_length is None:
             self.max_prompt_length = self._dataset_prompt_bound(train_dataloader, processing_class, args)
         out = self.output_dir or Path(args.output_dir)
         out.mkdir(parents=True, exist_ok=True)
         self.output_dir = out
-        self.ledger = FlopLedger(out / "ledger.jsonl", budget=self.budget_flops)
-        self.ledger.truncate_after(int(state.global_step))  # a resumed run drops what came after its checkpoint
+        self.ledgers = RunLedgers(out, self.budget_flops, resume_step=int(state.global_step), args=args)
+        self.ledger = self.ledgers.ledger
         self.stop_reason = None
         self.tracker.drain()
         self._pending.clear()
         self._outside.clear()
         self._in_step = False
-        bound = self.next_step_bound(state)
+        bound = self.ledgers.global_bound(self.next_step_bound(state))
         if self.ledger.would_exceed(bound):
             self._uninstall()
             raise AccountingError(
@@ -296,14 +286,17 @@ class RaceFlopCallback(TrainerCallback):
         calls = self.tracker.drain()
         comps = dict(self._outside)
         self._outside.clear()
+        for k, v in self.reward_models.drain()[0].items():
+            key = f"eval/{k.replace('/', '_')}"
+            comps[key] = comps.get(key, 0) + v
         if calls:
             for k, v in calls_components(self.shape, calls, lora=self.lora,  # type: ignore[arg-type]
                                          conventions=self.conventions).items():
                 if not k.startswith("recompute/"):
                     key = f"eval/{k.replace('/', '_')}"
                     comps[key] = comps.get(key, 0) + v
-        if comps and self.ledger is not None:
-            self.ledger.add_components(step, comps)
+        if self.ledgers is not None:
+            self.ledgers.record_uncounted(step, comps)
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         assert self.ledger is not None and self.shape is not None and self.plan is not None
@@ -318,7 +311,7 @@ class RaceFlopCallback(TrainerCallback):
             extra = max(0.0, self.tracker.generate_seconds - roll)
             seconds["rollout/decode"] = seconds.get("rollout/decode", 0.0) + extra
         self.tracker.generate_seconds = 0.0
-        for c, t, s in self._pending:
+        for c, t, s in [*self._pending, self.reward_models.drain()]:
             for k, v in c.items():
                 comps[k] = comps.get(k, 0) + int(v)
             for k, v in t.items():
@@ -328,15 +321,14 @@ class RaceFlopCallback(TrainerCallback):
         self._pending.clear()
         if "update/forward" in comps:
             seconds["update/backward"] = max(0.0, wall - sum(seconds.values()))
-        try:
-            self.ledger.add_components(int(state.global_step), comps, tokens=tokens, seconds=seconds)
-        except BudgetExceededError:  # the bound was low: keep the FLOPs on record, uncounted, and stop
-            self.overrun_flops += self.ledger.record_overrun(int(state.global_step), comps, tokens=tokens,
-                                                             seconds=seconds)
+        assert self.ledgers is not None
+        over = self.ledgers.commit(int(state.global_step), comps, tokens, seconds)
+        if over:  # the bound was low: the FLOPs are on record, uncounted (overrun); stop on every rank
+            self.overrun_flops += over
             control.should_training_stop = True
             self.stop_reason = "budget"
             return
-        if self.ledger.would_exceed(self.next_step_bound(state)):
+        if self.ledger.would_exceed(self.ledgers.global_bound(self.next_step_bound(state))):
             control.should_training_stop = True
             self.stop_reason = "budget"
 
@@ -356,7 +348,7 @@ class RaceFlopCallback(TrainerCallback):
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if self.ledger is not None:
             self._flush_outside(int(state.global_step))
-            if self.write_card and self.output_dir is not None:
+            if self.write_card and self.output_dir is not None and self.ledgers is not None and self.ledgers.is_main:
                 self.report_card().write(self.output_dir)
         self._uninstall()
 
@@ -364,7 +356,13 @@ class RaceFlopCallback(TrainerCallback):
         """The run's compute report card from the ledger so far."""
         if self.ledger is None or self.shape is None or self.plan is None:
             raise AccountingError("no ledger yet: the report card exists once training has begun")
-        extra = {"engine": "trl", "trl_execution": TRL_EXECUTION_NOTE, **self.card_extra, **meta.pop("extra", {})}
+        extra: dict[str, Any] = {"engine": "trl", "trl_execution": TRL_EXECUTION_NOTE}
+        if self.watch is not None and self.watch.charged_rows:
+            extra["trl_rollouts"] = (f"{self.watch.charged_rows} rows generated outside the hooked model (vLLM, "
+                                     f"continuous batching or rollout_func), {ROLLOUT_NOTE}")
+        if self.ledgers is not None and self.ledgers.world > 1:
+            extra["processes"] = self.ledgers.world
+        extra.update({**self.card_extra, **meta.pop("extra", {})})
         card = ReportCard.from_ledger(
             self.ledger, conventions=self.conventions, model=meta.pop("model", self.model_name or self.shape.name),
             model_params=meta.pop("model_params", self.shape.num_params()),

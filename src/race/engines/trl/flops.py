@@ -33,7 +33,7 @@ trl/kernels/chunked_logprob.py):
   ``recompute/lm_head``, not counted), then runs the input gradient (and the weight
   gradient of a trainable head) as in-place ``addmm_``;
 - old-policy log-probs run only when ``gradient_accumulation_steps % (steps_per_generation
-  * num_iterations) != 0``; reference log-probs only when ``beta != 0``;
+  * num_iterations) != 0`` or under vLLM's importance-sampling correction; reference log-probs only when ``beta != 0``;
 - gradient checkpointing (TRL's default) recomputes each decoder layer in the backward:
   non-reentrant by default (torch's early stop skips each layer's last matmul), reentrant
   when ``gradient_checkpointing_kwargs={"use_reentrant": True}``; with it transformers
@@ -184,6 +184,7 @@ class TrlStepPlan:
     beta: float = 0.0
     compact_head: bool = False  # fused head on Triton devices: completion tokens only
     pad_to_multiple_of: int | None = None
+    vllm_is_correction: bool = False  # use_vllm with importance-sampling correction: old log-probs every generation
 
     def __post_init__(self) -> None:
         if self.per_device_train_batch_size < 1 or self.gradient_accumulation_steps < 1:
@@ -202,7 +203,8 @@ class TrlStepPlan:
                    gradient_accumulation_steps=int(args.gradient_accumulation_steps),
                    steps_per_generation=int(args.steps_per_generation or args.gradient_accumulation_steps),
                    num_iterations=int(args.num_iterations), beta=float(args.beta), compact_head=compact_head,
-                   pad_to_multiple_of=pad)
+                   pad_to_multiple_of=pad, vllm_is_correction=bool(getattr(args, "use_vllm", False)) and bool(
+                       getattr(args, "vllm_importance_sampling_correction", False)))
 
     @property
     def generate_every(self) -> int:
@@ -215,9 +217,9 @@ class TrlStepPlan:
 
     @property
     def needs_old_logprobs(self) -> bool:
-        """TRL computes old-policy log-probs only when a generation's batches are not all
-        used inside one optimizer step."""
-        return self.gradient_accumulation_steps % self.generate_every != 0
+        """TRL computes old-policy log-probs when a generation's batches are not all used
+        inside one optimizer step, and always under vLLM's importance-sampling correction."""
+        return self.gradient_accumulation_steps % self.generate_every != 0 or self.vllm_is_correction
 
     def generates(self, micro_step: int) -> bool:
         return micro_step % self.generate_every == 0

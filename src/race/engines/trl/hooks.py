@@ -19,6 +19,8 @@ from typing import Any, Iterator, Sequence
 from race.accounting import LoRA, ModelShape
 from race.accounting.errors import AccountingError
 from race.engines.trl.flops import ModelCall
+from race.engines.trl.internals import FUSED_HEAD_KWARG
+from race.engines.trl.internals import compact_head as _compact_head
 from race.models.timing import device_clock
 
 
@@ -105,15 +107,6 @@ def _checkpointing(layers: Any) -> tuple[str | None, int]:
     return ("full" if early is False else "early_stop"), len(on)
 
 
-def _compact_head(lm: Any) -> bool:
-    try:
-        from trl.kernels.chunked_logprob import _use_triton
-    except ImportError:  # pragma: no cover - TRL without the fused head
-        return False
-    head = lm.get_output_embeddings()
-    return bool(_use_triton(head.weight.device)) if head is not None else False
-
-
 class FlopTracker:
     """Records every call of the hooked models (see module docstring). ``drain()`` hands
     the calls recorded since the last drain to the caller."""
@@ -181,6 +174,10 @@ class FlopTracker:
                 object.__setattr__(lm, "generate", original)
         self._patched.clear()
 
+    @property
+    def is_paused(self) -> bool:
+        return self._paused > 0
+
     @contextlib.contextmanager
     def paused(self) -> Iterator[None]:
         """Record nothing inside (evaluation the caller charges itself)."""
@@ -209,7 +206,7 @@ class FlopTracker:
         B, n = int(ids.shape[0]), int(ids.shape[1])
         cache = kwargs.get("cache", kwargs.get("past_key_values"))
         cached = int(cache.get_seq_length()) if cache is not None and hasattr(cache, "get_seq_length") else 0
-        fused = bool(kwargs.get("fused_lm_head", False))
+        fused = bool(kwargs.get(FUSED_HEAD_KWARG, False))
         lm = st["lm"]
         if fused:
             shift = kwargs.get("shift_labels")
