@@ -115,3 +115,26 @@ def test_setup_script_uses_the_constraints_and_keeps_an_existing_torch():
     assert "constraints/cpu.txt" in sh and 'ARGS=(-c "$CONSTRAINTS")' in sh
     assert "RACE_TORCH_SPEC" in sh and 'if ! $VPY -c "import torch"' in sh
     assert "torch-version" in sh  # constraints skipped when the venv's torch differs
+
+
+def test_the_demo_grids_base_models_and_reward_models_ship_with_the_current_recipe_hashes(tmp_path):
+    """A fresh clone runs the demo without building: every warm start and reward model the
+    packaged demo grid uses is in the package under its CURRENT recipe hash (a recipe change
+    without re-packaging fails here; `race base build --force` + copying refreshes them)."""
+    from importlib import resources
+
+    from race.builds.cache import PACKAGED, packaged_dir
+    from race.grid import load_grid_spec
+    from race.grid.prebuild import grid_builds
+    from race.models.warmstart import recipe_hash
+    from race.rewards.rm_recipes import rm_dir
+
+    with resources.as_file(resources.files("race") / "configs" / "demo.yaml") as f:
+        spec = load_grid_spec(f)
+    models, rms = grid_builds(spec.axes.get("model", [spec.base.get("model")]),
+                              spec.axes.get("reward", [spec.base.get("reward", "rule")]))
+    assert models and rms
+    for m in models:
+        assert packaged_dir("base", f"{m}-{recipe_hash(m)}") is not None, (m, sorted(PACKAGED.glob("base/*")))
+    for r in rms:
+        assert packaged_dir("rm", rm_dir(r, cache_dir=tmp_path).name) is not None, r

@@ -153,7 +153,10 @@ def _recipe(recipe: SFTRecipe | None) -> SFTRecipe:
 def recipe_hash(name: str, recipe: SFTRecipe | None = None) -> str:
     """12 hex digits over the recipe, the size's config and the tokenizer alphabet."""
     recipe = _recipe(recipe)
-    return recipe_digest(dict(version=WARMSTART_VERSION, recipe=dataclasses.asdict(recipe),
+    fields = dataclasses.asdict(recipe)
+    if fields["equal_flops_to"] is None:  # added later: recipes without it keep their hashes
+        del fields["equal_flops_to"]
+    return recipe_digest(dict(version=WARMSTART_VERSION, recipe=fields,
                               config=tiny_config_kwargs(name), alphabet="".join(ALPHABET), special=SPECIAL_TOKENS))
 
 
