@@ -92,3 +92,22 @@ def test_cli_errors_for_missing_or_empty_studies(tmp_path, cli):
     assert res.exit_code == 2 and "no study store" in out
     res, out = cli("validate", tmp_path, "--seeds", "a,b")
     assert res.exit_code == 2 and "comma-separated integers" in out
+
+
+def test_the_grids_first_eval_target_is_the_studys_primary_target(tmp_path, cli):
+    from race.report import load_study
+
+    grid = json.loads(json.dumps(GRID))
+    grid["base"]["eval"]["targets"] = ["pass@k", "greedy"]
+    study = tmp_path / "study"
+    assert run_grid(grid, study, poll_s=0.05).ok
+    assert load_study(study).primary_target == "pass@k"
+    res, out = cli("report", study, *FAST)
+    assert res.exit_code == 0, out
+    assert json.loads((study / "report" / "report.json").read_text())["options"]["targets"][0] == "pass@k"
+    res, out = cli("report", study, "--target", "greedy", *FAST)  # --target still wins
+    assert json.loads((study / "report" / "report.json").read_text())["options"]["targets"][0] == "greedy"
+    res, out = cli("validate", study, "--rivals", "1", *FAST)
+    assert res.exit_code == 0, out
+    [val] = json.loads((study / "validation.json").read_text())["validations"]
+    assert val["target"] == "pass@k"

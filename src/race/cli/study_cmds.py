@@ -22,17 +22,19 @@ def _targets(target: str) -> tuple[str, ...]:
     return (target, *[t for t in DEFAULT_TARGETS if t != target])
 
 
-def _load(study_dir: Path, target: str, target_budget: float | None) -> Any:
+def _load(study_dir: Path, target: str | None, target_budget: float | None) -> tuple[Any, str]:
+    """The study and the primary target (``--target``, else the study's own)."""
     from race.report import ReportError, load_study
 
     try:
         study = load_study(study_dir, target_budget=target_budget)
     except ReportError as e:
         _fail(str(e))
+    target = target or study.primary_target
     present = sorted(study.evals_of(study.pilot_runs)["target"].astype(str).unique())
     if target not in present:
         _fail(f"--target {target!r} is not evaluated in study {study.name} (targets: {', '.join(present) or 'none'})")
-    return study
+    return study, target
 
 
 def _print_report(paths: Any) -> None:
@@ -54,7 +56,8 @@ def report(
     out: Annotated[Optional[Path], typer.Option(help="output directory (default STUDY_DIR/report)")] = None,
     target_budget: Annotated[Optional[float], typer.Option(help="FLOPs of the run to plan (default: the validated "
                                                                "budget, else 4x the largest pilot budget)")] = None,
-    target: Annotated[str, typer.Option(help="primary evaluation target: greedy | pass@k | pass@1 | hard")] = "greedy",
+    target: Annotated[Optional[str], typer.Option(help="primary evaluation target: greedy | pass@k | pass@1 | hard "
+                                                       "(default: the grid's first eval target)")] = None,
     n_boot: Annotated[int, typer.Option(min=10, help="bootstrap replicates of scores")] = 500,
     n_boot_fit: Annotated[int, typer.Option(min=10, help="bootstrap replicates of curve fits")] = 200,
     seed: Annotated[int, typer.Option(help="random seed of the bootstraps")] = 0,
@@ -62,7 +65,7 @@ def report(
     """Write the study's report (HTML, Markdown, JSON) and print its recommendation."""
     from race.report import ReportError, build_report
 
-    study = _load(study_dir, target, target_budget)
+    study, target = _load(study_dir, target, target_budget)
     try:
         paths = build_report(study, out, target_budget=target_budget, targets=_targets(target), rng=seed,
                              n_boot=n_boot, n_boot_fit=n_boot_fit)
@@ -90,7 +93,8 @@ def validate(
     rivals: Annotated[int, typer.Option(min=0, help="strongest rivals to run beside the recommendation")] = 2,
     seeds: Annotated[Optional[str], typer.Option(help="comma-separated seeds (default: each allocation's pilot "
                                                       "seeds)")] = None,
-    target: Annotated[str, typer.Option(help="evaluation target the recommendation optimises")] = "greedy",
+    target: Annotated[Optional[str], typer.Option(help="evaluation target the recommendation optimises (default: "
+                                                       "the grid's first eval target)")] = None,
     workers: Annotated[Optional[int], typer.Option(min=1, help="cells in flight (default: the study's runner)")] = None,
     out: Annotated[Optional[Path], typer.Option(help="report directory (default STUDY_DIR/report)")] = None,
     n_boot: Annotated[int, typer.Option(min=10, help="bootstrap replicates of scores")] = 500,
@@ -102,7 +106,7 @@ def validate(
     from race.report import ReportError, build_report, validate_study
 
     seed_list = _parse_seeds(seeds)
-    _load(study_dir, target, target_budget)
+    _, target = _load(study_dir, target, target_budget)
 
     def on_event(ev: Any) -> None:
         if ev.kind in ("complete", "failed", "retry"):

@@ -117,7 +117,7 @@ def analyse(ctx: Context) -> list[Section]:
 
 
 def build_report(source: "str | Path | Mapping[str, pd.DataFrame] | StudyData", out_dir: str | Path | None = None,
-                 *, target_budget: float | None = None, targets: Sequence[str] = DEFAULT_TARGETS, rng: int = 0,
+                 *, target_budget: float | None = None, targets: Sequence[str] | None = None, rng: int = 0,
                  n_boot: int = 500, n_boot_fit: int = 200) -> ReportPaths:
     """Write ``report.html``, ``report.md`` (with ``figures/*.png``) and ``report.json``.
 
@@ -125,11 +125,14 @@ def build_report(source: "str | Path | Mapping[str, pd.DataFrame] | StudyData", 
     ``train``, ``ledger``, ``validations``) or a loaded :class:`StudyData`. ``out_dir``
     defaults to ``<study_dir>/report``. ``target_budget`` defaults to the latest validated
     target budget, else 4x the largest pilot budget. ``targets[0]`` is the primary target
-    (recommendation, isoFLOP, learning curves, diagnostics); the frontier and regimes use
+    (recommendation, isoFLOP, learning curves, diagnostics; default: the study's, i.e. its
+    grid's first ``eval.targets`` entry, else greedy); the frontier and regimes use
     every target present. ``n_boot``: bootstrap replicates of scores; ``n_boot_fit``: of
     curve fits (the recommendation).
     """
     study = source if isinstance(source, StudyData) else load_study(source, target_budget=target_budget)
+    if targets is None:  # the study's primary target first (its grid's first eval target), then the rest
+        targets = (study.primary_target, *[t for t in DEFAULT_TARGETS if t != study.primary_target])
     if out_dir is None:
         if study.study_dir is None:
             raise ReportError("out_dir is required when the study is given as tables")

@@ -58,6 +58,9 @@ class StudyData:
     validations: list[dict[str, Any]] = field(default_factory=list)
     validation_ids: set[str] = field(default_factory=set)
     notes: list[str] = field(default_factory=list)
+    #: The target the report and validation optimise unless told otherwise: the first of
+    #: the study grid's ``eval.targets`` (:func:`grid_primary_target`), else greedy.
+    primary_target: str = "greedy"
 
     @property
     def pilot_runs(self) -> pd.DataFrame:
@@ -132,6 +135,21 @@ def _clean_runs(runs: pd.DataFrame) -> pd.DataFrame:
     return runs
 
 
+def grid_primary_target(study_dir: str | Path) -> str | None:
+    """The first evaluation target listed by the study's grid (``eval.targets[0]`` of its
+    base), or ``None`` when the store holds no grid spec that names one."""
+    from race.grid import Store, StoreError
+
+    try:
+        with Store(study_dir, create=False) as store:
+            name = store.study_name()
+            spec = next((json.loads(r["spec_json"]) for r in store.rows("studies") if r["name"] == name), None)
+    except (StoreError, OSError, ValueError, KeyError):
+        return None
+    targets = (((spec or {}).get("base") or {}).get("eval") or {}).get("targets")
+    return str(targets[0]) if targets else None
+
+
 def load_study(source: "str | Path | Mapping[str, pd.DataFrame]", *,
                target_budget: float | None = None) -> StudyData:
     """Read a study directory or wrap a dict of tables (see the module docstring)."""
@@ -179,6 +197,8 @@ def load_study(source: "str | Path | Mapping[str, pd.DataFrame]", *,
             data.notes.append(f"{int(at_target.sum())} run(s) at the target budget {target_budget:.3g} are treated "
                               "as validation runs")
     data.validation_ids = ids
+    if study_dir is not None:
+        data.primary_target = grid_primary_target(study_dir) or "greedy"
     if data.pilot_complete.empty:
         counts = runs["status"].astype(str).value_counts().to_dict()
         raise ReportError(f"study {data.name} ({origin}) has no complete pilot runs (status counts: {counts}); "

@@ -100,17 +100,19 @@ def validation_grids(study: StudyData, allocations: Sequence[str], target_budget
     return out
 
 
-def validate_study(study_dir: str | Path, *, target_budget: float | None = None, target: str = "greedy",
+def validate_study(study_dir: str | Path, *, target_budget: float | None = None, target: str | None = None,
                    rivals: int = 2, seeds: Sequence[int] | None = None, workers: int | None = None,
                    n_boot: int = 1000, n_boot_fit: int = 200, rng: int = 0,
                    on_event: Callable[[Any], None] | None = None) -> ValidationOutcome:
-    """Recommend for ``target_budget`` (default: as the report), run the recommendation and
+    """Recommend for ``target_budget`` (default: as the report) on ``target`` (default: the
+    study's primary target, its grid's first ``eval.targets`` entry), run the recommendation and
     ``rivals`` rivals there (``seeds``: default each allocation's pilot seeds), store the
     runs in the study and compute the realised regret (also written to validation.json)."""
     from race.grid import GridSpecError, StudyLockedError, expand_grid, grid_spec_from_dict, run_grid
 
     sdir = Path(study_dir)
     study = load_study(sdir)
+    target = target or study.primary_target
     pilot_evals = study.evals_of(study.pilot_runs)
     if target not in set(pilot_evals["target"].astype(str)):
         raise ReportError(f"target {target!r} is not evaluated in study {study.name} "
