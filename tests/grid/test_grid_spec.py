@@ -218,3 +218,26 @@ def test_plan_wall_time_is_calibrated_on_the_study_finished_runs(tmp_path):
     assert calibrated.time_scale == pytest.approx(7)
     assert calibrated.est_wall_s == pytest.approx(7 * plain.est_wall_s)
     assert any("calibrated on 1 finished run" in n for n in calibrated.notes)
+
+
+def test_overrides_set_a_setting_per_axis_value():
+    g = grid(axes={"model": ["tiny-xs", "tiny-s"], "num_generations": [4, 8]},
+             overrides={"model": {"tiny-s": {"learning_rate": 3e-4, "lora": {"r": 8}}}})
+    cells = expand_grid(grid_spec_from_dict(g))
+    lrs = {(c.allocation["model"], c.allocation["num_generations"]): (c.config.learning_rate, c.config.lora.r)
+           for c in cells}
+    base_lr = grid_spec_from_dict(grid()).cells()[0].config.learning_rate
+    assert lrs[("tiny-s", 4)] == lrs[("tiny-s", 8)] == (3e-4, 8)
+    assert lrs[("tiny-xs", 4)] == (base_lr, 16) != (3e-4, 8)
+    assert all(set(c.allocation) == {"model", "num_generations"} for c in cells)  # the key stays the axes
+
+
+def test_overrides_that_cannot_apply_are_refused_with_what_to_change():
+    axes = {"model": ["tiny-xs", "tiny-s"], "num_generations": [4, 8]}
+    assert "not an axis" in _err(grid(axes=axes, overrides={"reward": {"rule": {"beta": 0.1}}}))
+    assert "not a value of axis model" in _err(grid(axes=axes, overrides={"model": {"tiny-l": {"beta": 0.1}}}))
+    assert "is an axis" in _err(grid(axes=axes, overrides={"model": {"tiny-s": {"num_generations": 2}}}))
+    assert "unknown run setting 'learning_rat'" in _err(
+        grid(axes=axes, overrides={"model": {"tiny-s": {"learning_rat": 1e-3}}}))
+    both = grid(axes=axes, overrides={"model": {"tiny-s": {"beta": 0.1}}, "num_generations": {"8": {"beta": 0.2}}})
+    assert "both set beta" in _err(both)

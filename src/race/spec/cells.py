@@ -90,9 +90,24 @@ def cell_data(spec: GridLike, allocation: dict[str, Any], budget: float, seed: i
         data["eval"] = {**ev, **copy.deepcopy(spec.eval)}
     for path, value in allocation.items():
         _set_path(data, path, value)
+    set_by: dict[str, str] = {}
+    for axis, value in allocation.items():
+        for path, v in _leaves(getattr(spec, "overrides", {}).get(axis, {}).get(str(value), {})):
+            if path in set_by:
+                raise GridSpecError(f"overrides.{axis}.{value}.{path} and {set_by[path]} both set {path} for the "
+                                    f"cell [{allocation_label(allocation)}]: set it in one place")
+            set_by[path] = f"overrides.{axis}.{value}.{path}"
+            _set_path(data, path, copy.deepcopy(v))
     data["budget_flops"] = float(budget)
     data["seed"] = int(seed)
     return data
+
+
+def _leaves(d: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
+    out: list[tuple[str, Any]] = []
+    for k, v in d.items():
+        out.extend(_leaves(v, f"{prefix}{k}.") if isinstance(v, dict) else [(f"{prefix}{k}", v)])
+    return out
 
 
 def expand_cells(spec: GridLike) -> list[Cell]:

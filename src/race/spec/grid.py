@@ -14,6 +14,8 @@ base: {task: {name: arith}, eval: {n_problems: 200}}
 axes:
   model: [tiny-xs, tiny-s, tiny-m]
   num_generations: [4, 8]
+overrides:                     # settings that follow an axis value (here: a learning rate per size)
+  model: {tiny-m: {learning_rate: 3.0e-4}}
 seeds: [0, 1]
 runner: {kind: local, workers: 2, threads_per_worker: 1}
 ```
@@ -77,6 +79,9 @@ class GridSpec(BaseModel):
     require_budget_span: bool = True
     base: dict[str, Any] = Field(default_factory=dict)
     axes: dict[str, list[Any]] = Field(default_factory=dict)
+    overrides: dict[str, dict[str, dict[str, Any]]] = Field(
+        default_factory=dict, description="axis -> axis value -> run settings for the cells with that value, "
+        "e.g. {model: {tiny-m: {learning_rate: 3e-4}}} (a learning rate per size)")
     seeds: list[int] = Field(default_factory=lambda: [0], min_length=1)
     eval: dict[str, Any] | None = None
     engine: Literal["builtin", "trl"] | None = None
@@ -172,7 +177,26 @@ class GridSpec(BaseModel):
         overlap = set(self.axes) & {k for k in _flatten_keys(self.base)}
         if overlap:
             raise ValueError(f"{sorted(overlap)} set in both base and axes: keep each setting in one place")
+        self._check_overrides()
         return self
+
+    def _check_overrides(self) -> None:
+        """``overrides.<axis>.<value>.<setting>``: the axis is swept, the value is one of
+        its values, the setting is a run setting that no axis sweeps."""
+        for axis, by_value in self.overrides.items():
+            if axis not in self.axes:
+                raise ValueError(f"overrides.{axis}: not an axis of this grid (axes: {sorted(self.axes)})")
+            values = {str(v) for v in self.axes[axis]}
+            for value, settings in by_value.items():
+                if str(value) not in values:
+                    raise ValueError(f"overrides.{axis}.{value}: not a value of axis {axis} ({sorted(values)})")
+                if not isinstance(settings, dict) or not settings:
+                    raise ValueError(f"overrides.{axis}.{value}: give run settings, e.g. {{learning_rate: 3e-4}}")
+                for path in _flatten_leaf_keys(settings):
+                    _check_field_path(path, where=f"overrides.{axis}.{value}")
+                    if path in self.axes:
+                        raise ValueError(f"overrides.{axis}.{value}.{path}: {path} is an axis; an override may "
+                                         "only set what no axis sweeps")
 
     # -- helpers -----------------------------------------------------------------------
     @property
@@ -207,6 +231,14 @@ def _flatten_keys(d: dict[str, Any], prefix: str = "") -> list[str]:
         out.append(path)
         if isinstance(v, dict):
             out.extend(_flatten_keys(v, path + "."))
+    return out
+
+
+def _flatten_leaf_keys(d: dict[str, Any], prefix: str = "") -> list[str]:
+    out = []
+    for k, v in d.items():
+        path = f"{prefix}{k}"
+        out.extend(_flatten_leaf_keys(v, path + ".") if isinstance(v, dict) else [path])
     return out
 
 
