@@ -3,5 +3,7 @@
 # model family (building base models and reward models on first use), ending in a report.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+start=$(date +%s)
 bash scripts/setup.sh
+echo "[demo] setup: $(( $(date +%s) - start )) s"
 exec .venv/bin/race demo "$@"

@@ -88,7 +88,7 @@ def test_demo_builds_runs_the_grid_and_writes_the_report(tmp_path, tiny_recipes,
     assert "building tiny-s, tiny-xs" in r.output.replace("\n", " ") or "building tiny-xs, tiny-s" in r.output
     assert "tiny-xs: built in" in r.output and "16/16 cells complete" in r.output.replace("\n", " ")
     assert (study / "report" / "report.html").is_file() and (study / "report" / "report.md").is_file()
-    assert "demo wall time" in r.output
+    assert "demo wall time" in r.output and "grid " in r.output and "validation " in r.output
     # validation ran the recommendation and one rival at 4x the largest pilot budget, into the study
     [val] = json.loads((study / "validation.json").read_text())["validations"]
     assert val["target_budget"] == pytest.approx(8e10) and len(val["allocations"]) == 2

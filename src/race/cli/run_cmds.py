@@ -128,7 +128,9 @@ def demo(
         for name in rms:
             if name not in built:
                 con.print(f"  {name}: cached")
-        con.print(f"  ({time.perf_counter() - t0:.0f} s)")
+        split = {"builds": time.perf_counter() - t0}
+        con.print(f"  ({split['builds']:.0f} s)")
+        t_grid = time.perf_counter()
         con.rule("[bold]2/4 pilot grid[/bold]")
         try:
             grid_run(grid_file, runner=None, workers=workers, threads=None, ray_address=None, study_dir=study_dir,
@@ -136,18 +138,23 @@ def demo(
         except typer.Exit as e:
             if e.exit_code not in (0, 1):  # 1: some cells failed; the report says which
                 raise
-    t_grid = time.perf_counter()
+    split["grid"] = time.perf_counter() - t_grid
+    t_val = time.perf_counter()
     if validate:
         con.rule("[bold]3/4 validation[/bold] (new runs at the target budget; they never feed the forecast)")
         _demo_validation(con, study_dir, rivals, workers)
-        con.print(f"  ({time.perf_counter() - t_grid:.0f} s)")
+        split["validation"] = time.perf_counter() - t_val
+        con.print(f"  ({split['validation']:.0f} s)")
+    t_rep = time.perf_counter()
     con.rule(f"[bold]{'4/4' if validate else '3/3'} report[/bold]")
     paths = build_report(study_dir)
     if paths.headline:
         con.print(f"recommendation: {paths.headline} (confidence: {paths.confidence})")
     con.print(f"report: {paths.html}")
     con.print(f"        {paths.markdown}")
-    con.print(f"demo wall time: {time.perf_counter() - t0:.0f} s")
+    split["report"] = time.perf_counter() - t_rep
+    con.print(f"demo wall time: {time.perf_counter() - t0:.0f} s ("
+              + ", ".join(f"{k} {v:.0f} s" for k, v in split.items()) + ")")
 
 
 def _demo_validation(con: Any, study_dir: Path, rivals: int, workers: int | None) -> None:
