@@ -36,51 +36,84 @@ _SUPPORTED = ("qwen2", "llama", "mistral")
 
 
 @dataclass
-class _Linear:
+class _Adapter:
+    a: torch.Tensor  # (r, in)
+    b: torch.Tensor  # (out, r)
+    scale: float  # alpha / r
+    dropout: float  # PEFT's lora_dropout p while the layer trains, else 0
+
+
+@dataclass
+class _Spec:
+    """One projection of the model: its live weights and adapters."""
     weight: torch.Tensor
     bias: torch.Tensor | None
-    loras: list[tuple[torch.Tensor, torch.Tensor, float, float]]  # (A, B, scale, dropout p in training)
-
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        y = F.linear(x, self.weight, self.bias)
-        for a, b, s, p in self.loras:
-            xa = F.dropout(x, p) if p > 0 else x
-            y = y + F.linear(F.linear(xa, a), b) * s
-        return y
-
-    def merged(self) -> "_Linear":
-        """``W + s * B A`` as a new tensor (one matmul per adapter); the model is untouched."""
-        w = self.weight
-        for a, b, s, _ in self.loras:
-            w = w + torch.matmul(b * s, a)
-        return _Linear(w, self.bias, [])
+    adapters: list[_Adapter]
 
 
-def _linear(mod: Any) -> _Linear:
+def _spec(mod: Any) -> _Spec:
     """Weights of an ``nn.Linear`` or a PEFT LoRA layer (active, enabled adapters only);
     LoRA dropout applies when the layer is in training mode, as in PEFT."""
     base = getattr(mod, "base_layer", mod)
-    loras: list[tuple[torch.Tensor, torch.Tensor, float, float]] = []
+    ads: list[_Adapter] = []
     if hasattr(mod, "lora_A") and not getattr(mod, "disable_adapters", False) and not getattr(mod, "merged", False):
         for name in mod.active_adapters:
             if name in mod.lora_A:
                 drop = mod.lora_dropout[name] if name in getattr(mod, "lora_dropout", {}) else None
                 p = float(drop.p) if isinstance(drop, torch.nn.Dropout) and drop.training else 0.0
-                loras.append((mod.lora_A[name].weight, mod.lora_B[name].weight, float(mod.scaling[name]), p))
-    return _Linear(base.weight, base.bias, loras)
+                ads.append(_Adapter(mod.lora_A[name].weight, mod.lora_B[name].weight, float(mod.scaling[name]), p))
+    return _Spec(base.weight, base.bias, ads)
 
 
-def _fuse(parts: list[_Linear], scale_first: float = 1.0) -> _Linear:
-    """One linear for several LoRA-free ones (rows concatenated; the first scaled)."""
-    ws = [p.weight for p in parts]
-    ws[0] = ws[0] * scale_first
-    bias = None
-    if any(p.bias is not None for p in parts):
-        bs = [p.bias if p.bias is not None else torch.zeros(p.weight.shape[0], dtype=p.weight.dtype,
-                                                            device=p.weight.device) for p in parts]
-        bs[0] = bs[0] * scale_first
-        bias = torch.cat(bs)
-    return _Linear(torch.cat(ws), bias, [])
+class _Proj:
+    """Projections of one input (q/k/v, gate/up, or one alone) in few matmuls, FLOP for
+    FLOP what separate PEFT layers execute, forward and backward: the base weights
+    concatenated (one matmul), the adapters' A matrices concatenated (one matmul, unless
+    dropout needs a mask per adapter), then one ``addmm`` per adapter's B into its output.
+    ``scales`` multiply a member's whole output (the attention scale folded into q);
+    ``merge`` folds the adapters into new weights first (``W + s B A``: one matmul each)."""
+
+    def __init__(self, specs: list[_Spec], scales: list[float] | None = None, *, merge: bool = False) -> None:
+        scales = scales or [1.0] * len(specs)
+        ws, bs, self.adapters = [], [], []
+        for sp, sc in zip(specs, scales):
+            w, ads = sp.weight, sp.adapters
+            if merge:
+                for ad in ads:
+                    w = w + torch.matmul(ad.b * ad.scale, ad.a)
+                ads = []
+            ws.append(w * sc if sc != 1.0 else w)
+            bs.append(None if sp.bias is None else (sp.bias * sc if sc != 1.0 else sp.bias))
+            self.adapters.append([_Adapter(ad.a, ad.b, ad.scale * sc, ad.dropout) for ad in ads])
+        self.sizes = [w.shape[0] for w in ws]
+        self.weight = ws[0] if len(ws) == 1 else torch.cat(ws)
+        self.bias = None
+        if any(b is not None for b in bs):
+            self.bias = torch.cat([b if b is not None else torch.zeros(n, dtype=self.weight.dtype,
+                                                                       device=self.weight.device)
+                                   for b, n in zip(bs, self.sizes)])
+        flat = [ad for ads in self.adapters for ad in ads]
+        self.a_cat = torch.cat([ad.a for ad in flat]) if len(flat) > 1 and not any(ad.dropout for ad in flat) else None
+
+    def __call__(self, x: torch.Tensor, add: torch.Tensor | None = None) -> list[torch.Tensor]:
+        """Outputs per member for 2-D ``x``; ``add`` (one member only) is added to it."""
+        if add is not None and self.bias is None:
+            y = torch.addmm(add, x, self.weight.t())
+        else:
+            y = F.linear(x, self.weight, self.bias)
+            if add is not None:
+                y = y + add
+        outs = list(y.split(self.sizes, dim=-1)) if len(self.sizes) > 1 else [y]
+        flat = [(i, ad) for i, ads in enumerate(self.adapters) for ad in ads]
+        if not flat:
+            return outs
+        if self.a_cat is not None:
+            xas = F.linear(x, self.a_cat).split([ad.a.shape[0] for _, ad in flat], dim=-1)
+        else:
+            xas = [F.linear(F.dropout(x, ad.dropout) if ad.dropout else x, ad.a) for _, ad in flat]
+        for (i, ad), xa in zip(flat, xas):
+            outs[i] = torch.addmm(outs[i], xa, (ad.b * ad.scale).t())
+        return outs
 
 
 class FastDecoder:
@@ -100,14 +133,15 @@ class FastDecoder:
         self.scaling = self.head_dim ** -0.5
         rot = inner.rotary_emb
         self.inv_freq, self.rope_scale = rot.inv_freq, float(getattr(rot, "attention_scaling", 1.0))
-        self.layers: list[dict[str, Any]] = []
+        self.specs: list[dict[str, Any]] = []
         for layer in inner.layers:
             at, mlp = layer.self_attn, layer.mlp
-            self.layers.append(dict(
+            self.specs.append(dict(
                 ln1=layer.input_layernorm.weight, ln2=layer.post_attention_layernorm.weight,
-                q=_linear(at.q_proj), k=_linear(at.k_proj), v=_linear(at.v_proj), o=_linear(at.o_proj),
-                gate=_linear(mlp.gate_proj), up=_linear(mlp.up_proj), down=_linear(mlp.down_proj)))
-        self._fuse_lora_free()
+                qkv=[_spec(at.q_proj), _spec(at.k_proj), _spec(at.v_proj)], o=[_spec(at.o_proj)],
+                gate_up=[_spec(mlp.gate_proj), _spec(mlp.up_proj)], down=[_spec(mlp.down_proj)]))
+        self.merged = False
+        self._build()
         self.k_cache: list[torch.Tensor] = []
         self.v_cache: list[torch.Tensor] = []
         self.bias: torch.Tensor | None = None  # (B, max_len): 0 on keys a row may attend to, else -inf-ish
@@ -129,11 +163,18 @@ class FastDecoder:
         return getattr(cfg, "hidden_act", "silu") == "silu" and hasattr(base, "lm_head")
 
     # -- LoRA merge ---------------------------------------------------------------------
+    def _build(self) -> None:
+        m = self.merged
+        self.layers = [dict(ln1=sp["ln1"], ln2=sp["ln2"], qkv=_Proj(sp["qkv"], [self.scaling, 1.0, 1.0], merge=m),
+                            o=_Proj(sp["o"], merge=m), gate_up=_Proj(sp["gate_up"], merge=m),
+                            down=_Proj(sp["down"], merge=m)) for sp in self.specs]
+
     def lora_dims(self) -> list[tuple[int, int, int]]:
-        """(in, out, rank) of every live (unmerged) LoRA adapter."""
-        return [(a.shape[1], b.shape[0], a.shape[0]) for L in self.layers for key in ("q", "k", "v", "o", "gate", "up",
-                                                                                       "down")
-                if isinstance(L.get(key), _Linear) for a, b, *_ in L[key].loras]
+        """(in, out, rank) of every adapter the forward runs live (none once merged)."""
+        if self.merged:
+            return []
+        return [(ad.a.shape[1], ad.b.shape[0], ad.a.shape[0]) for sp in self.specs
+                for key in ("qkv", "o", "gate_up", "down") for s in sp[key] for ad in s.adapters]
 
     def merge_pays(self, tokens: int) -> bool:
         """Whether merging costs fewer FLOPs than running the adapters over ``tokens``
@@ -142,22 +183,15 @@ class FastDecoder:
         return bool(dims) and sum(i * o * r for i, o, r in dims) <= tokens * sum(r * (i + o) for i, o, r in dims)
 
     def merge_lora(self) -> None:
-        """Fold every live adapter into a new weight (see module docstring)."""
-        for L in self.layers:
-            for key in ("q", "k", "v", "o", "gate", "up", "down"):
-                if key in L and L[key].loras:
-                    L[key] = L[key].merged()
-        self._fuse_lora_free()
-
-    def _fuse_lora_free(self) -> None:
-        for L in self.layers:
-            if "q" in L and not (L["q"].loras or L["k"].loras or L["v"].loras):
-                L["qkv"] = _fuse([L.pop("q"), L.pop("k"), L.pop("v")], scale_first=self.scaling)
-            if "gate" in L and not (L["gate"].loras or L["up"].loras):
-                L["gate_up"] = _fuse([L.pop("gate"), L.pop("up")])
+        """Fold every live adapter into new weights (see module docstring)."""
+        if self.lora_dims():
+            self.merged = True
+            self._build()
 
     # -- forward --------------------------------------------------------------------------
     def _rms(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        if x.dtype == torch.float32:  # one fused op, HF's Qwen2RMSNorm arithmetic
+            return F.rms_norm(x, (x.shape[-1],), w, self.eps)
         dt = x.dtype
         x = x.float()
         x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
@@ -176,44 +210,45 @@ class FastDecoder:
     def _rope(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         return x * cos + torch.roll(x, self.head_dim // 2, dims=-1) * sin
 
-    def _forward(self, ids: torch.Tensor, pos: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
-        """Run ``ids`` (B, n) at cache offset ``self.length``; ``bias`` (B, 1, n, keys) is
-        added to the attention scores. Returns last-position logits."""
+    def run(self, ids: torch.Tensor, pos: torch.Tensor, bias: torch.Tensor, keys: Any) -> torch.Tensor:
+        """The decoder layers over ``ids`` (B, n) at positions ``pos``; returns the final
+        hidden states (B, n, h) before the last norm. ``bias`` (B, 1, n, keys) is added to
+        the attention scores; ``keys(li, k, v)`` gives the (B, KV, keys, hd) keys and
+        values layer ``li`` attends to, given this block's (B, n, KV, hd) ones."""
         B, n = ids.shape
         H, KV, hd = self.heads, self.kv_heads, self.head_dim
         rep = H // KV
-        start, end = self.length, self.length + n
-        x = F.embedding(ids, self.embed, self.padding_idx)
         assert self.cos is not None and self.sin is not None
         cos, sin = self.cos[pos][:, :, None], self.sin[pos][:, :, None]  # (B, n, 1, hd)
         bias = bias[:, :, None]  # (B, 1, 1, n, keys): broadcast over (kv head, rep)
+        x = F.embedding(ids, self.embed, self.padding_idx).view(B * n, -1)
         for li, L in enumerate(self.layers):
-            h = self._rms(x, L["ln1"])
-            if "qkv" in L:  # q rows carry the attention scale
-                qkv = L["qkv"](h).view(B, n, H + 2 * KV, hd)
-                qk = self._rope(qkv[:, :, :H + KV], cos, sin)
-                q, k, v = qk[:, :, :H], qk[:, :, H:], qkv[:, :, H + KV:]
-            else:
-                q = self._rope(L["q"](h).view(B, n, H, hd), cos, sin) * self.scaling
-                k = self._rope(L["k"](h).view(B, n, KV, hd), cos, sin)
-                v = L["v"](h).view(B, n, KV, hd)
-            self.k_cache[li][:, :, start:end] = k.transpose(1, 2)
-            self.v_cache[li][:, :, start:end] = v.transpose(1, 2)
-            K, V = self.k_cache[li][:, :, :end], self.v_cache[li][:, :, :end]
+            q, k, v = L["qkv"](self._rms(x, L["ln1"]))  # q carries the attention scale
+            q = self._rope(q.view(B, n, H, hd), cos, sin)
+            k = self._rope(k.view(B, n, KV, hd), cos, sin)
+            K, V = keys(li, k, v.view(B, n, KV, hd))
+            end = K.shape[2]
             q = q.reshape(B, n, KV, rep, hd).permute(0, 2, 3, 1, 4).reshape(B, KV, rep * n, hd)
             scores = torch.matmul(q, K.transpose(2, 3)).view(B, KV, rep, n, end) + bias
             p = torch.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype).view(B, KV, rep * n, end)
-            a = torch.matmul(p, V).view(B, KV, rep, n, hd).permute(0, 3, 1, 2, 4).reshape(B, n, H * hd)
-            x = x + L["o"](a)
-            h = self._rms(x, L["ln2"])
-            if "gate_up" in L:
-                g, u = L["gate_up"](h).chunk(2, dim=-1)
-            else:
-                g, u = L["gate"](h), L["up"](h)
-            x = x + L["down"](F.silu(g) * u)
+            a = torch.matmul(p, V).view(B, KV, rep, n, hd).permute(0, 3, 1, 2, 4).reshape(B * n, H * hd)
+            (x,) = L["o"](a, add=x)
+            g, u = L["gate_up"](self._rms(x, L["ln2"]))
+            (x,) = L["down"](F.silu(g) * u, add=x)
+        return x.view(B, n, -1)
+
+    def _forward(self, ids: torch.Tensor, pos: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+        """Run ``ids`` (B, n) at cache offset ``self.length``; returns last-position logits."""
+        start, end = self.length, self.length + ids.shape[1]
+
+        def cached(li: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            self.k_cache[li][:, :, start:end] = k.transpose(1, 2)
+            self.v_cache[li][:, :, start:end] = v.transpose(1, 2)
+            return self.k_cache[li][:, :, :end], self.v_cache[li][:, :, :end]
+
+        x = self.run(ids, pos, bias, cached)
         self.length = end
-        x = self._rms(x[:, -1:], self.norm_w)
-        return F.linear(x, self.lm_head)[:, -1]
+        return F.linear(self._rms(x[:, -1], self.norm_w), self.lm_head)
 
     @torch.no_grad()
     def prefill(self, ids: torch.Tensor, mask: torch.Tensor, max_len: int) -> torch.Tensor:

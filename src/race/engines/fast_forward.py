@@ -50,38 +50,11 @@ def sequence_logits(model: Any, ids: torch.Tensor, mask: torch.Tensor, pos: torc
     from race.engines.fast_decode import FastDecoder
 
     dec = FastDecoder(model)
-    B, n = ids.shape
-    H, KV, hd = dec.heads, dec.kv_heads, dec.head_dim
-    rep = H // KV
+    n = ids.shape[1]
     dt = dec.embed.dtype
     dec._tables(int(pos.max()) + 1, ids.device, dt)
-    assert dec.cos is not None and dec.sin is not None
-    cos, sin = dec.cos[pos][:, :, None], dec.sin[pos][:, :, None]
     allowed = torch.ones(n, n, dtype=torch.bool, device=ids.device).tril()[None] & mask.bool()[:, None, :]
     bias = torch.zeros(allowed.shape, dtype=dt, device=ids.device).masked_fill(~allowed, torch.finfo(dt).min)
-    bias = bias[:, None, None]  # (B, 1, 1, n, n): broadcast over (kv head, rep)
-    x = F.embedding(ids, dec.embed, dec.padding_idx)
-    for L in dec.layers:
-        h = dec._rms(x, L["ln1"])
-        if "qkv" in L:
-            qkv = L["qkv"](h).view(B, n, H + 2 * KV, hd)
-            qk = dec._rope(qkv[:, :, :H + KV], cos, sin)
-            q, k, v = qk[:, :, :H], qk[:, :, H:], qkv[:, :, H + KV:]
-        else:
-            q = dec._rope(L["q"](h).view(B, n, H, hd), cos, sin) * dec.scaling
-            k = dec._rope(L["k"](h).view(B, n, KV, hd), cos, sin)
-            v = L["v"](h).view(B, n, KV, hd)
-        q = q.reshape(B, n, KV, rep, hd).permute(0, 2, 3, 1, 4).reshape(B, KV, rep * n, hd)
-        k, v = k.permute(0, 2, 3, 1), v.transpose(1, 2)  # (B, KV, hd, n), (B, KV, n, hd)
-        scores = torch.matmul(q, k).view(B, KV, rep, n, n) + bias
-        p = torch.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype).view(B, KV, rep * n, n)
-        a = torch.matmul(p, v).view(B, KV, rep, n, hd).permute(0, 3, 1, 2, 4).reshape(B, n, H * hd)
-        x = x + L["o"](a)
-        h = dec._rms(x, L["ln2"])
-        if "gate_up" in L:
-            g, u = L["gate_up"](h).chunk(2, dim=-1)
-        else:
-            g, u = L["gate"](h), L["up"](h)
-        x = x + L["down"](F.silu(g) * u)
+    x = dec.run(ids, pos, bias[:, None], lambda li, k, v: (k.transpose(1, 2), v.transpose(1, 2)))
     x = dec._rms(x[:, first:first + count], dec.norm_w)
     return F.linear(x, dec.lm_head)
