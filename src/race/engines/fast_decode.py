@@ -93,6 +93,7 @@ class _Proj:
                                                                        device=self.weight.device)
                                    for b, n in zip(bs, self.sizes)])
         flat = [ad for ads in self.adapters for ad in ads]
+        self.plain = not flat  # no live adapter: one matmul does it all
         self.a_cat = torch.cat([ad.a for ad in flat]) if len(flat) > 1 and not any(ad.dropout for ad in flat) else None
 
     def __call__(self, x: torch.Tensor, add: torch.Tensor | None = None) -> list[torch.Tensor]:
@@ -223,9 +224,15 @@ class FastDecoder:
         bias = bias[:, :, None]  # (B, 1, 1, n, keys): broadcast over (kv head, rep)
         x = F.embedding(ids, self.embed, self.padding_idx).view(B * n, -1)
         for li, L in enumerate(self.layers):
-            q, k, v = L["qkv"](self._rms(x, L["ln1"]))  # q carries the attention scale
-            q = self._rope(q.view(B, n, H, hd), cos, sin)
-            k = self._rope(k.view(B, n, KV, hd), cos, sin)
+            qkv, h = L["qkv"], self._rms(x, L["ln1"])  # q carries the attention scale
+            if qkv.plain:  # q and k adjacent in one output: one RoPE over both
+                y = F.linear(h, qkv.weight, qkv.bias)
+                qk = self._rope(y[:, :(H + KV) * hd].view(B, n, H + KV, hd), cos, sin)
+                q, k, v = qk[:, :, :H], qk[:, :, H:], y[:, (H + KV) * hd:]
+            else:
+                q, k, v = qkv(h)
+                q = self._rope(q.view(B, n, H, hd), cos, sin)
+                k = self._rope(k.view(B, n, KV, hd), cos, sin)
             K, V = keys(li, k, v.view(B, n, KV, hd))
             end = K.shape[2]
             q = q.reshape(B, n, KV, rep, hd).permute(0, 2, 3, 1, 4).reshape(B, KV, rep * n, hd)
