@@ -8,8 +8,9 @@ completions run to full length), each phase is timed on its own, medians of ``--
 
 - ``prefill``: the shared-prefix prompt forward; ``decode/token``: seconds per decode step
   (one token for every row), the loop's sampling included;
-- ``decode (no LoRA)``: the same decode with the adapter disabled: the LoRA matmuls' share
-  of a decode step (``lora share``);
+- ``decode, LoRA live``: the same decode with the adapter run unmerged (three matmuls per
+  projection instead of one: what the LoRA merge saves); ``decode share of step``: the
+  decode loop's part of prefill + decode + update;
 - ``logprob fwd``: one no-grad forward over prompt+completion (an old-logprob or reference
   pass); ``update fwd`` / ``backward`` / ``optimizer``: the update's parts;
 - ``python/token``: decode time per step minus what its FLOPs would take at the peak (an
@@ -83,8 +84,8 @@ def profile(size: str, root: Path, prompts: int, group: int, length: int, repeat
     kw = dict(group=group, max_new_tokens=length, eos_id=-1, pad_id=tok.pad_token_id)  # no EOS: full length
     model.eval()
 
-    def roll(n_new: int = length):
-        return sample(model, ids, mask, **{**kw, "max_new_tokens": n_new},
+    def roll(n_new: int = length, merge: bool | None = None):
+        return sample(model, ids, mask, **{**kw, "max_new_tokens": n_new}, merge_lora=merge,
                       generator=torch.Generator().manual_seed(0))
 
     ro = roll()
@@ -93,11 +94,10 @@ def profile(size: str, root: Path, prompts: int, group: int, length: int, repeat
     t_one = _median_time(lambda: roll(1), repeats)  # prefill + one sampled token
     out["prefill_s"] = t_one
     out["decode_token_s"] = (t_full - t_one) / max(1, length - 1)
-    with model.disable_adapter():
-        t_plain = _median_time(roll, repeats) - _median_time(lambda: roll(1), repeats)
-    out["decode_token_nolora_s"] = t_plain / max(1, length - 1)
-    gen = generate_components(shape, [P] * prompts, [length] * (prompts * group), lora=lora, share_prompt=True,
-                              conventions="torch")
+    t_live = _median_time(lambda: roll(merge=False), repeats) - _median_time(lambda: roll(1, merge=False), repeats)
+    out["decode_token_live_s"] = t_live / max(1, length - 1)
+    gen = generate_components(shape, [P] * prompts, [length] * (prompts * group), lora=None if ro.merged else lora,
+                              share_prompt=True, conventions="torch")
     out["prefill_flops"], out["decode_flops_token"] = gen["prefill"], gen["decode"] / max(1, length - 1)
     B = prompts * group
     learn = learning_components(shape, [P + length] * B, [length] * B, lora=lora, conventions="torch")
@@ -155,9 +155,10 @@ def main() -> None:
         peaks[size] = matmul_peak(a.peak_rows, h, f)
         print(f"one-thread matmul peak, {size} MLP shape ({a.peak_rows}x{h})@({h}x{f}): "
               f"{peaks[size] / 1e9:.1f} GFLOP/s")
-    print("\n| model | G | L | prefill ms | decode ms/token | LoRA share of decode | python+sampling ms/token | "
-          "decode % peak | logprob fwd ms (% peak) | update fwd ms (% peak) | backward ms (% peak) | optimizer ms |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("\n| model | G | L | prefill ms | decode ms/token | decode ms/token, LoRA live | decode share of step | "
+          "python+sampling ms/token | decode % peak | logprob fwd ms (% peak) | update fwd ms (% peak) | "
+          "backward ms (% peak) | optimizer ms |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory() as td:
         for size in a.sizes.split(","):
             pk = peaks[size]
@@ -165,13 +166,14 @@ def main() -> None:
                 for L in (int(x) for x in a.lengths.split(",")):
                     r = profile(size, Path(td), a.prompts, g, L, a.repeats)
                     dt = r["decode_token_s"]
-                    share = 1 - r["decode_token_nolora_s"] / dt
+                    step = r["prefill_s"] + dt * (L - 1) + r["update_fwd_s"] + r["backward_s"] + r["optimizer_s"]
                     overhead = dt - r["decode_flops_token"] / pk
 
                     def pct(flops: float, s: float) -> str:
                         return f"{100 * flops / s / pk:.1f}%"
 
-                    print(f"| {size} | {g} | {L} | {1e3 * r['prefill_s']:.1f} | {1e3 * dt:.2f} | {100 * share:.0f}% | "
+                    print(f"| {size} | {g} | {L} | {1e3 * r['prefill_s']:.1f} | {1e3 * dt:.2f} | "
+                          f"{1e3 * r['decode_token_live_s']:.2f} | {100 * dt * (L - 1) / step:.0f}% | "
                           f"{1e3 * overhead:.2f} | {pct(r['decode_flops_token'], dt)} | "
                           f"{1e3 * r['logprob_fwd_s']:.1f} ({pct(r['fwd_flops'], r['logprob_fwd_s'])}) | "
                           f"{1e3 * r['update_fwd_s']:.1f} ({pct(r['fwd_flops'], r['update_fwd_s'])}) | "

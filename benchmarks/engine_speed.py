@@ -212,19 +212,40 @@ def run_grid(a, peaks: dict[str, float]) -> None:
 
 def run_levers(a) -> None:
     """Each lever's effect on the built-in step: variants interleaved step by step."""
-    variants = {"all levers": {}, "no LoRA merge": {"merge": False}, "HF log-prob forward": {"fast_forward": False},
-                "neither": {"merge": False, "fast_forward": False}}
+    import torch
+
+    from race.engines import sampling
+
+    def multinomial(logits, temperature, generator=None):  # the sampler before the inverse-CDF draw
+        probs = torch.softmax(logits.float() / temperature, dim=-1)
+        return torch.multinomial(probs, 1, generator=generator).squeeze(1)
+
+    variants = {"all levers": ({}, None), "no LoRA merge": ({"merge": False}, None),
+                "HF log-prob forward": ({"fast_forward": False}, None), "multinomial sampler": ({}, multinomial),
+                "none of the three": ({"merge": False, "fast_forward": False}, multinomial)}
     print("| model | G | completion | " + " | ".join(f"{v} s/step" for v in variants) +
-          " | merge gain | functional-forward gain | both |")
-    print("|---|---|---|" + "---|" * (len(variants) + 3))
-    gains: dict[str, list[float]] = {"merge": [], "forward": [], "both": []}
+          " | merge gain | functional-forward gain | sampler gain | all three |")
+    print("|---|---|---|" + "---|" * (len(variants) + 4))
+    gains: dict[str, list[float]] = {"merge": [], "forward": [], "sampler": [], "all": []}
+    real_draw = sampling.draw
+
+    def patched(fn, draw):
+        def step():
+            sampling.draw = draw or real_draw
+            try:
+                return fn()
+            finally:
+                sampling.draw = real_draw
+        return step
+
     with tempfile.TemporaryDirectory() as td:
         root = Path(td)
         for size in a.sizes.split(","):
             mdir = make_model_dir(size, root)
             for g in (int(x) for x in a.groups.split(",")):
                 for L in (int(x) for x in a.lengths.split(",")):
-                    steps = {k: builtin_engine(mdir, a.prompts, g, L, root, **kw) for k, kw in variants.items()}
+                    steps = {k: patched(builtin_engine(mdir, a.prompts, g, L, root, **kw), draw)
+                             for k, (kw, draw) in variants.items()}
                     times: dict[str, list[float]] = {k: [] for k in variants}
                     for fn in steps.values():
                         fn()
@@ -232,15 +253,16 @@ def run_levers(a) -> None:
                         for k, fn in steps.items():
                             times[k].append(fn()[0])
                     m = {k: statistics.median(v) for k, v in times.items()}
-                    gm, gf, gb = (m["no LoRA merge"] / m["all levers"], m["HF log-prob forward"] / m["all levers"],
-                                  m["neither"] / m["all levers"])
-                    gains["merge"].append(gm)
-                    gains["forward"].append(gf)
-                    gains["both"].append(gb)
-                    print(f"| {size} | {g} | {L} | " + " | ".join(f"{m[k]:.3f}" for k in variants) +
-                          f" | {gm:.2f}x | {gf:.2f}x | {gb:.2f}x |", flush=True)
+                    row = {k: m[v] / m["all levers"] for k, v in (("merge", "no LoRA merge"),
+                                                                       ("forward", "HF log-prob forward"),
+                                                                       ("sampler", "multinomial sampler"),
+                                                                       ("all", "none of the three"))}
+                    for k, v in row.items():
+                        gains[k].append(v)
+                    print(f"| {size} | {g} | {L} | " + " | ".join(f"{m[k]:.3f}" for k in variants) + " | " +
+                          " | ".join(f"{v:.2f}x" for v in row.values()) + " |", flush=True)
     print(f"\nstep speed-up from the LoRA merge {_span(gains['merge'])}, from the functional log-prob forward "
-          f"{_span(gains['forward'])}, both {_span(gains['both'])}")
+          f"{_span(gains['forward'])}, from the sampler {_span(gains['sampler'])}, all three {_span(gains['all'])}")
 
 
 def main() -> None:
