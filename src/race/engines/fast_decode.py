@@ -6,13 +6,16 @@ Python overhead: mask construction, cache bookkeeping, output dataclasses, PEFT'
 per-layer dispatch. This module reads the model's own parameters (live references, so
 LoRA updates are seen at once) and runs the forward with few plain tensor ops:
 
-- LoRA is applied as PEFT does, ``W x + b + (alpha/r) * B(A x)``, unless the rollout
-  merges it (:meth:`FastDecoder.merge_lora`): then ``W' = W + (alpha/r) * B A`` is built
-  once per rollout (one ``out x r x in`` matmul per adapted matrix, charged to the ledger
-  as ``rollout/merge``) and every token runs one matmul per projection instead of three.
-  The model's parameters are never changed: ``W'`` is a new tensor;
-- with no live LoRA, q/k/v run as one matmul and gate/up as one (weights concatenated:
-  the same FLOPs), the attention scale is folded into the q rows, RoPE reads a table;
+- LoRA is applied as PEFT does, ``W x + b + (alpha/r) * B(A dropout(x))``, unless the
+  rollout merges it (:meth:`FastDecoder.merge_lora`): then ``W' = W + (alpha/r) * B A`` is
+  built once per rollout (one ``out x r x in`` matmul per adapted matrix, charged to the
+  ledger as ``rollout/merge``) and every token runs one matmul per projection instead of
+  three. The model's parameters are never changed: ``W'`` is a new tensor;
+- projections of one input run in few matmuls (:class:`_Proj`): q/k/v as one over their
+  concatenated weights, gate/up as one, the adapters' A matrices as one, each B as an
+  ``addmm`` into its output, the residual adds inside o's and down's ``addmm``: the same
+  FLOPs as separate layers, forward and backward. The attention scale is folded into the
+  q rows, RoPE reads a table;
 - the KV cache is one preallocated tensor per layer; decode attends over the filled
   prefix only (``c + 1`` keys for a token with ``c`` cached), as ``generate_flops`` counts;
 - attention is explicit ``q @ k^T`` / ``p @ v`` matmuls (visible to FlopCounterMode);
