@@ -10,8 +10,9 @@ variance, so both update on every sequence), beta 0, one update per batch, no gr
 checkpointing (TRL's default turns it on: a second TRL column shows that default). They
 alternate in blocks of ``--steps`` steps for ``--rounds`` rounds in one process (so load
 from other processes hits all of them alike); the table gives median seconds per step, the
-ratios TRL / builtin, and the share of a one-thread matmul peak (measured here at the
-model's MLP shape) that the builtin engine's rollout and update phases reach (FLOPs and
+ratios TRL / builtin, and the share of a one-thread matmul peak (measured at the model's
+MLP shape once per round, so under the same load as the steps) that the builtin engine's
+rollout and update phases reach (FLOPs and
 seconds from its ledger, ``torch`` conventions: what executes). The default grid is
 tiny-xs..tiny-l x G {4,8,16} x completion {16,32,64} on one thread; ``--quick`` runs
 tiny-s and tiny-m at G=8, completion 32. ``--levers`` times the built-in step with the
@@ -165,7 +166,11 @@ def _span(xs: list[float]) -> str:
     return f"{statistics.median(xs):.2f}x (min {min(xs):.2f}x, max {max(xs):.2f}x)"
 
 
-def run_grid(a, peaks: dict[str, float]) -> None:
+def run_grid(a) -> None:
+    from engine_profile import matmul_peak
+
+    from race.models.family import TINY_FAMILY
+
     rows = []
     with tempfile.TemporaryDirectory() as td:
         root = Path(td)
@@ -180,9 +185,11 @@ def run_grid(a, peaks: dict[str, float]) -> None:
                     _suppressed(t_block, 1)
                     if t_def:
                         _suppressed(t_def, 1)
-                    bt, tt, dt = [], [], []
+                    bt, tt, dt, pk = [], [], [], []
                     ph: dict[str, list[float]] = {"rollout": [0, 0.0], "update": [0, 0.0]}
-                    for _ in range(a.rounds):  # interleaved: builtin, TRL, TRL defaults, ...
+                    mlp = TINY_FAMILY[size]["hidden_size"], TINY_FAMILY[size]["intermediate_size"]
+                    for _ in range(a.rounds):  # interleaved: peak, builtin, TRL, TRL defaults, ...
+                        pk.append(matmul_peak(2048, *mlp, repeats=5))
                         for _ in range(a.steps):
                             sec, phases = b_step()
                             bt.append(sec)
@@ -195,7 +202,8 @@ def run_grid(a, peaks: dict[str, float]) -> None:
                             dt += _suppressed(t_def, a.steps)
                     mb, mt = statistics.median(bt), statistics.median(tt)
                     md = statistics.median(dt) if dt else float("nan")
-                    share = {k: (f / t / peaks[size] if t else 0.0) for k, (f, t) in ph.items()}
+                    peak = statistics.median(pk)  # measured in the rounds: the same load as the steps
+                    share = {k: (f / t / peak if t else 0.0) for k, (f, t) in ph.items()}
                     rows.append((size, g, L, mb, mt, md, mt / mb, md / mb, share["rollout"], share["update"]))
                     print(f"  {size} G={g} L={L}: builtin {mb:.3f}s  trl {mt:.3f}s ({mt / mb:.2f}x)  "
                           f"trl default {md:.3f}s ({md / mb:.2f}x)", flush=True)
@@ -205,6 +213,7 @@ def run_grid(a, peaks: dict[str, float]) -> None:
     for size, g, L, mb, mt, md, r, rd, sr, su in rows:
         print(f"| {size} | {g} | {L} | {mb:.3f} | {mt:.3f} | {md:.3f} | {r:.2f}x | {rd:.2f}x | {100 * sr:.1f}% | "
               f"{100 * su:.1f}% |")
+    print("(% peak: the phase's FLOPs per second over the matmul peak measured in the same rounds)")
     print(f"\nTRL (same settings) / builtin: {_span([r[6] for r in rows])} over {len(rows)} configurations")
     if not a.no_trl_default:
         print(f"TRL (defaults: gradient checkpointing) / builtin: {_span([r[7] for r in rows])}")
@@ -305,7 +314,7 @@ def main() -> None:
     if a.levers:
         run_levers(a)
     else:
-        run_grid(a, peaks)
+        run_grid(a)
 
 
 if __name__ == "__main__":
