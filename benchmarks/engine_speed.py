@@ -1,16 +1,22 @@
 """Step throughput: RACE's built-in GRPO engine vs TRL's GRPOTrainer, same step shapes.
 
-    .venv/bin/python benchmarks/engine_speed.py [--sizes tiny-xs,tiny-s] [--groups 4,8]
-                                               [--lengths 16,64] [--steps 4] [--rounds 2]
+    .venv/bin/python benchmarks/engine_speed.py [--quick] [--levers] [--sizes tiny-xs,tiny-s]
+                                               [--groups 4,8] [--lengths 16,64] [--steps 2] [--rounds 2]
 
 Both engines run the same work per step: the same randomly initialised tiny model (it
 rarely emits EOS, so every completion runs to ``max_completion_length`` in both), LoRA r=8
 on all linear layers, ``prompts x G`` completions, a random 0/1 reward (groups have
 variance, so both update on every sequence), beta 0, one update per batch, no gradient
 checkpointing (TRL's default turns it on: a second TRL column shows that default). They
-alternate in blocks of ``--steps`` steps for ``--rounds`` rounds in one process; the table
-gives median seconds per step, the ratio TRL / builtin, and the builtin engine's achieved
-FLOP/s (model FLOPs from its ledger, ``race`` conventions).
+alternate in blocks of ``--steps`` steps for ``--rounds`` rounds in one process (so load
+from other processes hits all of them alike); the table gives median seconds per step, the
+ratios TRL / builtin, and the share of a one-thread matmul peak (measured at the model's
+MLP shape once per round, so under the same load as the steps) that the builtin engine's
+rollout and update phases reach (FLOPs and
+seconds from its ledger, ``torch`` conventions: what executes). The default grid is
+tiny-xs..tiny-l x G {4,8,16} x completion {16,32,64} on one thread; ``--quick`` runs
+tiny-s and tiny-m at G=8, completion 32. ``--levers`` times the built-in step with the
+LoRA merge and the functional log-prob forward switched off, one at a time, interleaved.
 """
 
 from __future__ import annotations
@@ -39,30 +45,54 @@ def make_model_dir(size: str, root: Path) -> Path:
     return d
 
 
-def builtin_engine(model_dir: Path, prompts: int, group: int, length: int, tmp: Path):
+def builtin_engine(model_dir: Path, prompts: int, group: int, length: int, tmp: Path, *, merge: bool = True,
+                   fast_forward: bool = True):
+    """A step function of the built-in engine; ``merge`` / ``fast_forward`` off switch
+    the LoRA merge for the rollout and the functional log-prob forward off (the levers)."""
     from race.accounting import FlopLedger
     from race.spec.run import run_config_from_dict
     from race.engines.builtin import BuiltinEngine
+    from race.engines.grpo_math import completion_logprobs
     from race.engines.run_io import MetricsLog
+    from race.engines.sampling import sample
 
     cfg = run_config_from_dict(dict(model=str(model_dir), budget_flops=1e18, prompts_per_step=prompts,
                                     num_generations=group, max_completion_length=length, reward="random",
-                                    lora={"r": 8, "lora_alpha": 8}, learning_rate=1e-4, attn_implementation="sdpa"))
+                                    lora={"r": 8, "lora_alpha": 8}, learning_rate=1e-4, attn_implementation="sdpa",
+                                    conventions="torch"))
     eng = BuiltinEngine(cfg, tmp)
     eng._setup()
     eng.ledger = FlopLedger()
     eng.metrics = MetricsLog(tmp / f"m-{time.monotonic_ns()}.jsonl")
     eng.total_steps = 10_000
+    if not merge:
+        import torch
+
+        def rollout(step, ids, mask):
+            gen = torch.Generator(device="cpu").manual_seed(cfg.seed * 7_919 + step)
+            eng.model.eval()
+            return sample(eng.model, ids, mask, group=group, max_new_tokens=length, eos_id=eng.tok.eos_token_id,
+                          pad_id=eng.tok.pad_token_id, temperature=cfg.temperature, generator=gen, merge_lora=False)
+        eng.rollout = rollout
+    if not fast_forward:
+        eng._logprobs = lambda model, ro: completion_logprobs(model, ro.prompt_ids, ro.prompt_mask, ro.completion_ids,
+                                                               ro.completion_mask, cfg.temperature, fast=False)
     state = {"step": 0}
 
-    def step() -> tuple[float, int]:
+    def step() -> tuple[float, dict[str, tuple[int, float]]]:
+        """Seconds of one step, and (FLOPs, seconds) per phase from its ledger records."""
         state["step"] += 1
         s = state["step"]
         problems, ids, mask = eng._prompts(s)
-        before = eng.ledger.total
+        n = len(eng.ledger)
         t0 = time.perf_counter()
         eng._train_step(s, problems, ids, mask)
-        return time.perf_counter() - t0, eng.ledger.total - before
+        wall = time.perf_counter() - t0
+        phases: dict[str, tuple[int, float]] = {}
+        for r in eng.ledger.records[n:]:
+            f, sec = phases.get(r.phase, (0, 0.0))
+            phases[r.phase] = (f + r.flops, sec + r.seconds)
+        return wall, phases
 
     return step
 
@@ -123,23 +153,24 @@ def trl_trainer(model_dir: Path, prompts: int, group: int, length: int, tmp: Pat
     return block
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--sizes", default="tiny-xs,tiny-s,tiny-m")
-    ap.add_argument("--groups", default="4,8")
-    ap.add_argument("--lengths", default="16,64")
-    ap.add_argument("--prompts", type=int, default=8)
-    ap.add_argument("--steps", type=int, default=3)
-    ap.add_argument("--rounds", type=int, default=2)
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--no-trl-default", action="store_true", help="skip the TRL-defaults (checkpointing) column")
-    a = ap.parse_args()
-    import torch
+def _suppressed(fn, *a):
+    """Run ``fn`` with stdout (TRL's end-of-train log dicts) thrown away."""
+    import contextlib
+    import io
 
-    torch.set_num_threads(a.threads)
-    print(f"$ {' '.join([Path(sys.executable).name] + sys.argv)}")
-    print(f"torch {torch.__version__}, {a.threads} threads, {a.prompts} prompts/step, medians of "
-          f"{a.rounds} rounds x {a.steps} steps (alternating blocks)\n")
+    with contextlib.redirect_stdout(io.StringIO()):
+        return fn(*a)
+
+
+def _span(xs: list[float]) -> str:
+    return f"{statistics.median(xs):.2f}x (min {min(xs):.2f}x, max {max(xs):.2f}x)"
+
+
+def run_grid(a) -> None:
+    from engine_profile import matmul_peak
+
+    from race.models.family import TINY_FAMILY
+
     rows = []
     with tempfile.TemporaryDirectory() as td:
         root = Path(td)
@@ -150,29 +181,140 @@ def main() -> None:
                     b_step = builtin_engine(mdir, a.prompts, g, L, root)
                     t_block = trl_trainer(mdir, a.prompts, g, L, root, checkpointing=False)
                     t_def = None if a.no_trl_default else trl_trainer(mdir, a.prompts, g, L, root, checkpointing=True)
-                    b_step()  # warm-up both
-                    t_block(1)
+                    b_step()  # warm-up all
+                    _suppressed(t_block, 1)
                     if t_def:
-                        t_def(1)
-                    bt, tt, dt, fl = [], [], [], []
-                    for _ in range(a.rounds):
+                        _suppressed(t_def, 1)
+                    bt, tt, dt, pk = [], [], [], []
+                    ph: dict[str, list[float]] = {"rollout": [0, 0.0], "update": [0, 0.0]}
+                    mlp = TINY_FAMILY[size]["hidden_size"], TINY_FAMILY[size]["intermediate_size"]
+                    for _ in range(a.rounds):  # interleaved: peak, builtin, TRL, TRL defaults, ...
+                        pk.append(matmul_peak(2048, *mlp, repeats=5))
                         for _ in range(a.steps):
-                            s, f = b_step()
-                            bt.append(s)
-                            fl.append(f / s)
-                        tt += t_block(a.steps)
+                            sec, phases = b_step()
+                            bt.append(sec)
+                            for k in ph:
+                                f, t = phases.get(k, (0, 0.0))
+                                ph[k][0] += f
+                                ph[k][1] += t
+                        tt += _suppressed(t_block, a.steps)
                         if t_def:
-                            dt += t_def(a.steps)
+                            dt += _suppressed(t_def, a.steps)
                     mb, mt = statistics.median(bt), statistics.median(tt)
                     md = statistics.median(dt) if dt else float("nan")
-                    rows.append((size, g, L, mb, mt, mt / mb, md / mb, statistics.median(fl)))
-                    print(f"  {size} G={g} L={L}: builtin {mb:.3f}s  trl {mt:.3f}s  ratio {mt / mb:.2f}x", flush=True)
-    print("\n| model | G | completion | builtin s/step | TRL s/step | TRL / builtin | TRL default (ckpt) / builtin | builtin GFLOP/s |")
-    print("|---|---|---|---|---|---|---|---|")
-    for size, g, L, mb, mt, r, rd, f in rows:
-        print(f"| {size} | {g} | {L} | {mb:.3f} | {mt:.3f} | {r:.2f}x | {rd:.2f}x | {f / 1e9:.2f} |")
-    ratios = [r[5] for r in rows]
-    print(f"\nmedian TRL/builtin ratio: {statistics.median(ratios):.2f}x (min {min(ratios):.2f}x, max {max(ratios):.2f}x)")
+                    peak = statistics.median(pk)  # measured in the rounds: the same load as the steps
+                    share = {k: (f / t / peak if t else 0.0) for k, (f, t) in ph.items()}
+                    rows.append((size, g, L, mb, mt, md, mt / mb, md / mb, share["rollout"], share["update"]))
+                    print(f"  {size} G={g} L={L}: builtin {mb:.3f}s  trl {mt:.3f}s ({mt / mb:.2f}x)  "
+                          f"trl default {md:.3f}s ({md / mb:.2f}x)", flush=True)
+    print("\n| model | G | completion | builtin s/step | TRL s/step | TRL default s/step | TRL / builtin | "
+          "TRL default / builtin | rollout % peak | update % peak |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for size, g, L, mb, mt, md, r, rd, sr, su in rows:
+        print(f"| {size} | {g} | {L} | {mb:.3f} | {mt:.3f} | {md:.3f} | {r:.2f}x | {rd:.2f}x | {100 * sr:.1f}% | "
+              f"{100 * su:.1f}% |")
+    print("(% peak: the phase's FLOPs per second over the matmul peak measured in the same rounds)")
+    print(f"\nTRL (same settings) / builtin: {_span([r[6] for r in rows])} over {len(rows)} configurations")
+    if not a.no_trl_default:
+        print(f"TRL (defaults: gradient checkpointing) / builtin: {_span([r[7] for r in rows])}")
+
+
+def run_levers(a) -> None:
+    """Each lever's effect on the built-in step: variants interleaved step by step."""
+    import torch
+
+    from race.engines import sampling
+
+    def multinomial(logits, temperature, generator=None):  # the sampler before the inverse-CDF draw
+        probs = torch.softmax(logits.float() / temperature, dim=-1)
+        return torch.multinomial(probs, 1, generator=generator).squeeze(1)
+
+    variants = {"all levers": ({}, None), "no LoRA merge": ({"merge": False}, None),
+                "HF log-prob forward": ({"fast_forward": False}, None), "multinomial sampler": ({}, multinomial),
+                "none of the three": ({"merge": False, "fast_forward": False}, multinomial)}
+    print("| model | G | completion | " + " | ".join(f"{v} s/step" for v in variants) +
+          " | merge gain | functional-forward gain | sampler gain | all three |")
+    print("|---|---|---|" + "---|" * (len(variants) + 4))
+    gains: dict[str, list[float]] = {"merge": [], "forward": [], "sampler": [], "all": []}
+    real_draw = sampling.draw
+
+    def patched(fn, draw):
+        def step():
+            sampling.draw = draw or real_draw
+            try:
+                return fn()
+            finally:
+                sampling.draw = real_draw
+        return step
+
+    with tempfile.TemporaryDirectory() as td:
+        root = Path(td)
+        for size in a.sizes.split(","):
+            mdir = make_model_dir(size, root)
+            for g in (int(x) for x in a.groups.split(",")):
+                for L in (int(x) for x in a.lengths.split(",")):
+                    steps = {k: patched(builtin_engine(mdir, a.prompts, g, L, root, **kw), draw)
+                             for k, (kw, draw) in variants.items()}
+                    times: dict[str, list[float]] = {k: [] for k in variants}
+                    for fn in steps.values():
+                        fn()
+                    for _ in range(a.rounds * a.steps):
+                        for k, fn in steps.items():
+                            times[k].append(fn()[0])
+                    m = {k: statistics.median(v) for k, v in times.items()}
+                    row = {k: m[v] / m["all levers"] for k, v in (("merge", "no LoRA merge"),
+                                                                       ("forward", "HF log-prob forward"),
+                                                                       ("sampler", "multinomial sampler"),
+                                                                       ("all", "none of the three"))}
+                    for k, v in row.items():
+                        gains[k].append(v)
+                    print(f"| {size} | {g} | {L} | " + " | ".join(f"{m[k]:.3f}" for k in variants) + " | " +
+                          " | ".join(f"{v:.2f}x" for v in row.values()) + " |", flush=True)
+    print(f"\nstep speed-up from the LoRA merge {_span(gains['merge'])}, from the functional log-prob forward "
+          f"{_span(gains['forward'])}, from the sampler {_span(gains['sampler'])}, all three {_span(gains['all'])}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--sizes", default="tiny-xs,tiny-s,tiny-m,tiny-l")
+    ap.add_argument("--groups", default="4,8,16")
+    ap.add_argument("--lengths", default="16,32,64")
+    ap.add_argument("--prompts", type=int, default=8)
+    ap.add_argument("--steps", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--quick", action="store_true", help="a small subset: tiny-s,tiny-m x G=8 x completion 32")
+    ap.add_argument("--levers", action="store_true",
+                    help="instead of TRL: the built-in step with each speed lever switched off, interleaved")
+    ap.add_argument("--no-trl-default", action="store_true", help="skip the TRL-defaults (checkpointing) column")
+    a = ap.parse_args()
+    if a.quick:
+        a.sizes, a.groups, a.lengths = "tiny-s,tiny-m", "8", "32"
+    import torch
+
+    from race.models.family import TINY_FAMILY
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from engine_profile import matmul_peak
+
+    import transformers
+
+    transformers.utils.logging.disable_progress_bar()  # no model-loading bars between the rows
+    torch.set_num_threads(a.threads)
+    print(f"$ {' '.join([Path(sys.executable).name] + sys.argv)}")
+    print(f"torch {torch.__version__}, {a.threads} thread(s), {a.prompts} prompts/step, medians of "
+          f"{a.rounds} rounds x {a.steps} steps (interleaved blocks), load average "
+          f"{', '.join(f'{x:.1f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs\n")
+    peaks = {}
+    for size in a.sizes.split(","):
+        h, f = TINY_FAMILY[size]["hidden_size"], TINY_FAMILY[size]["intermediate_size"]
+        peaks[size] = matmul_peak(2048, h, f)
+        print(f"one-thread matmul peak at {size}'s MLP shape (2048x{h})@({h}x{f}): {peaks[size] / 1e9:.1f} GFLOP/s")
+    print()
+    if a.levers:
+        run_levers(a)
+    else:
+        run_grid(a)
 
 
 if __name__ == "__main__":

@@ -52,7 +52,7 @@ def test_a_low_step_bound_ends_as_a_clean_budget_stop(tiny_model_dir, tmp_path, 
     # the step did not fit: with the exact check nothing but its rollout and reward ran
     comps = {r["component"] for r in over}
     if where == "bound":
-        assert comps <= {"rollout_prefill", "rollout_decode", "reward_score"}
+        assert comps <= {"rollout_prefill", "rollout_decode", "rollout_merge", "reward_score"}
     assert max(r["step"] for r in ledger if r["counted"]) == out["steps"]
     rows = _lines(tmp_path / "run" / "metrics.jsonl")
     assert max(r["step"] for r in rows if r["kind"] == "train") == out["steps"]

@@ -25,12 +25,14 @@ def _model(name: str, lora: bool):
     return m
 
 
-@pytest.mark.parametrize("name,lora", [("tiny-xs", False), ("tiny-xs", True), ("tiny-m", True)])
+@pytest.mark.parametrize("name,lora", [("tiny-xs", False), ("tiny-xs", True), ("tiny-m", True), ("tiny-l", True)])
 def test_fast_decoder_matches_hf_and_the_analytic_flops(name, lora, char_tokenizer):
+    """Token for token as the HF forward, LoRA live or merged; FLOPs as ``rollout_flops``
+    charges them (a merged rollout: the base passes plus the merge matmuls)."""
     from torch.utils.flop_counter import FlopCounterMode
 
     from race.engines.fast_decode import FastDecoder
-    from race.engines.sampling import encode_prompts, sample
+    from race.engines.sampling import encode_prompts, lora_merge_flops, rollout_flops, sample
 
     m = _model(name, lora)
     assert FastDecoder.supports(m)
@@ -38,17 +40,62 @@ def test_fast_decoder_matches_hf_and_the_analytic_flops(name, lora, char_tokeniz
     kw = dict(group=3, max_new_tokens=16, eos_id=char_tokenizer.eos_token_id, pad_id=char_tokenizer.pad_token_id)
     for greedy in (True, False):
         hf = sample(m, ids, mask, greedy=greedy, generator=torch.Generator().manual_seed(5), fast=False, **kw)
-        fa = sample(m, ids, mask, greedy=greedy, generator=torch.Generator().manual_seed(5), fast=True, **kw)
-        assert torch.equal(hf.completion_ids, fa.completion_ids)
-        assert torch.equal(hf.completion_mask, fa.completion_mask)
+        for merge in (False, True):
+            fa = sample(m, ids, mask, greedy=greedy, generator=torch.Generator().manual_seed(5), fast=True,
+                        merge_lora=merge, **kw)
+            assert fa.merged == (merge and lora)
+            assert torch.equal(hf.completion_ids, fa.completion_ids), (greedy, merge)
+            assert torch.equal(hf.completion_mask, fa.completion_mask)
     base = m.get_base_model() if lora else m
     shape = ModelShape.from_hf_config(base.config.to_dict())
-    for fast in (True, False):
+    adapter = LoRA(4) if lora else None
+    for fast, merge in ((True, None), (True, False), (False, None)):
         with FlopCounterMode(display=False) as fc:
-            ro = sample(m, ids, mask, greedy=True, fast=fast, **kw)
-        analytic = generate_components(shape, [ro.prompt_len] * len(PROMPTS), [ro.completion_len] * (3 * len(PROMPTS)),
-                                       lora=LoRA(4) if lora else None, share_prompt=True, conventions="torch")
-        assert fc.get_total_flops() == sum(analytic.values())
+            ro = sample(m, ids, mask, greedy=True, fast=fast, merge_lora=merge, **kw)
+        assert ro.merged == (fast and merge is None and lora)  # merging pays at this size: the default merges
+        plain = generate_components(shape, [ro.prompt_len] * len(PROMPTS), [ro.completion_len] * (3 * len(PROMPTS)),
+                                    lora=None if ro.merged else adapter, share_prompt=True, conventions="torch")
+        expected = sum(plain.values()) + (lora_merge_flops(shape, adapter) if ro.merged else 0)
+        assert fc.get_total_flops() == expected == sum(rollout_flops(shape, ro, lora=adapter, conventions="torch").values())
+
+
+def test_merged_rollout_leaves_the_model_alone_and_sees_adapter_updates(char_tokenizer):
+    """Merging builds new weights: the model's parameters are unchanged, and a change to
+    the adapter shows in the next rollout (merged weights are rebuilt per rollout)."""
+    from race.engines.sampling import encode_prompts, sample
+
+    m = _model("tiny-s", True)
+    ids, mask = encode_prompts(char_tokenizer, PROMPTS, "cpu")
+    kw = dict(group=2, max_new_tokens=10, eos_id=char_tokenizer.eos_token_id, pad_id=char_tokenizer.pad_token_id,
+              greedy=True)
+    before = {k: v.clone() for k, v in m.state_dict().items()}
+    a = sample(m, ids, mask, merge_lora=True, **kw)
+    assert a.merged and all(torch.equal(v, m.state_dict()[k]) for k, v in before.items())
+    with torch.no_grad():
+        for n, p in m.named_parameters():
+            if "lora_B" in n:
+                p.mul_(-3.0)
+    b = sample(m, ids, mask, merge_lora=True, **kw)
+    hf = sample(m, ids, mask, fast=False, **kw)
+    assert torch.equal(b.completion_ids, hf.completion_ids) and not torch.equal(a.completion_ids, b.completion_ids)
+
+
+def test_merge_only_when_it_costs_fewer_flops(char_tokenizer):
+    """A one-prompt, two-token rollout of tiny-xs runs fewer positions (13) than merging
+    costs in adapter-positions (sum in*out / sum (in+out) = 23040 / 816 > 28): no merge,
+    and the charge is the LoRA convention's; a full rollout merges."""
+    from race.engines.fast_decode import FastDecoder
+    from race.engines.sampling import encode_prompts, sample
+
+    m = _model("tiny-xs", True)
+    dec = FastDecoder(m)
+    assert not dec.merge_pays(28) and dec.merge_pays(29)
+    ids, mask = encode_prompts(char_tokenizer, PROMPTS[1:2], "cpu")
+    assert ids.shape[1] + 1 < 28
+    kw = dict(eos_id=char_tokenizer.eos_token_id, pad_id=char_tokenizer.pad_token_id, greedy=True)
+    assert not sample(m, ids, mask, group=1, max_new_tokens=2, **kw).merged
+    assert sample(m, ids, mask, group=4, max_new_tokens=16, **kw).merged
+    assert not sample(_model("tiny-xs", False), ids, mask, group=4, max_new_tokens=16, **kw).merged
 
 
 def test_completion_mask_stops_after_eos(char_tokenizer):
@@ -90,3 +137,19 @@ def test_per_row_greedy_mask_mixes_greedy_and_sampled_rows_in_one_loop(char_toke
     assert torch.equal(all_true.completion_ids, greedy.completion_ids)
     with pytest.raises(ValueError, match="one flag per row"):
         sample(m, ids, mask, greedy=torch.ones(2, dtype=torch.bool), **kw)
+
+
+def test_draw_follows_the_softmax_distribution_and_skips_zero_probability_tokens():
+    """The inverse-CDF sampler: frequencies over 40,000 draws within 4 standard errors of
+    softmax(logits / T) for every token, never a -inf token, deterministic under a seed."""
+    from race.engines.sampling import draw
+
+    logits = torch.tensor([[2.0, 0.0, -1.0, float("-inf"), 1.0]]).repeat(40_000, 1)
+    probs = torch.softmax(logits[0] / 0.7, dim=-1)
+    toks = draw(logits, 0.7, torch.Generator().manual_seed(0))
+    freq = torch.bincount(toks, minlength=5).double() / len(toks)
+    se = (probs.double() * (1 - probs.double()) / len(toks)).sqrt()
+    assert freq[3] == 0
+    assert bool(((freq - probs.double()).abs() <= 4 * se + 1e-12).all()), (freq, probs)
+    again = draw(logits, 0.7, torch.Generator().manual_seed(0))
+    assert torch.equal(toks, again)

@@ -61,7 +61,7 @@ from race.engines.common import (
 from race.engines import micro_batch
 from race.engines.grpo_math import group_advantages, grpo_loss, lr_at
 from race.engines.run_io import MetricsLog
-from race.engines.sampling import Rollout, decode_completions, encode_prompts, sample
+from race.engines.sampling import Rollout, decode_completions, encode_prompts, rollout_flops, sample
 from race.models.timing import device_clock
 from race.rewards.base import reward_bound
 from race.spec.run import RunConfig
@@ -302,8 +302,8 @@ class BuiltinEngine:
         t0 = device_clock(self.device)
         ro = self.rollout(step, ids, mask)
         t_roll = device_clock(self.device) - t0
-        roll = rollout_components(self.shape, [ro.prompt_len] * ro.n_prompts, [ro.completion_len] * len(ro.lengths),
-                                  lora=self.lora, share_prompt=True, conventions=cfg.conventions)
+        roll = {f"rollout/{k}": v for k, v in rollout_flops(self.shape, ro, lora=self.lora,
+                                                             conventions=cfg.conventions).items()}
         # 2. reward
         texts = decode_completions(self.tok, ro)
         rep_problems = [p for p in problems for _ in range(G)]

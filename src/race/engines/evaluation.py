@@ -15,8 +15,8 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from race.accounting import LoRA, ModelShape, generate_components
-from race.engines.sampling import decode_completions, encode_prompts, sample
+from race.accounting import LoRA, ModelShape
+from race.engines.sampling import decode_completions, encode_prompts, rollout_flops, sample
 
 EVAL_SEED = 1_000_003  # problems seed shared by every run
 
@@ -89,8 +89,7 @@ class Evaluator:
                             pad_id=self.tok.pad_token_id, temperature=self.temperature, greedy=flags, generator=gen)
                 for (j, _), text in zip(chunk, decode_completions(self.tok, ro)):
                     correct[j].append(self.verify(jobs[j][1], text))
-                comps = generate_components(self.shape, [ro.prompt_len] * len(chunk), [ro.completion_len] * len(chunk),
-                                            lora=self.lora, share_prompt=True, conventions=self.conv)
+                comps = rollout_flops(self.shape, ro, lora=self.lora, conventions=self.conv)
                 flops += sum(comps.values())
                 tokens += int(ro.lengths.sum())
         finally:

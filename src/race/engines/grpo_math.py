@@ -47,19 +47,29 @@ def group_advantages(rewards: torch.Tensor, group: int, *, scale: str | bool = "
 
 def completion_logprobs(model: Any, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
                         completion_ids: torch.Tensor, completion_mask: torch.Tensor,
-                        temperature: float = 1.0) -> torch.Tensor:
+                        temperature: float = 1.0, *, fast: bool | None = None) -> torch.Tensor:
     """log p(completion token t | prefix) for every completion position: (B, T).
 
     One forward over prompt+completion; the head runs only at the T positions that
     predict completion tokens (P-1 .. P+T-2), which is what the ledger charges
-    (``train_logits="completion"``). Logits are divided by the sampling temperature, as TRL does."""
+    (``train_logits="completion"``). Logits are divided by the sampling temperature, as TRL does.
+    ``fast``: run the functional forward (``race.engines.fast_forward``: the same FLOPs,
+    forward and backward, without the HF/PEFT module overhead); default: whenever it
+    supports the model (not for a gradient-checkpointing one)."""
+    from race.engines import fast_forward
+
     P, T = prompt_ids.shape[1], completion_ids.shape[1]
     ids = torch.cat([prompt_ids, completion_ids], dim=1)
     mask = torch.cat([prompt_mask, completion_mask], dim=1)
     pos = (mask.long().cumsum(-1) - 1).clamp(min=0)
-    keep = torch.arange(P - 1, P + T - 1, device=ids.device)
-    logits = model(input_ids=ids, attention_mask=mask, position_ids=pos, logits_to_keep=keep,
-                   use_cache=False).logits  # (B, T, V)
+    if fast is None:
+        fast = fast_forward.supports(model)
+    if fast:
+        logits = fast_forward.sequence_logits(model, ids, mask, pos, P - 1, T)
+    else:
+        keep = torch.arange(P - 1, P + T - 1, device=ids.device)
+        logits = model(input_ids=ids, attention_mask=mask, position_ids=pos, logits_to_keep=keep,
+                       use_cache=False).logits  # (B, T, V)
     logits = logits.float() / temperature
     return torch.log_softmax(logits, dim=-1).gather(-1, completion_ids[..., None]).squeeze(-1)
 
