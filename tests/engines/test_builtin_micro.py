@@ -160,6 +160,9 @@ def test_gradient_checkpointing_records_the_recompute_it_runs(tiny_model_dir, tm
     from race.accounting import LoRA, backward_components, recompute_flops, sequence_work
     from race.models import load_policy, model_shape
 
+    # a checkpointed model runs HF's forward (race.engines.fast_forward falls back); the
+    # plain run is made to run it too, so the updates compare the same arithmetic
+    monkeypatch.setattr("race.engines.fast_forward.supports", lambda model: False)
     plain, _, s0 = _measured_run(_cfg(tiny_model_dir), tmp_path / "plain", monkeypatch)
     ck, measured, s1 = _measured_run(_cfg(tiny_model_dir, gradient_checkpointing=True), tmp_path / "ck", monkeypatch)
     assert s0 == s1 and ck["steps"] == 1
