@@ -98,7 +98,8 @@ def test_the_grids_first_eval_target_is_the_studys_primary_target(tmp_path, cli)
     from race.report import load_study
 
     grid = json.loads(json.dumps(GRID))
-    grid["base"]["eval"]["targets"] = ["pass@k", "greedy"]
+    grid["base"]["eval"]["targets"] = ["greedy", "pass@k"]
+    grid["eval"] = {"targets": ["pass@k", "greedy"]}  # the grid's eval: section wins, as in the cells
     study = tmp_path / "study"
     assert run_grid(grid, study, poll_s=0.05).ok
     assert load_study(study).primary_target == "pass@k"

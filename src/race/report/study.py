@@ -146,7 +146,9 @@ def grid_primary_target(study_dir: str | Path) -> str | None:
             spec = next((json.loads(r["spec_json"]) for r in store.rows("studies") if r["name"] == name), None)
     except (StoreError, OSError, ValueError, KeyError):
         return None
-    targets = (((spec or {}).get("base") or {}).get("eval") or {}).get("targets")
+    spec = spec or {}
+    # the grid's own eval: section wins over base.eval (race.spec.cells.cell_data merges them so)
+    targets = (spec.get("eval") or {}).get("targets") or ((spec.get("base") or {}).get("eval") or {}).get("targets")
     return str(targets[0]) if targets else None
 
 
