@@ -85,9 +85,12 @@ def _check_prefill(cfg, rows: list[dict], step: int) -> None:
     lora = LoRA(cfg.lora.r, tuple(cfg.lora.target_modules))
     n = cfg.prompts_per_step * cfg.num_generations
 
+    # a merged-LoRA rollout (race.engines.sampling) runs the base weights: no LoRA term
+    merged = any(r["step"] == step and r["phase"] == "rollout" and r["component"] == "merge" for r in rows)
+
     def prefill(width: int) -> int:
-        return rollout_components(shape, [width] * cfg.prompts_per_step, [1] * n, lora=lora, share_prompt=True,
-                                  conventions=cfg.conventions)["rollout/prefill"]
+        return rollout_components(shape, [width] * cfg.prompts_per_step, [1] * n, lora=None if merged else lora,
+                                  share_prompt=True, conventions=cfg.conventions)["rollout/prefill"]
 
     assert pre["flops"] == prefill(width) > prefill(bare_width)
 
