@@ -78,10 +78,11 @@ def test_training_is_deterministic_under_the_seed(built, tmp_path):
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
-def test_tiny_name_loads_from_cache_once_built(built):
+def test_tiny_name_loads_from_cache_once_built(built, monkeypatch):
     from race.models.loading import load_policy
 
     cache, _ = built
+    monkeypatch.setenv("RACE_NO_PACKAGED", "1")  # else the packaged warm start is installed
     with pytest.raises(FileNotFoundError, match="race base build"):
         load_policy("tiny-xs", cache_dir=cache)  # the DEFAULT recipe was never built here
 
