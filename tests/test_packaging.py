@@ -3,6 +3,7 @@ versions without forcing a torch build on anyone."""
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 from pathlib import Path
@@ -120,21 +121,30 @@ def test_setup_script_uses_the_constraints_and_keeps_an_existing_torch():
 def test_the_demo_grids_base_models_and_reward_models_ship_with_the_current_recipe_hashes(tmp_path):
     """A fresh clone runs the demo without building: every warm start and reward model the
     packaged demo grid uses is in the package under its CURRENT recipe hash (a recipe change
-    without re-packaging fails here; `race base build --force` + copying refreshes them)."""
-    from importlib import resources
+    without re-packaging fails here; `race base build --force` + copying refreshes them).
+    Checked in a fresh interpreter: other tests swap the registered recipes for speed."""
+    import subprocess
+    import sys
 
-    from race.builds.cache import PACKAGED, packaged_dir
-    from race.grid import load_grid_spec
-    from race.grid.prebuild import grid_builds
-    from race.models.warmstart import recipe_hash
-    from race.rewards.rm_recipes import rm_dir
-
-    with resources.as_file(resources.files("race") / "configs" / "demo.yaml") as f:
-        spec = load_grid_spec(f)
-    models, rms = grid_builds(spec.axes.get("model", [spec.base.get("model")]),
-                              spec.axes.get("reward", [spec.base.get("reward", "rule")]))
-    assert models and rms
-    for m in models:
-        assert packaged_dir("base", f"{m}-{recipe_hash(m)}") is not None, (m, sorted(PACKAGED.glob("base/*")))
-    for r in rms:
-        assert packaged_dir("rm", rm_dir(r, cache_dir=tmp_path).name) is not None, r
+    code = f"""
+from importlib import resources
+from race.builds.cache import PACKAGED, packaged_dir
+from race.grid import load_grid_spec
+from race.grid.prebuild import grid_builds
+from race.models.warmstart import recipe_hash
+from race.rewards.rm_recipes import rm_dir
+with resources.as_file(resources.files("race") / "configs" / "demo.yaml") as f:
+    spec = load_grid_spec(f)
+models, rms = grid_builds(spec.axes.get("model", [spec.base.get("model")]),
+                          spec.axes.get("reward", [spec.base.get("reward", "rule")]))
+assert models and rms, (models, rms)
+for m in models:
+    assert packaged_dir("base", f"{{m}}-{{recipe_hash(m)}}") is not None, (m, sorted(PACKAGED.glob("base/*")))
+for r in rms:
+    name = rm_dir(r, cache_dir={str(tmp_path)!r}).name
+    assert packaged_dir("rm", name) is not None, (name, sorted(PACKAGED.glob("rm/*")))
+print("ok", models, rms)
+"""
+    env = {k: v for k, v in os.environ.items() if k != "RACE_NO_PACKAGED"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0 and out.stdout.startswith("ok"), out.stderr[-2000:]
