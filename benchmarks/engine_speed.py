@@ -45,6 +45,15 @@ def make_model_dir(size: str, root: Path) -> Path:
     return d
 
 
+def grid_points(a, root: Path):
+    """(size, model directory, group size, completion length) over the benchmark grid."""
+    for size in a.sizes.split(","):
+        mdir = make_model_dir(size, root)
+        for g in (int(x) for x in a.groups.split(",")):
+            for L in (int(x) for x in a.lengths.split(",")):
+                yield size, mdir, g, L
+
+
 def builtin_engine(model_dir: Path, prompts: int, group: int, length: int, tmp: Path, *, merge: bool = True,
                    fast_forward: bool = True):
     """A step function of the built-in engine; ``merge`` / ``fast_forward`` off switch
@@ -174,39 +183,36 @@ def run_grid(a) -> None:
     rows = []
     with tempfile.TemporaryDirectory() as td:
         root = Path(td)
-        for size in a.sizes.split(","):
-            mdir = make_model_dir(size, root)
-            for g in (int(x) for x in a.groups.split(",")):
-                for L in (int(x) for x in a.lengths.split(",")):
-                    b_step = builtin_engine(mdir, a.prompts, g, L, root)
-                    t_block = trl_trainer(mdir, a.prompts, g, L, root, checkpointing=False)
-                    t_def = None if a.no_trl_default else trl_trainer(mdir, a.prompts, g, L, root, checkpointing=True)
-                    b_step()  # warm-up all
-                    _suppressed(t_block, 1)
-                    if t_def:
-                        _suppressed(t_def, 1)
-                    bt, tt, dt, pk = [], [], [], []
-                    ph: dict[str, list[float]] = {"rollout": [0, 0.0], "update": [0, 0.0]}
-                    mlp = TINY_FAMILY[size]["hidden_size"], TINY_FAMILY[size]["intermediate_size"]
-                    for _ in range(a.rounds):  # interleaved: peak, builtin, TRL, TRL defaults, ...
-                        pk.append(matmul_peak(2048, *mlp, repeats=5))
-                        for _ in range(a.steps):
-                            sec, phases = b_step()
-                            bt.append(sec)
-                            for k in ph:
-                                f, t = phases.get(k, (0, 0.0))
-                                ph[k][0] += f
-                                ph[k][1] += t
-                        tt += _suppressed(t_block, a.steps)
-                        if t_def:
-                            dt += _suppressed(t_def, a.steps)
-                    mb, mt = statistics.median(bt), statistics.median(tt)
-                    md = statistics.median(dt) if dt else float("nan")
-                    peak = statistics.median(pk)  # measured in the rounds: the same load as the steps
-                    share = {k: (f / t / peak if t else 0.0) for k, (f, t) in ph.items()}
-                    rows.append((size, g, L, mb, mt, md, mt / mb, md / mb, share["rollout"], share["update"]))
-                    print(f"  {size} G={g} L={L}: builtin {mb:.3f}s  trl {mt:.3f}s ({mt / mb:.2f}x)  "
-                          f"trl default {md:.3f}s ({md / mb:.2f}x)", flush=True)
+        for size, mdir, g, L in grid_points(a, root):
+            b_step = builtin_engine(mdir, a.prompts, g, L, root)
+            t_block = trl_trainer(mdir, a.prompts, g, L, root, checkpointing=False)
+            t_def = None if a.no_trl_default else trl_trainer(mdir, a.prompts, g, L, root, checkpointing=True)
+            b_step()  # warm-up all
+            _suppressed(t_block, 1)
+            if t_def:
+                _suppressed(t_def, 1)
+            bt, tt, dt, pk = [], [], [], []
+            ph: dict[str, list[float]] = {"rollout": [0, 0.0], "update": [0, 0.0]}
+            mlp = TINY_FAMILY[size]["hidden_size"], TINY_FAMILY[size]["intermediate_size"]
+            for _ in range(a.rounds):  # interleaved: peak, builtin, TRL, TRL defaults, ...
+                pk.append(matmul_peak(2048, *mlp, repeats=5))
+                for _ in range(a.steps):
+                    sec, phases = b_step()
+                    bt.append(sec)
+                    for k in ph:
+                        f, t = phases.get(k, (0, 0.0))
+                        ph[k][0] += f
+                        ph[k][1] += t
+                tt += _suppressed(t_block, a.steps)
+                if t_def:
+                    dt += _suppressed(t_def, a.steps)
+            mb, mt = statistics.median(bt), statistics.median(tt)
+            md = statistics.median(dt) if dt else float("nan")
+            peak = statistics.median(pk)  # measured in the rounds: the same load as the steps
+            share = {k: (f / t / peak if t else 0.0) for k, (f, t) in ph.items()}
+            rows.append((size, g, L, mb, mt, md, mt / mb, md / mb, share["rollout"], share["update"]))
+            print(f"  {size} G={g} L={L}: builtin {mb:.3f}s  trl {mt:.3f}s ({mt / mb:.2f}x)  "
+                  f"trl default {md:.3f}s ({md / mb:.2f}x)", flush=True)
     print("\n| model | G | completion | builtin s/step | TRL s/step | TRL default s/step | TRL / builtin | "
           "TRL default / builtin | rollout % peak | update % peak |")
     print("|---|---|---|---|---|---|---|---|---|---|")
@@ -249,27 +255,24 @@ def run_levers(a) -> None:
 
     with tempfile.TemporaryDirectory() as td:
         root = Path(td)
-        for size in a.sizes.split(","):
-            mdir = make_model_dir(size, root)
-            for g in (int(x) for x in a.groups.split(",")):
-                for L in (int(x) for x in a.lengths.split(",")):
-                    steps = {k: patched(builtin_engine(mdir, a.prompts, g, L, root, **kw), draw)
-                             for k, (kw, draw) in variants.items()}
-                    times: dict[str, list[float]] = {k: [] for k in variants}
-                    for fn in steps.values():
-                        fn()
-                    for _ in range(a.rounds * a.steps):
-                        for k, fn in steps.items():
-                            times[k].append(fn()[0])
-                    m = {k: statistics.median(v) for k, v in times.items()}
-                    row = {k: m[v] / m["all levers"] for k, v in (("merge", "no LoRA merge"),
-                                                                       ("forward", "HF log-prob forward"),
-                                                                       ("sampler", "multinomial sampler"),
-                                                                       ("all", "none of the three"))}
-                    for k, v in row.items():
-                        gains[k].append(v)
-                    print(f"| {size} | {g} | {L} | " + " | ".join(f"{m[k]:.3f}" for k in variants) + " | " +
-                          " | ".join(f"{v:.2f}x" for v in row.values()) + " |", flush=True)
+        for size, mdir, g, L in grid_points(a, root):
+            steps = {k: patched(builtin_engine(mdir, a.prompts, g, L, root, **kw), draw)
+                     for k, (kw, draw) in variants.items()}
+            times: dict[str, list[float]] = {k: [] for k in variants}
+            for fn in steps.values():
+                fn()
+            for _ in range(a.rounds * a.steps):
+                for k, fn in steps.items():
+                    times[k].append(fn()[0])
+            m = {k: statistics.median(v) for k, v in times.items()}
+            row = {k: m[v] / m["all levers"] for k, v in (("merge", "no LoRA merge"),
+                                                               ("forward", "HF log-prob forward"),
+                                                               ("sampler", "multinomial sampler"),
+                                                               ("all", "none of the three"))}
+            for k, v in row.items():
+                gains[k].append(v)
+            print(f"| {size} | {g} | {L} | " + " | ".join(f"{m[k]:.3f}" for k in variants) + " | " +
+                  " | ".join(f"{v:.2f}x" for v in row.values()) + " |", flush=True)
     print(f"\nstep speed-up from the LoRA merge {_span(gains['merge'])}, from the functional log-prob forward "
           f"{_span(gains['forward'])}, from the sampler {_span(gains['sampler'])}, all three {_span(gains['all'])}")
 
