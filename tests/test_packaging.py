@@ -143,8 +143,16 @@ for m in models:
 for r in rms:
     name = rm_dir(r, cache_dir={str(tmp_path)!r}).name
     assert packaged_dir("rm", name) is not None, (name, sorted(PACKAGED.glob("rm/*")))
+# what the engines call: the packaged copies are reused, never rebuilt
+from race.models.warmstart import build_base
+from race.rewards.training import build_rm
+for m in models:
+    assert build_base(m).reused, m
+for r in rms:
+    assert build_rm(r).reused, r
 print("ok", models, rms)
 """
     env = {k: v for k, v in os.environ.items() if k != "RACE_NO_PACKAGED"}
+    env["RACE_CACHE"] = str(tmp_path / "cache")  # empty: everything must come from the package
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert out.returncode == 0 and out.stdout.startswith("ok"), out.stderr[-2000:]

@@ -154,7 +154,7 @@ def test_a_packaged_artefact_with_the_same_recipe_hash_is_installed_not_built(bu
     path = base_dir("tiny-xs", cache_dir=fresh, recipe=TINY)
     assert got.reused and got.path == str(path) and path.parent == fresh / "base"
     assert (path / "model.safetensors").read_bytes() == (src / "model.safetensors").read_bytes()
-    assert json.loads((path / "info.json").read_text())["installed_from"] == "package"
+    assert json.loads((path / "info.json").read_text())["path"] == str(path)
     assert cached_base("tiny-xs", cache_dir=fresh, recipe=TINY) is not None
     # another recipe hash is not served from the package; RACE_NO_PACKAGED turns it off
     other = dataclasses.replace(TINY, learning_rate=1e-3)

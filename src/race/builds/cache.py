@@ -110,13 +110,13 @@ def packaged_dir(kind: str, dirname: str) -> Path | None:
 
 def install_packaged(src: Path, final: Path) -> None:
     """Copy a packaged artefact into the cache atomically (temporary sibling, rename), its
-    ``info.json`` noting where it came from and where it now lives."""
+    ``info.json`` saying where it now lives."""
     tmp = final.with_name(f"{final.name}.tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.parent.mkdir(parents=True, exist_ok=True)
     shutil.copytree(src, tmp)
     info = json.loads((tmp / INFO_FILE).read_text())
-    info.update(path=str(final), installed_from="package")
+    info["path"] = str(final)  # no other key: the builders read info.json back into their dataclasses
     (tmp / INFO_FILE).write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
     if final.exists() and not _complete(final):
         shutil.rmtree(final, ignore_errors=True)  # a damaged artefact: replace it
