@@ -10,6 +10,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
+from race.cli.ui import cell_events
 from race.cli.ui import fail as _fail
 
 
@@ -163,12 +164,8 @@ def _demo_validation(con: Any, study_dir: Path, rivals: int, workers: int | None
     from race.accounting import fmt_flops
     from race.report import ReportError, validate_study
 
-    def on_event(ev: Any) -> None:
-        if ev.kind in ("complete", "failed", "retry"):
-            con.print(f"  {ev.kind} {ev.run_id} [{ev.label}]" + (f": {ev.message}" if ev.message else ""))
-
     try:
-        res = validate_study(study_dir, rivals=rivals, workers=workers, on_event=on_event)
+        res = validate_study(study_dir, rivals=rivals, workers=workers, on_event=cell_events(con.print))
     except ReportError as e:
         con.print(f"[yellow]  validation not run: {e}[/yellow]")
         return

@@ -11,6 +11,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
+from race.cli.ui import cell_events
 from race.cli.ui import fail as _fail
 
 
@@ -108,10 +109,7 @@ def validate(
     seed_list = _parse_seeds(seeds)
     _, target = _load(study_dir, target, target_budget)
 
-    def on_event(ev: Any) -> None:
-        if ev.kind in ("complete", "failed", "retry"):
-            typer.echo(f"  {ev.kind} {ev.run_id} [{ev.label}]" + (f": {ev.message}" if ev.message else ""))
-
+    on_event = cell_events(typer.echo)
     try:
         res = validate_study(study_dir, target_budget=target_budget, target=target, rivals=rivals, seeds=seed_list,
                              workers=workers, n_boot=n_boot, n_boot_fit=n_boot_fit, rng=seed, on_event=on_event)

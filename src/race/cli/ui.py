@@ -14,6 +14,14 @@ def fail(msg: str, code: int = 2) -> NoReturn:
     raise typer.Exit(code)
 
 
+def cell_events(echo: Callable[[str], Any]) -> Callable[[Any], None]:
+    """A grid ``on_event`` that prints finished, failed and retried cells, one line each."""
+    def on_event(ev: Any) -> None:
+        if ev.kind in ("complete", "failed", "retry"):
+            echo(f"  {ev.kind} {ev.run_id} [{ev.label}]" + (f": {ev.message}" if ev.message else ""))
+    return on_event
+
+
 def one_line(text: str) -> str:
     """A multi-line validation message as one line (``title a; b; c``)."""
     lines = [ln.strip().removeprefix("- ") for ln in str(text).splitlines() if ln.strip()]

@@ -54,9 +54,9 @@ from race.engines.common import (
     Progress,
     RunDir,
     default_torch_threads,
-    load_run_policy,
     make_task,
     run_evaluator,
+    start_policy,
 )
 from race.engines import micro_batch
 from race.engines.grpo_math import group_advantages, grpo_loss, lr_at
@@ -92,10 +92,8 @@ class BuiltinEngine:
         from race.rewards import make_reward
 
         cfg = self.cfg
-        policy = load_run_policy(cfg)
-        self.schedule.share_step0(cfg, policy.model)
-        model, tok, self.lora, self.shape, self.device = policy.model, policy.tok, policy.lora, policy.shape, policy.device
-        self.tok = tok
+        policy = start_policy(self)
+        model, tok = policy.model, policy.tok
         self.ref_model = None
         if cfg.lora is not None:
             model = wrap_lora(model, cfg.lora)

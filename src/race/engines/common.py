@@ -97,6 +97,16 @@ def _verify_fn() -> Callable[[Any, str], bool]:
     return lambda p, text: verify_terms(p, text)[0] == 1.0
 
 
+def start_policy(engine: Any) -> RunPolicy:
+    """What both engines' setup begins with: the run's policy (:func:`load_run_policy`),
+    its step-0 evaluation shared where ``eval_cache_dir`` asks for it, and the engine's
+    ``tok``, ``lora``, ``shape`` and ``device`` set from it."""
+    policy = load_run_policy(engine.cfg)
+    engine.schedule.share_step0(engine.cfg, policy.model)
+    engine.tok, engine.lora, engine.shape, engine.device = policy.tok, policy.lora, policy.shape, policy.device
+    return policy
+
+
 def run_evaluator(cfg: RunConfig, task: Any, policy: RunPolicy) -> Any:
     """The run's evaluation targets on ``task`` (both engines evaluate the same way)."""
     from race.engines.evaluation import Evaluator
@@ -233,4 +243,4 @@ class RunDir:
 
 
 __all__ = ["DivergedError", "EvalSchedule", "PHASES", "Progress", "RunDir", "RunPolicy", "default_torch_threads",
-           "load_run_policy", "make_task", "run_evaluator"]
+           "load_run_policy", "make_task", "run_evaluator", "start_policy"]

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from race.accounting import AccountingError, steps_in_budget
-from race.engines.common import EvalSchedule, Progress, RunDir, load_run_policy, make_task, run_evaluator
+from race.engines.common import EvalSchedule, Progress, RunDir, make_task, run_evaluator, start_policy
 from race.engines.grpo_math import lr_at
 from race.engines.trl import trainer as _trainer
 from race.engines.trl.config import check_trl_config, grpo_args
@@ -102,10 +102,8 @@ class TrlEngine:
         from race.rewards import make_reward
 
         cfg = self.cfg
-        policy = load_run_policy(cfg)
-        self.schedule.share_step0(cfg, policy.model)
-        model, tok, self.lora, self.shape, self.device = policy.model, policy.tok, policy.lora, policy.shape, policy.device
-        self.tok = tok
+        policy = start_policy(self)
+        model, tok = policy.model, policy.tok
         peft_config = None
         if cfg.lora is not None:
             validate_lora(model, cfg.lora)
