@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from race.accounting import AccountingError, LoRA, ModelShape, PhaseFlops, grpo_step_flops, split_shares, steps_in_budget
-from race.accounting import uniform_step_flops
+from race.accounting import prompt_groups, uniform_step_flops
 from race.models.refs import resolve_shape
 from race.rewards.systems import reward_system
 from race.spec.flops import FlopsQuery
@@ -62,8 +62,10 @@ def flops_report(q: FlopsQuery) -> dict[str, Any]:
 
 def run_step_flops(cfg: RunConfig) -> PhaseFlops:
     """One step of run ``cfg`` at its upper bound: every sequence at ``max_prompt_length +
-    max_completion_length`` (prompts shared across the group only by the built-in engine),
-    a judge writing ``max_completion_length`` tokens per verdict."""
+    max_completion_length``, a judge writing ``max_completion_length`` tokens per verdict.
+    The built-in engine shares each prompt across its group in the rollout and, without
+    gradient checkpointing, in the learning passes too (for the Qwen2/Llama-style models
+    its functional forward runs; another architecture runs unshared and costs more)."""
     shape = resolve_shape(cfg.model)
     lora = LoRA(rank=cfg.lora.r, targets=tuple(cfg.lora.target_modules)) if cfg.lora else None
     reward = reward_system(cfg.reward)
@@ -75,6 +77,8 @@ def run_step_flops(cfg: RunConfig) -> PhaseFlops:
         needs_old_logprobs=cfg.needs_old_logprobs, reward=reward,
         judge_completion_lens=[cfg.max_completion_length] * n if judge else None,
         share_prompt=cfg.engine == "builtin",
+        prompt_groups=(prompt_groups(n, cfg.num_generations, cfg.micro_batch_size)
+                       if cfg.engine == "builtin" and not cfg.gradient_checkpointing else None),
         recompute=cfg.gradient_checkpointing, conventions=cfg.conventions)
 
 

@@ -135,9 +135,11 @@ def test_micro_batched_run_has_the_one_batch_ledger_and_update(tiny_model_dir, t
 def _same_update(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor], lr: float = 1e-2) -> None:
     """Equal LoRA weights up to float rounding: AdamW's first step moves each weight by
     about lr * g / (|g| + eps), so where a gradient is near eps (1e-8) its float rounding
-    shows; allow 0.2% of a step (gradients themselves agree to 1e-5: the test above)."""
+    shows (the prefix-shared passes run one prompt per micro-batch here against four in one
+    batch: other matmul shapes, other rounding); allow 0.5% of a step (gradients themselves
+    agree to 1e-5: the test above)."""
     for k in a:
-        torch.testing.assert_close(b[k], a[k], rtol=0, atol=2e-3 * lr, msg=k)
+        torch.testing.assert_close(b[k], a[k], rtol=0, atol=5e-3 * lr, msg=k)
 
 
 def _adapter_at_init(model_dir: Path) -> dict[str, torch.Tensor]:
@@ -190,7 +192,8 @@ def test_gradient_checkpointing_records_the_recompute_it_runs(tiny_model_dir, tm
 def test_gradient_checkpointing_full_fine_tuning_is_measured_exactly(tiny_model_dir, tmp_path, monkeypatch):
     """Full fine-tuning (lora: null) with checkpointing: ledger counted + recompute ==
     FlopCounterMode, and the counted FLOPs equal the plain run's (the embedding is
-    trainable, so layer 0's input gradients run either way)."""
+    trainable, so layer 0's input gradients run either way) when that runs unshared too."""
+    monkeypatch.setattr("race.engines.fast_forward.supports", lambda model: False)  # the checkpointed run's forward
     plain, m0, _ = _measured_run(_cfg(tiny_model_dir, lora=None, learning_rate=1e-5), tmp_path / "p", monkeypatch)
     ck, m1, _ = _measured_run(_cfg(tiny_model_dir, lora=None, learning_rate=1e-5, gradient_checkpointing=True),
                               tmp_path / "c", monkeypatch)

@@ -15,6 +15,7 @@ from .grpo import (
     grpo_step_flops,
     learning_components,
     phase_flops,
+    prompt_groups,
     reward_model_flops,
     rollout_components,
     uniform_step_flops,
@@ -32,6 +33,7 @@ from .passes import (
     layers_forward_flops,
     recompute_flops,
     sequence_work,
+    shared_prompt_work,
     train_flops,
 )
 from .report_card import ReportCard, fmt_flops, log_values
@@ -42,6 +44,6 @@ __all__ = [
     "LAYER_MATRICES", "LedgerCorruptError", "LedgerRecord", "LoRA", "ModelShape", "PHASES", "PhaseFlops", "RULE",
     "ReportCard", "RewardSystem", "Work", "backward_components", "fmt_flops", "forward_components", "forward_flops",
     "generate_components", "generate_flops", "generate_work", "grpo_step_flops", "layers_forward_flops",
-    "learning_components", "log_values", "phase_flops", "rollout_components", "plan_allocations", "recompute_flops", "preset_names", "published_sizes", "reward_model_flops", "sequence_work", "split_shares",
+    "learning_components", "log_values", "phase_flops", "prompt_groups", "rollout_components", "plan_allocations", "recompute_flops", "preset_names", "published_sizes", "reward_model_flops", "sequence_work", "shared_prompt_work", "split_shares",
     "steps_in_budget", "train_flops", "uniform_step_flops",
 ]

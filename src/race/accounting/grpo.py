@@ -32,6 +32,7 @@ from .passes import (
     generate_work,
     recompute_flops,
     sequence_work,
+    shared_prompt_work,
 )
 from .shapes import ModelShape
 
@@ -149,15 +150,26 @@ def learning_components(shape: ModelShape, seq_lens: Sequence[int], completion_l
                         lora: LoRA | None = None, num_iterations: int = 1, beta: float = 0.0,
                         needs_old_logprobs: bool | None = None, recompute: bool = False,
                         recompute_early_stop: bool = True, train_logits: TrainLogits = "completion",
-                        inputs_require_grad: bool = False,
+                        inputs_require_grad: bool = False, prompt_groups: Sequence[int] | None = None,
                         conventions: "Conventions | str | None" = None) -> dict[str, int]:
     """FLOPs of the passes over whole sequences: ``old_logprobs/forward`` (if needed),
     ``reference/forward`` (if beta != 0; adapter off), ``update/forward`` and
-    ``update/backward`` (x num_iterations) and ``recompute/forward`` (if recompute)."""
+    ``update/backward`` (x num_iterations) and ``recompute/forward`` (if recompute).
+
+    ``prompt_groups``: the passes run each prompt once for its group (``shared_prompt_work``):
+    consecutive sequences, ``prompt_groups[j]`` of them, share one prompt of length
+    ``seq_len - completion_len`` (equal within a group). Needs ``train_logits="completion"``
+    and no recompute (gradient checkpointing runs the unshared HF forward)."""
     conv = resolve(conventions)
     if needs_old_logprobs is None:
         needs_old_logprobs = num_iterations > 1
-    work = sequence_work(seq_lens, _train_logits(train_logits, completion_lens), conv)
+    if prompt_groups is None:
+        work = sequence_work(seq_lens, _train_logits(train_logits, completion_lens), conv)
+    else:
+        if train_logits != "completion" or recompute:
+            raise AccountingError("prompt_groups (prefix-shared passes) needs train_logits='completion' and no "
+                                  f"recompute, got train_logits={train_logits!r}, recompute={recompute}")
+        work = _shared_work(seq_lens, completion_lens, prompt_groups, conv)
     fwd = sum(forward_components(shape, work, lora=lora, conventions=conv).values())
     comps: dict[str, int] = {}
     if needs_old_logprobs:
@@ -172,6 +184,43 @@ def learning_components(shape: ModelShape, seq_lens: Sequence[int], completion_l
         comps["recompute/forward"] = num_iterations * recompute_flops(shape, work, lora=lora, conventions=conv,
                                                                       early_stop=recompute_early_stop)
     return comps
+
+
+def prompt_groups(n: int, group: int, micro_batch: int) -> list[int]:
+    """Sizes of the prompt segments a prefix-shared pass runs over ``n`` sequences in whole
+    groups of ``group``, ``micro_batch`` sequences at a time (consecutive slices): a group
+    split between micro-batches is one segment in each. The ``prompt_groups`` argument of
+    ``learning_components`` for the built-in engine's passes."""
+    for name, v in (("n", n), ("group", group), ("micro_batch", micro_batch)):
+        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+            raise AccountingError(f"prompt_groups: {name}={v!r} must be an integer >= 1")
+    out: list[int] = []
+    for start in range(0, n, micro_batch):
+        i, stop = start, min(n, start + micro_batch)
+        while i < stop:
+            j = min(stop, (i // group + 1) * group)
+            out.append(j - i)
+            i = j
+    return out
+
+
+def _shared_work(seq_lens: Sequence[int], completion_lens: Sequence[int], prompt_groups: Sequence[int],
+                 conv: Conventions) -> Work:
+    """``shared_prompt_work`` from per-sequence lengths and group sizes (see ``learning_components``)."""
+    seqs, comps = list(seq_lens), list(completion_lens)
+    if len(seqs) != len(comps):
+        raise AccountingError(f"seq_lens has {len(seqs)} entries but completion_lens has {len(comps)}")
+    sizes = list(prompt_groups)
+    if sum(sizes) != len(seqs) or any(not isinstance(g, int) or g < 1 for g in sizes):
+        raise AccountingError(f"prompt_groups {sizes} must be positive counts summing to {len(seqs)} sequences")
+    plens, i = [], 0
+    for g in sizes:
+        ps = {s - t for s, t in zip(seqs[i:i + g], comps[i:i + g])}
+        if len(ps) != 1:
+            raise AccountingError(f"sequences {i}..{i + g - 1} share a prompt but have prompt lengths {sorted(ps)}")
+        plens.append(ps.pop())
+        i += g
+    return shared_prompt_work(plens, comps, sizes, conventions=conv)
 
 
 def phase_flops(components: dict[str, int]) -> PhaseFlops:
@@ -203,6 +252,7 @@ def grpo_step_flops(
     recompute_early_stop: bool = True,
     train_logits: TrainLogits = "completion",
     inputs_require_grad: bool = False,
+    prompt_groups: Sequence[int] | None = None,
     conventions: "Conventions | str | None" = None,
 ) -> PhaseFlops:
     """Per-phase FLOPs of one GRPO step from the actual per-sequence lengths.
@@ -213,7 +263,8 @@ def grpo_step_flops(
     ``train_logits`` positions: "completion" (the T positions that predict completion
     tokens), "completion+1" (TRL's ``logits_to_keep = T + 1``), "all", or an int.
     ``reward_seq_lens`` default to prompt+completion; the RM head defaults to the last
-    position (orm) or every position (prm) unless ``reward_head_positions`` says."""
+    position (orm) or every position (prm) unless ``reward_head_positions`` says.
+    ``prompt_groups``: the training passes share prompts (see ``learning_components``)."""
     conv = resolve(conventions)
     if not isinstance(num_generations, int) or num_generations < 2:
         raise AccountingError(f"num_generations={num_generations!r}: GRPO needs a group of at least 2; set it >= 2")
@@ -232,7 +283,8 @@ def grpo_step_flops(
     comps.update(learning_components(shape, seqs, clens, lora=lora, num_iterations=num_iterations, beta=beta,
                                      needs_old_logprobs=needs_old_logprobs, recompute=recompute,
                                      recompute_early_stop=recompute_early_stop, train_logits=train_logits,
-                                     inputs_require_grad=inputs_require_grad, conventions=conv))
+                                     inputs_require_grad=inputs_require_grad, prompt_groups=prompt_groups,
+                                     conventions=conv))
     if reward.is_model:
         rlens = list(reward_seq_lens) if reward_seq_lens is not None else seqs
         head = reward_head_positions if reward_head_positions is not None else (

@@ -117,6 +117,41 @@ def generate_work(prompt_lens: Sequence[int], completion_lens: Sequence[int], *,
     return prefill, Work(dec_tokens, dec_pairs, dec_tokens)
 
 
+def shared_prompt_work(prompt_lens: Sequence[int], completion_lens: Sequence[int], group_sizes: Sequence[int], *,
+                       conventions: ConvLike = None) -> Work:
+    """Work of a pass over (prompt, completion) sequences that runs each prompt once for the
+    completions sharing it (a prefix-shared log-prob or training pass), with logits where
+    they predict completion tokens:
+
+    - segment s: its prompt of ``P_s`` tokens, no cache (``attention_pairs(P_s, 0)``), the
+      head at its last position (the first completion token's logits, shared by its group);
+    - completion i of segment s: its first ``T_i - 1`` tokens over the ``P_s`` prompt keys
+      (``attention_pairs(T_i - 1, P_s)``), the head at each (tokens ``2 .. T_i``); the last
+      token predicts nothing and is not run.
+
+    ``prompt_lens``: one per segment; ``group_sizes``: completions per segment, in order
+    (they sum to ``len(completion_lens)``). Under ``causal`` attention a group of ``G`` costs
+    the unshared pass minus ``G - 1`` prompts and ``G`` last tokens; under ``full`` the
+    completions' squares are ``(T-1)(T-1+P)``, what the engine's matmuls execute. Head
+    positions follow ``sequence_work``: every token under ``logits="all"`` conventions."""
+    conv = resolve(conventions)
+    plens = _check_lens("prompt_lens", prompt_lens)
+    clens = _check_lens("completion_lens", completion_lens)
+    sizes = _check_lens("group_sizes", group_sizes)
+    if len(sizes) != len(plens):
+        raise AccountingError(f"group_sizes has {len(sizes)} entries for {len(plens)} prompts: one per prompt")
+    if sum(sizes) != len(clens):
+        raise AccountingError(f"group_sizes sum to {sum(sizes)} completions, but completion_lens has {len(clens)}")
+    tokens = sum(plens) + sum(t - 1 for t in clens)
+    pairs = sum(terms.attention_pairs(p, 0, conv.attention) for p in plens)
+    i = 0
+    for p, g in zip(plens, sizes):
+        pairs += sum(terms.attention_pairs(t - 1, p, conv.attention) for t in clens[i:i + g])
+        i += g
+    pos = tokens if conv.logits == "all" else len(plens) + sum(t - 1 for t in clens)
+    return Work(tokens, pairs, pos)
+
+
 # -- forward ------------------------------------------------------------------------
 def forward_components(shape: ModelShape, work: Work, *, lora: LoRA | None = None,
                        conventions: ConvLike = None) -> dict[str, int]:
@@ -273,6 +308,6 @@ def generate_flops(shape: ModelShape, prompt_lens: Sequence[int], completion_len
 
 
 __all__ = [
-    "Work", "sequence_work", "generate_work", "forward_components", "backward_components", "layers_forward_flops",
+    "Work", "sequence_work", "shared_prompt_work", "generate_work", "forward_components", "backward_components", "layers_forward_flops",
     "recompute_flops", "forward_flops", "train_flops", "generate_components", "generate_flops", "LAYER_MATRICES",
 ]

@@ -13,6 +13,13 @@ sequences with gradients accumulated (TRL's ``gradient_accumulation_steps``; the
 the one-batch step's), and ``gradient_checkpointing`` recomputes the decoder layers in the
 update's backward, recorded as uncounted ``recompute`` (``race.engines.micro_batch``).
 
+Prompts are shared across their group in every pass, as in the rollout's prefill: the
+log-prob passes and the update run each group's prompt once per micro-batch and its G
+completions over that prompt's keys and values (``fast_forward.shared_prompt_logits``,
+charged as ``learning_components(prompt_groups=...)``: the same log-probs and gradients,
+fewer FLOPs). A model the functional forward does not support (or a gradient-checkpointing
+one) runs HF's unshared forward and is charged for that.
+
 Each stage charges what it executed (padded tensors included) under the run's FLOP
 conventions. Before a step the engine bounds its cost (this step's prompts, completions at
 ``max_completion_length``, no group dropped, a reward model reading the full prompts) and
@@ -58,7 +65,7 @@ from race.engines.common import (
     run_evaluator,
     start_policy,
 )
-from race.engines import micro_batch
+from race.engines import fast_forward, micro_batch
 from race.engines.grpo_math import group_advantages, grpo_loss, lr_at
 from race.engines.run_io import MetricsLog
 from race.engines.sampling import Rollout, decode_completions, encode_prompts, rollout_flops, sample
@@ -102,6 +109,7 @@ class BuiltinEngine:
         self.model = model
         if cfg.gradient_checkpointing:
             self.recompute_early_stop = micro_batch.enable_checkpointing(model)
+        self.share_prompts = fast_forward.supports(model)  # prefix-shared passes (module docstring)
         self.task = make_task(cfg, tok)
         self.reward = make_reward(cfg.reward, seed=cfg.seed, device=str(self.device), conventions=cfg.conventions,
                                   task=self.task, tokenizer=tok)
@@ -131,12 +139,17 @@ class BuiltinEngine:
         T = cfg.max_completion_length
         comps = rollout_components(self.shape, [prompt_len] * cfg.prompts_per_step, [T] * n, lora=self.lora,
                                    share_prompt=True, conventions=cfg.conventions)
-        comps.update(self._learning([prompt_len + T] * n, [T] * n))
+        comps.update(self._learning(prompt_len, T, n))
         return _counted(comps) + reward_bound(self.reward, n, prompt_len, T, problems)
 
-    def _learning(self, seq_lens: list[int], completion_lens: list[int]) -> dict[str, int]:
+    def _learning(self, prompt_len: int, completion_len: int, n: int) -> dict[str, int]:
+        """The learning passes over ``n`` rows (whole groups) padded to ``prompt_len`` +
+        ``completion_len``, prompts shared per group and micro-batch where the engine does."""
         cfg = self.cfg
-        return learning_components(self.shape, seq_lens, completion_lens, lora=self.lora,
+        groups = (micro_batch.prompt_groups(n, cfg.num_generations, cfg.micro_batch_size)
+                  if self.share_prompts else None)
+        return learning_components(self.shape, [prompt_len + completion_len] * n, [completion_len] * n,
+                                   lora=self.lora, prompt_groups=groups,
                                    num_iterations=cfg.num_iterations, beta=cfg.beta,
                                    needs_old_logprobs=cfg.needs_old_logprobs, train_logits="completion",
                                    recompute=cfg.gradient_checkpointing, recompute_early_stop=self.recompute_early_stop,
@@ -161,7 +174,8 @@ class BuiltinEngine:
                        truncated=ro.truncated[rows], n_prompts=len(rows) // ro.group, group=ro.group)
 
     def _logprobs(self, model: Any, ro: Rollout) -> torch.Tensor:
-        return micro_batch.logprobs(model, ro, self.cfg.micro_batch_size, self.cfg.temperature)
+        return micro_batch.logprobs(model, ro, self.cfg.micro_batch_size, self.cfg.temperature,
+                                    share=self.share_prompts)
 
     def update(self, batch: Rollout, adv: torch.Tensor, step: int) -> dict[str, float]:
         """Old/reference log-probs, then ``num_iterations`` clipped policy updates, each in
@@ -203,7 +217,8 @@ class BuiltinEngine:
             self.optimizer.zero_grad(set_to_none=True)
             stats = micro_batch.accumulate_gradients(self.model, batch, adv, mask, old, ref,
                                                      size=cfg.micro_batch_size, temperature=cfg.temperature,
-                                                     loss_fn=grpo_loss, loss_kwargs=kw, step=step)
+                                                     loss_fn=grpo_loss, loss_kwargs=kw, step=step,
+                                                     share=self.share_prompts)
             torch.nn.utils.clip_grad_norm_([p for p in self.model.parameters() if p.requires_grad], cfg.max_grad_norm)
             self.optimizer.step()
         timings["update"] = device_clock(self.device) - t0
@@ -318,7 +333,7 @@ class BuiltinEngine:
         batch = self._select(ro, rows) if n_kept else None
         if batch is not None:
             P, T = batch.prompt_ids.shape[1], batch.completion_ids.shape[1]
-            learn = self._learning([P + T] * n_kept, [T] * n_kept)
+            learn = self._learning(P, T, n_kept)
         ran = {**roll, **(rw.components or {})}
         if self.ledger.would_exceed(_counted(ran) + _counted(learn)):  # the bound was low: no update
             self.ledger.record_overrun(step, ran, seconds={"rollout/decode": t_roll, reward_key: rw.seconds})

@@ -47,7 +47,8 @@ def group_advantages(rewards: torch.Tensor, group: int, *, scale: str | bool = "
 
 def completion_logprobs(model: Any, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
                         completion_ids: torch.Tensor, completion_mask: torch.Tensor,
-                        temperature: float = 1.0, *, fast: bool | None = None) -> torch.Tensor:
+                        temperature: float = 1.0, *, fast: bool | None = None,
+                        seg: torch.Tensor | None = None) -> torch.Tensor:
     """log p(completion token t | prefix) for every completion position: (B, T).
 
     One forward over prompt+completion; the head runs only at the T positions that
@@ -55,9 +56,20 @@ def completion_logprobs(model: Any, prompt_ids: torch.Tensor, prompt_mask: torch
     (``train_logits="completion"``). Logits are divided by the sampling temperature, as TRL does.
     ``fast``: run the functional forward (``race.engines.fast_forward``: the same FLOPs,
     forward and backward, without the HF/PEFT module overhead); default: whenever it
-    supports the model (not for a gradient-checkpointing one)."""
+    supports the model (not for a gradient-checkpointing one).
+
+    ``seg`` (B,): the prefix-shared pass (``fast_forward.shared_prompt_logits``, charged
+    as ``learning_components(prompt_groups=...)``): ``prompt_ids``/``prompt_mask`` are
+    then the S distinct prompts and completion row i continues prompt ``seg[i]``."""
     from race.engines import fast_forward
 
+    if seg is not None:
+        if not fast_forward.supports(model):
+            raise ValueError("the prefix-shared pass needs the functional forward, which does not support this "
+                             "model (or it is gradient-checkpointing): pass seg=None")
+        logits = fast_forward.shared_prompt_logits(model, prompt_ids, prompt_mask, completion_ids, completion_mask, seg)
+        logits = logits.float() / temperature
+        return torch.log_softmax(logits, dim=-1).gather(-1, completion_ids[..., None]).squeeze(-1)
     P, T = prompt_ids.shape[1], completion_ids.shape[1]
     ids = torch.cat([prompt_ids, completion_ids], dim=1)
     mask = torch.cat([prompt_mask, completion_mask], dim=1)

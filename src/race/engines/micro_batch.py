@@ -40,6 +40,7 @@ from typing import Any, Callable
 
 import torch
 
+from race.accounting import prompt_groups
 from race.engines.common import DivergedError
 from race.engines.grpo_math import LossStats, completion_logprobs
 from race.engines.sampling import Rollout
@@ -63,13 +64,35 @@ def rows(ro: Rollout, sl: slice) -> Rollout:
                    n_prompts=max(1, n // ro.group), group=ro.group)
 
 
-def logprobs(model: Any, ro: Rollout, size: int, temperature: float) -> torch.Tensor:
-    """Completion log-probs (B, T) computed ``size`` rows at a time."""
+def _shared_inputs(r: Rollout, first_row: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(distinct prompt ids, their masks, each row's prompt index) of micro-batch ``r``,
+    whose first row is row ``first_row`` of a batch in whole groups of ``r.group``."""
+    n = r.prompt_ids.shape[0]
+    gid = (torch.arange(first_row, first_row + n) // r.group).to(r.prompt_ids.device)
+    seg = gid - gid[0]
+    firsts = torch.ones(n, dtype=torch.bool, device=gid.device)
+    firsts[1:] = gid[1:] != gid[:-1]
+    pids, pmask = r.prompt_ids[firsts], r.prompt_mask[firsts]
+    if not (torch.equal(pids[seg], r.prompt_ids) and torch.equal(pmask[seg], r.prompt_mask)):
+        raise ValueError(f"rows of one group (group size {r.group}) have different prompts: the prefix-shared pass "
+                         "needs each group's rows consecutive")
+    return pids, pmask, seg
+
+
+def _logprobs_of(model: Any, r: Rollout, temperature: float, share: bool, first_row: int) -> torch.Tensor:
+    if not share:
+        return completion_logprobs(model, r.prompt_ids, r.prompt_mask, r.completion_ids, r.completion_mask,
+                                   temperature)
+    pids, pmask, seg = _shared_inputs(r, first_row)
+    return completion_logprobs(model, pids, pmask, r.completion_ids, r.completion_mask, temperature, seg=seg)
+
+
+def logprobs(model: Any, ro: Rollout, size: int, temperature: float, *, share: bool = False) -> torch.Tensor:
+    """Completion log-probs (B, T) computed ``size`` rows at a time; ``share``: each
+    group's prompt once per micro-batch (``prompt_groups``)."""
     parts = []
     for sl in micro_slices(ro.prompt_ids.shape[0], size):
-        r = rows(ro, sl)
-        parts.append(completion_logprobs(model, r.prompt_ids, r.prompt_mask, r.completion_ids, r.completion_mask,
-                                         temperature))
+        parts.append(_logprobs_of(model, rows(ro, sl), temperature, share, sl.start))
     return torch.cat(parts, dim=0)
 
 
@@ -103,18 +126,17 @@ class _Acc:
 
 def accumulate_gradients(model: Any, ro: Rollout, adv: torch.Tensor, mask: torch.Tensor, old: torch.Tensor | None,
                          ref: torch.Tensor | None, *, size: int, temperature: float, loss_fn: Callable[..., Any],
-                         loss_kwargs: dict[str, Any], step: int) -> LossStats:
+                         loss_kwargs: dict[str, Any], step: int, share: bool = False) -> LossStats:
     """Backward of the step's loss over micro-batches of ``size`` rows (gradients add up
     in ``.grad``; the caller zeroes them before and steps the optimizer after). Returns
-    the whole batch's loss statistics; ``DivergedError`` on a non-finite loss."""
+    the whole batch's loss statistics; ``DivergedError`` on a non-finite loss. ``share``:
+    the prefix-shared forward (``prompt_groups``)."""
     acc = _Acc()
     loss_type = loss_kwargs["loss_type"]
     slices = micro_slices(ro.prompt_ids.shape[0], size)
     st = None
     for sl in slices:
-        r = rows(ro, sl)
-        logp = completion_logprobs(model, r.prompt_ids, r.prompt_mask, r.completion_ids, r.completion_mask,
-                                   temperature)
+        logp = _logprobs_of(model, rows(ro, sl), temperature, share, sl.start)
         loss, st = loss_fn(logp, old[sl] if old is not None else logp.detach(), adv[sl], mask[sl],
                            ref_logp=ref[sl] if ref is not None else None, **loss_kwargs)
         if not torch.isfinite(loss):
@@ -142,4 +164,4 @@ def enable_checkpointing(model: Any) -> bool:
 
 
 __all__ = ["TOKEN_NORMALISED", "accumulate_gradients", "enable_checkpointing", "logprobs", "loss_weight",
-           "micro_slices", "rows"]
+           "micro_slices", "prompt_groups", "rows"]

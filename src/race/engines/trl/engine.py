@@ -12,8 +12,8 @@ around ``race.rewards``. What TRL executes is recorded by ``RaceFlopCallback``
 (docs/run-format.md): config, ledger, metrics with evaluation rows, report card, adapter
 and ``run.json``.
 
-Where TRL and the built-in engine differ (see ``race.engines.trl.flops``): TRL prefills each
-row (no shared prompt prefix), runs its fused head at every position but the last of each
+Where TRL and the built-in engine differ (see ``race.engines.trl.flops``): TRL prefills and
+runs its log-prob and update passes over each row (no shared prompt prefix), runs its fused head at every position but the last of each
 row on CPU, recomputes logits (and, with checkpointing, the layers) in the backward, keeps
 zero-variance groups in the update, and counts a step per optimizer step (a batch spans
 ``num_iterations`` steps). The report card's ``extra`` says so, with the FLOPs the built-in
@@ -221,8 +221,8 @@ class TrlEngine:
               for p in ("rollout", "old_logprobs", "reference", "update", "recompute")}
         card = self.flops.report_card(model=cfg.model, model_params=self.shape.num_params(), extra={
             "reward": cfg.reward, "generations": len(gens), "vs_builtin": vs,
-            "vs_builtin_note": "FLOPs the built-in engine charges for the same batches (prompt prefix shared, head "
-                               "at completion positions, no checkpointing, no group dropped); a resumed run "
+            "vs_builtin_note": "FLOPs the built-in engine charges for the same batches (prompt prefix shared in "
+                               "every pass, head at completion predictions, no checkpointing, no group dropped); a resumed run "
                                "counts the generations since the resume"})
         card.write(self.run_dir)
         return self.out.finish(engine=self.name, ledger=led, metrics=self.run_cb.metrics, steps=step, status=status,

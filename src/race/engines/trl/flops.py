@@ -56,6 +56,7 @@ from race.accounting import (
     recompute_flops,
     rollout_components,
     sequence_work,
+    shared_prompt_work,
 )
 from race.accounting import terms
 from race.accounting.conventions import Conventions, resolve
@@ -69,17 +70,19 @@ TRL_EXECUTION_NOTE = (
     "completion (no prompt prefix shared across the G samples: prefill costs G times the built-in engine's); "
     "decode runs until the longest row ends. Log-prob and update passes run the backbone over the padded "
     "prompt+completion and TRL's fused LM head at every position but the last of each row on CPU "
-    "(only the real completion tokens with Triton on CUDA/XPU); the built-in engine runs the head at the T "
-    "completion positions. The fused head's backward recomputes the logits (recompute/lm_head) and gradient "
+    "(only the real completion tokens with Triton on CUDA/XPU); the built-in engine runs each prompt once for "
+    "its group in these passes too (its completions over the prompt's keys and values, the last token not run) "
+    "and the head at the completion predictions. The fused head's backward recomputes the logits (recompute/lm_head) and gradient "
     "checkpointing recomputes the decoder layers (recompute/forward): hardware FLOPs, recorded, not charged. "
     "With checkpointing, layer-0 q/k/v input gradients run (embedding output requires grad). Zero-variance "
     "groups stay in the update (advantage 0). A TRL step is one optimizer step: with num_iterations=mu a batch of "
-    "prompts spans mu steps. Where execution is the same (decode; the layers of every log-prob and update pass "
-    "over equal padded shapes) both engines charge the same FLOPs."
+    "prompts spans mu steps. Where execution is the same (decode over equal padded shapes) both engines charge "
+    "the same FLOPs."
 )
 
 #: The same in one line, appended to the report card's conventions text.
-TRL_CONVENTIONS_NOTE = ("executed by TRL: prefill per row (no shared prompt prefix), fused LM head at "
+TRL_CONVENTIONS_NOTE = ("executed by TRL: prefill and log-prob passes per row (no shared prompt prefix), "
+                        "fused LM head at "
                         "S-1 positions per row on CPU (completion tokens with Triton), its logit recompute and "
                         "checkpointing recompute as hardware FLOPs")
 
@@ -305,10 +308,14 @@ def compare_with_builtin(shape: ModelShape, *, prompts: int, num_generations: in
     row("rollout/prefill", b_roll["rollout/prefill"], t_roll["rollout/prefill"],
         f"built-in prefills each prompt once and shares the KV cache across the G={G} samples; TRL prefills every row")
     row("rollout/decode", b_roll["rollout/decode"], t_roll["rollout/decode"], "")
-    w_b = sequence_work([S] * n, [T] * n, conv)
+    # built-in: each prompt once for its group, completions over its keys (the last token not run)
+    w_b = shared_prompt_work([P] * prompts, [T] * n, [G] * prompts, conventions=conv)
     w_t = sequence_work([S] * n, [plan.head_positions(S, T)] * n, conv)
-    head_why = (f"head positions per row: built-in T={T} (completion predictions), TRL "
-                f"{plan.head_positions(S, T)} ({'completion tokens' if compact_head else 'S-1: fused head on CPU'})")
+    head_why = (f"head positions: built-in {w_b.logit_positions} (each prompt's last position once, then the "
+                f"first T-1={T - 1} completion positions per row), TRL {plan.head_positions(S, T)} per row "
+                f"({'completion tokens' if compact_head else 'S-1: fused head on CPU'})")
+    layers_why = (f"the built-in engine runs each prompt once for its G={G} completions and not the last completion "
+                  f"token ({w_b.tokens} tokens through the layers against TRL's {w_t.tokens})")
     lo = lora
     fb, ft = _split(forward_components(shape, w_b, lora=lo, conventions=conv)), \
         _split(forward_components(shape, w_t, lora=lo, conventions=conv))
@@ -318,16 +325,16 @@ def compare_with_builtin(shape: ModelShape, *, prompts: int, num_generations: in
     bb = _split(backward_components(shape, w_b, lora=lo, conventions=conv, inputs_require_grad=False))
     bt = _split(backward_components(shape, w_t, lora=lo, conventions=conv, inputs_require_grad=irg_t))
     if needs_old:
-        row("old_logprobs/layers", fb[0], ft[0])
+        row("old_logprobs/layers", fb[0], ft[0], layers_why)
         row("old_logprobs/head", fb[1], ft[1], head_why)
     if beta != 0:
-        row("reference/layers", ref_b[0], ref_t[0])
+        row("reference/layers", ref_b[0], ref_t[0], layers_why)
         row("reference/head", ref_b[1], ref_t[1], head_why)
-    row("update/forward/layers", mu * fb[0], mu * ft[0])
+    row("update/forward/layers", mu * fb[0], mu * ft[0], layers_why)
     row("update/forward/head", mu * fb[1], mu * ft[1], head_why)
-    row("update/backward/layers", mu * bb[0], mu * bt[0],
-        "with gradient checkpointing the embedding output requires grad, so TRL also runs layer-0 q/k/v input "
-        "gradients")
+    row("update/backward/layers", mu * bb[0], mu * bt[0], layers_why + (
+        "; with gradient checkpointing the embedding output requires grad, so TRL also runs layer-0 q/k/v input "
+        "gradients" if irg_t else ""))
     row("update/backward/head", mu * bb[1], mu * bt[1], head_why)
     rec = 0
     if gradient_checkpointing:
@@ -344,8 +351,9 @@ def builtin_same_shapes(shape: ModelShape, generations: Iterable[tuple[int, int,
                         conventions: ConvLike = None) -> dict[str, int]:
     """Per-phase FLOPs the built-in engine would charge for the same batches: each
     generation ``(rows, padded prompt length, generated width)`` prefilled once per prompt,
-    decoded to the same width, and trained ``num_iterations`` times with the head at the
-    completion positions (no group dropped, no checkpointing)."""
+    decoded to the same width, and trained ``num_iterations`` times with each prompt run
+    once per group and the head at the completion predictions (no group dropped, no
+    checkpointing, one micro-batch)."""
     conv = resolve(conventions)
     out: dict[str, int] = {}
     for rows, P, W in generations:
@@ -353,6 +361,7 @@ def builtin_same_shapes(shape: ModelShape, generations: Iterable[tuple[int, int,
                                    conventions=conv)
         comps.update(learning_components(shape, [P + W] * rows, [W] * rows, lora=lora, num_iterations=num_iterations,
                                          beta=beta, needs_old_logprobs=num_iterations > 1, train_logits="completion",
+                                         prompt_groups=[num_generations] * (rows // num_generations),
                                          conventions=conv))
         for k, v in comps.items():
             phase = k.split("/", 1)[0]
