@@ -231,7 +231,7 @@ def run_levers(a) -> None:
 
     from race.engines import sampling
 
-    def multinomial(logits, temperature, generator=None):  # the sampler before the inverse-CDF draw
+    def multinomial(logits, temperature, generator=None, u=None):  # the sampler before the inverse-CDF draw
         probs = torch.softmax(logits.float() / temperature, dim=-1)
         return torch.multinomial(probs, 1, generator=generator).squeeze(1)
 

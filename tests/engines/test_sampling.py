@@ -53,7 +53,10 @@ def test_fast_decoder_matches_hf_and_the_analytic_flops(name, lora, char_tokeniz
         with FlopCounterMode(display=False) as fc:
             ro = sample(m, ids, mask, greedy=True, fast=fast, merge_lora=merge, **kw)
         assert ro.merged == (fast and merge is None and lora)  # merging pays at this size: the default merges
-        plain = generate_components(shape, [ro.prompt_len] * len(PROMPTS), [ro.completion_len] * (3 * len(PROMPTS)),
+        # the functional decoder drops finished rows: each row's decode forwards are its own
+        decoded = ro.decoded.tolist() if fast else [ro.completion_len] * (3 * len(PROMPTS))
+        assert (ro.decoded is None) == (not fast)
+        plain = generate_components(shape, [ro.prompt_len] * len(PROMPTS), decoded,
                                     lora=None if ro.merged else adapter, share_prompt=True, conventions="torch")
         expected = sum(plain.values()) + (lora_merge_flops(shape, adapter) if ro.merged else 0)
         assert fc.get_total_flops() == expected == sum(rollout_flops(shape, ro, lora=adapter, conventions="torch").values())
@@ -153,3 +156,32 @@ def test_draw_follows_the_softmax_distribution_and_skips_zero_probability_tokens
     assert bool(((freq - probs.double()).abs() <= 4 * se + 1e-12).all()), (freq, probs)
     again = draw(logits, 0.7, torch.Generator().manual_seed(0))
     assert torch.equal(toks, again)
+
+
+@pytest.mark.parametrize("greedy", [True, False])
+def test_finished_rows_leave_the_batch_tokens_unchanged_and_flops_as_charged(greedy, char_tokenizer):
+    """Rows that produced EOS are dropped from the functional decoder's batch: the tokens
+    are the HF loop's (which keeps every row), the measured FLOPs are ``rollout_flops``
+    over each row's ``decoded`` tokens, and fewer than keeping every row to the end."""
+    from collections import Counter
+
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from race.engines.sampling import encode_prompts, rollout_flops, sample
+
+    m = _model("tiny-s", True)
+    ids, mask = encode_prompts(char_tokenizer, PROMPTS, "cpu")
+    kw = dict(group=4, max_new_tokens=24, pad_id=char_tokenizer.pad_token_id, greedy=greedy)
+    free = sample(m, ids, mask, eos_id=-1, generator=torch.Generator().manual_seed(3), **kw)
+    eos = Counter(free.completion_ids[:, 1:].flatten().tolist()).most_common(1)[0][0]  # rows end at various steps
+    hf = sample(m, ids, mask, eos_id=eos, generator=torch.Generator().manual_seed(3), fast=False, **kw)
+    with FlopCounterMode(display=False) as fc:
+        fa = sample(m, ids, mask, eos_id=eos, generator=torch.Generator().manual_seed(3), fast=True, **kw)
+    assert torch.equal(fa.completion_ids, hf.completion_ids) and torch.equal(fa.completion_mask, hf.completion_mask)
+    T = fa.completion_len
+    assert fa.decoded is not None and int(fa.decoded.min()) < T == int(fa.decoded.max())  # some rows left early
+    assert bool((fa.decoded >= fa.lengths).all())  # a row leaves only after its EOS
+    shape = ModelShape.from_hf_config(m.get_base_model().config.to_dict())
+    charged = sum(rollout_flops(shape, fa, lora=LoRA(4), conventions="torch").values())
+    fa.decoded = None  # what keeping every row to the end would charge
+    assert fc.get_total_flops() == charged < sum(rollout_flops(shape, fa, lora=LoRA(4), conventions="torch").values())

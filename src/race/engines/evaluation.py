@@ -45,6 +45,7 @@ class Evaluator:
         self.max_new, self.temperature = max_new_tokens, temperature
         self.shape, self.lora, self.conv, self.device = shape, lora, conventions, device
         self.verify, self.batch_size = verify, batch_size
+        self.drop_finished = True  # finished rows leave the decode batch (race.engines.sampling)
         self.test = task.problems("test", settings.n_problems, seed=EVAL_SEED) if "greedy" in settings.targets else []
         self.hard = (task.problems("hard", settings.n_hard_problems, seed=EVAL_SEED)
                      if "hard" in settings.targets and settings.n_hard_problems else [])
@@ -77,6 +78,7 @@ class Evaluator:
             greedy_flags += [greedy] * k
         correct: list[list[bool]] = [[] for _ in jobs]
         flops = tokens = 0
+        row_steps = [0, 0]  # decode row-steps run, and rows x longest completion (what keeping every row runs)
         gen = torch.Generator(device="cpu").manual_seed(EVAL_SEED)
         was_training = model.training
         model.eval()
@@ -86,12 +88,15 @@ class Evaluator:
                 ids, mask = encode_prompts(self.tok, [prompt for _, prompt in chunk], self.device)
                 flags = torch.tensor(greedy_flags[i:i + self.batch_size], dtype=torch.bool)
                 ro = sample(model, ids, mask, group=1, max_new_tokens=self.max_new, eos_id=self.tok.eos_token_id,
-                            pad_id=self.tok.pad_token_id, temperature=self.temperature, greedy=flags, generator=gen)
+                            pad_id=self.tok.pad_token_id, temperature=self.temperature, greedy=flags, generator=gen,
+                            drop_finished=self.drop_finished)
                 for (j, _), text in zip(chunk, decode_completions(self.tok, ro)):
                     correct[j].append(self.verify(jobs[j][1], text))
                 comps = rollout_flops(self.shape, ro, lora=self.lora, conventions=self.conv)
                 flops += sum(comps.values())
                 tokens += int(ro.lengths.sum())
+                row_steps[0] += int(ro.decoded.sum()) if ro.decoded is not None else ro.completion_ids.numel()
+                row_steps[1] += ro.completion_ids.numel()
         finally:
             model.train(was_training)
         rows: list[dict[str, Any]] = []
@@ -107,7 +112,8 @@ class Evaluator:
                     rows.append(self._row("pass@1", [sum(r) / len(r) for r in res], k=self.s.pass_k))
             else:
                 rows.append(self._row(target, [r[0] for r in res]))
-        return EvalResult(rows, flops, tokens, time.perf_counter() - t0)
+        return EvalResult(rows, flops, tokens, time.perf_counter() - t0,
+                          extra={"row_steps_share": row_steps[0] / max(1, row_steps[1])})
 
     @staticmethod
     def _row(target: str, correct: list[bool] | list[float], **extra: Any) -> dict[str, Any]:

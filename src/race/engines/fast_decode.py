@@ -288,6 +288,13 @@ class FastDecoder:
         assert self.bias is not None
         self.bias = self.bias.repeat_interleave(group, dim=0)
 
+    def select(self, rows: torch.Tensor) -> None:
+        """Keep only cache rows ``rows`` (finished rows leave the batch)."""
+        self.k_cache = [c.index_select(0, rows) for c in self.k_cache]
+        self.v_cache = [c.index_select(0, rows) for c in self.v_cache]
+        assert self.bias is not None
+        self.bias = self.bias.index_select(0, rows)
+
     @torch.no_grad()
     def decode(self, tok: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
         """One new token per row at position ``pos`` (B,); returns its logits (B, V)."""

@@ -13,12 +13,18 @@ with its ``DynamicCache`` (any architecture). Both execute the same FLOPs.
 3. decode: sample (or argmax), append, one 1-token forward per step, until every row has
    produced EOS or ``max_new_tokens`` tokens exist.
 
+Finished rows leave the batch (functional decoder): once at least an eighth of the rows
+still decoding have produced EOS, those rows' KV cache is dropped and later steps run
+only the others (one gather of the cache per drop; pilot rollouts and evaluations whose
+completions end early stop paying for them). The HF forward keeps every row to the end.
+
 What executes (for the ledger): a prefill of ``n_prompts x P`` (P = padded prompt
-length) with the head at one position per prompt, and ``T - 1`` decode forwards over all
-``n_prompts x G`` rows (T = tokens produced by the longest row: finished rows keep
-running, padded). ``race.accounting.generate_components(shape, [P] * n_prompts,
-[T] * (n_prompts * G), share_prompt=True)`` is exactly that; :func:`rollout_flops` gives
-it for a :class:`Rollout`.
+length) with the head at one position per prompt, and for each row ``d - 1`` decode
+forwards, ``d`` being the tokens it produced while in the batch (``Rollout.decoded``:
+its completion length, plus any padding steps before it was dropped; ``T``, the longest
+row's length, for every row where rows are not dropped).
+``race.accounting.generate_components(shape, [P] * n_prompts, d, share_prompt=True)`` is
+exactly that; :func:`rollout_flops` gives it for a :class:`Rollout`.
 
 LoRA merge (``merge_lora``): the functional decoder may fold the adapters into new weights
 for the rollout (``W + s B A``, one ``out x r x in`` matmul per adapted matrix) and run
@@ -49,6 +55,7 @@ class Rollout:
     n_prompts: int
     group: int
     merged: bool = False  # the rollout ran LoRA-merged weights (see module docstring)
+    decoded: torch.Tensor | None = None  # (B,) tokens each row produced in the batch; None: T for every row
 
     @property
     def prompt_len(self) -> int:
@@ -92,7 +99,8 @@ def sample(model: Any, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, **kw
         ro = _sample(model, prompt_ids, prompt_mask, **kwargs)
     return Rollout(prompt_ids=ro.prompt_ids.clone(), prompt_mask=ro.prompt_mask.clone(),
                    completion_ids=ro.completion_ids.clone(), completion_mask=ro.completion_mask.clone(),
-                   truncated=ro.truncated.clone(), n_prompts=ro.n_prompts, group=ro.group, merged=ro.merged)
+                   truncated=ro.truncated.clone(), n_prompts=ro.n_prompts, group=ro.group, merged=ro.merged,
+                   decoded=None if ro.decoded is None else ro.decoded.clone())
 
 
 def lora_merge_flops(shape: Any, lora: Any) -> int:
@@ -104,12 +112,14 @@ def lora_merge_flops(shape: Any, lora: Any) -> int:
 
 def rollout_flops(shape: Any, ro: Rollout, *, lora: Any, conventions: Any) -> dict[str, int]:
     """``prefill``, ``decode`` (and ``merge`` for a merged rollout) FLOPs that ``ro``
-    executed: the shared-prefix prefill of ``n_prompts x P`` and ``T - 1`` decode steps
-    over every row; with merged weights the passes carry no LoRA term."""
+    executed: the shared-prefix prefill of ``n_prompts x P`` and ``d - 1`` decode steps
+    for each row, ``d`` its ``decoded`` tokens (``T`` for every row when rows were not
+    dropped); with merged weights the passes carry no LoRA term."""
     from race.accounting import generate_components
 
     merged = ro.merged and lora is not None
-    comps = generate_components(shape, [ro.prompt_len] * ro.n_prompts, [ro.completion_len] * len(ro.lengths),
+    decoded = [ro.completion_len] * len(ro.lengths) if ro.decoded is None else [int(d) for d in ro.decoded.tolist()]
+    comps = generate_components(shape, [ro.prompt_len] * ro.n_prompts, decoded,
                                 lora=None if merged else lora, share_prompt=True, conventions=conventions)
     if merged:
         comps["merge"] = lora_merge_flops(shape, lora)
@@ -119,13 +129,14 @@ def rollout_flops(shape: Any, ro: Rollout, *, lora: Any, conventions: Any) -> di
 def _sample(model: Any, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, *, group: int, max_new_tokens: int,
            eos_id: int, pad_id: int, temperature: float = 1.0, greedy: "bool | torch.Tensor" = False,
            generator: torch.Generator | None = None, fast: bool | None = None,
-           merge_lora: bool | None = None) -> Rollout:
+           merge_lora: bool | None = None, drop_finished: bool = True) -> Rollout:
     """Sample ``group`` completions for each prompt row (see module docstring).
 
     ``fast``: use the functional decoder (``race.engines.fast_decode``) instead of the HF
     forward; default: whenever the architecture supports it. Both execute the same FLOPs.
     ``merge_lora`` (functional decoder only): fold LoRA into the weights for this rollout;
     default: when it executes fewer FLOPs at full length (module docstring).
+    ``drop_finished`` (functional decoder only): finished rows leave the batch (module docstring).
     ``greedy``: a bool for every row, or a (n_prompts * group,) bool tensor choosing argmax
     per row (one decode loop for greedy and sampled evaluation rows alike); sampled rows
     draw from ``generator`` as they would alone only when no row is greedy."""
@@ -170,47 +181,66 @@ def _sample(model: Any, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, *, 
     if group > 1:
         logits = logits.repeat_interleave(group, dim=0)
     B = mask.shape[0]
-    done = torch.zeros(B, dtype=torch.bool, device=prompt_ids.device)
-    tokens: list[torch.Tensor] = []
+    dev = prompt_ids.device
     row_greedy = greedy if isinstance(greedy, torch.Tensor) else None
     if row_greedy is not None:
         if row_greedy.shape != (B,):
             raise ValueError(f"greedy mask of shape {tuple(row_greedy.shape)}: need one flag per row ({B},)")
-        row_greedy = row_greedy.to(device=prompt_ids.device, dtype=torch.bool)
+        row_greedy = row_greedy.to(device=dev, dtype=torch.bool)
         if bool(row_greedy.all()) or not bool(row_greedy.any()):
             greedy, row_greedy = bool(row_greedy.all()), None
+    comp = torch.full((B, max_new_tokens), pad_id, dtype=torch.long, device=dev)
+    live = torch.arange(B, device=dev)  # the rows still in the batch (original indices)
+    decoded = torch.zeros(B, dtype=torch.long, device=dev)  # tokens each row produced in the batch
+    done = torch.zeros(B, dtype=torch.bool, device=dev)  # per row in the batch: produced EOS
+    T = 0
     for t in range(max_new_tokens):
-        if row_greedy is not None:
-            nxt = torch.where(row_greedy, logits.argmax(-1), draw(logits, temperature, generator))
-        elif greedy:
+        if row_greedy is None and greedy:
             nxt = logits.argmax(-1)
-        else:
-            nxt = draw(logits, temperature, generator)
+        else:  # uniforms for every row, in the batch or not: the same draws whichever rows were dropped
+            u = torch.rand(B, 1, generator=generator, device=dev)
+            nxt = draw(logits, temperature, u=u if live.shape[0] == B else u[live])
+            if row_greedy is not None:
+                nxt = torch.where(row_greedy, logits.argmax(-1), nxt)
         nxt = torch.where(done, torch.full_like(nxt, pad_id), nxt)
-        tokens.append(nxt)
+        comp[live, t] = nxt
+        decoded[live] += 1
+        T = t + 1
         done = done | (nxt == eos_id)
-        if bool(done.all()) or t == max_new_tokens - 1:
+        n_done = int(done.sum())
+        if n_done == done.shape[0] or t == max_new_tokens - 1:
             break
+        if fast and drop_finished and n_done * 8 >= done.shape[0]:  # drop the finished rows (module docstring)
+            keep = (~done).nonzero().squeeze(1)
+            live, nxt, pos, done = live[keep], nxt[keep], pos[keep], done[keep]
+            if row_greedy is not None:
+                row_greedy = row_greedy[keep]
+            dec.select(keep)
         pos = pos + 1
         logits = step(nxt, pos)
-    comp = torch.stack(tokens, dim=1)  # (B, T)
+    comp = comp[:, :T]  # (B, T)
     is_eos = comp == eos_id
     has_eos = is_eos.any(1)
     first_eos = torch.where(has_eos, is_eos.float().argmax(1), torch.full_like(has_eos, comp.shape[1], dtype=torch.long))
     ar = torch.arange(comp.shape[1], device=comp.device)[None, :]
     cmask = (ar <= first_eos[:, None]).long()
     return Rollout(prompt_ids=prompt_ids.repeat_interleave(group, dim=0), prompt_mask=mask, completion_ids=comp,
-                   completion_mask=cmask, truncated=~has_eos, n_prompts=n_prompts, group=group, merged=merged)
+                   completion_mask=cmask, truncated=~has_eos, n_prompts=n_prompts, group=group, merged=merged,
+                   decoded=decoded if fast else None)
 
 
-def draw(logits: torch.Tensor, temperature: float, generator: torch.Generator | None = None) -> torch.Tensor:
+def draw(logits: torch.Tensor, temperature: float, generator: torch.Generator | None = None,
+         u: torch.Tensor | None = None) -> torch.Tensor:
     """One token per row from ``softmax(logits / temperature)`` by inverting its CDF at a
     uniform draw: the distribution of ``torch.multinomial(probs, 1)``, about 7x faster on
     a CPU for a (rows x vocab) block (multinomial draws an exponential per entry). A
-    zero-probability token is never drawn (``right=True`` skips flat CDF steps)."""
+    zero-probability token is never drawn (``right=True`` skips flat CDF steps). ``u``
+    (rows, 1): the uniforms to use instead of drawing them from ``generator``."""
     probs = torch.softmax(logits.float() / temperature, dim=-1)
     cdf = probs.cumsum(-1)
-    u = torch.rand(probs.shape[0], 1, generator=generator, device=probs.device) * cdf[:, -1:]
+    if u is None:
+        u = torch.rand(probs.shape[0], 1, generator=generator, device=probs.device)
+    u = u * cdf[:, -1:]
     return torch.searchsorted(cdf, u, right=True).squeeze(1).clamp_(max=probs.shape[-1] - 1)
 
 
