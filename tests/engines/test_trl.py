@@ -264,3 +264,18 @@ def test_non_finite_loss_stops_the_trl_run_and_keeps_the_last_checkpoint(tiny_mo
     assert out["status"] == "diverged" and out["stop_reason"] == "diverged" and "non-finite" in out["error"]
     assert out["steps"] == 3 and not (tmp_path / "d" / "adapter").exists()
     assert sorted(p.name for p in (tmp_path / "d" / "trl").glob("checkpoint-*")) == ["checkpoint-2"]
+
+
+def test_builtin_same_shapes_shares_prompts_and_takes_a_partial_group():
+    """The built-in column of a TRL report card: learning passes with each prompt once per
+    group, below the unshared passes; a generation whose rows end in a partial group is
+    still charged (its last prompt segment is smaller)."""
+    from race.accounting import LoRA, learning_components
+    from race.engines.trl_flops import builtin_same_shapes
+    from race.models.refs import resolve_shape
+
+    shape = resolve_shape("tiny-s")
+    for rows in (8, 6):
+        out = builtin_same_shapes(shape, [(rows, 10, 8)], num_generations=4, lora=LoRA(8), conventions="torch")
+        plain = learning_components(shape, [18] * rows, [8] * rows, lora=LoRA(8), conventions="torch")
+        assert 0 < out["update"] < plain["update/forward"] + plain["update/backward"]

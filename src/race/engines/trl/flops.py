@@ -53,6 +53,7 @@ from race.accounting import (
     backward_components,
     forward_components,
     learning_components,
+    prompt_groups,
     recompute_flops,
     rollout_components,
     sequence_work,
@@ -361,7 +362,7 @@ def builtin_same_shapes(shape: ModelShape, generations: Iterable[tuple[int, int,
                                    conventions=conv)
         comps.update(learning_components(shape, [P + W] * rows, [W] * rows, lora=lora, num_iterations=num_iterations,
                                          beta=beta, needs_old_logprobs=num_iterations > 1, train_logits="completion",
-                                         prompt_groups=[num_generations] * (rows // num_generations),
+                                         prompt_groups=prompt_groups(rows, num_generations, rows),
                                          conventions=conv))
         for k, v in comps.items():
             phase = k.split("/", 1)[0]
