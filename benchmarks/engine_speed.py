@@ -3,7 +3,9 @@
     .venv/bin/python benchmarks/engine_speed.py [--quick] [--levers] [--sizes tiny-xs,tiny-s]
                                                [--groups 4,8] [--lengths 16,64] [--steps 2] [--rounds 2]
 
-Both engines run the same work per step: the same randomly initialised tiny model (it
+Both engines run the same GRPO step (the built-in engine executes fewer FLOPs for it: it
+prefills each prompt once and runs its log-prob and update passes with each prompt once
+per group; the ledgers charge what each executes): the same randomly initialised tiny model (it
 rarely emits EOS, so every completion runs to ``max_completion_length`` in both), LoRA r=8
 on all linear layers, ``prompts x G`` completions, a random 0/1 reward (groups have
 variance, so both update on every sequence), beta 0, one update per batch, no gradient
