@@ -50,6 +50,7 @@ from race.accounting import (
     FlopLedger,
     ReportCard,
     learning_components,
+    prompt_groups,
     rollout_components,
     steps_in_budget,
 )
@@ -146,7 +147,7 @@ class BuiltinEngine:
         """The learning passes over ``n`` rows (whole groups) padded to ``prompt_len`` +
         ``completion_len``, prompts shared per group and micro-batch where the engine does."""
         cfg = self.cfg
-        groups = (micro_batch.prompt_groups(n, cfg.num_generations, cfg.micro_batch_size)
+        groups = (prompt_groups(n, cfg.num_generations, cfg.micro_batch_size)
                   if self.share_prompts else None)
         return learning_components(self.shape, [prompt_len + completion_len] * n, [completion_len] * n,
                                    lora=self.lora, prompt_groups=groups,

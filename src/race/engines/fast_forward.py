@@ -87,14 +87,14 @@ def shared_prompt_logits(model: Any, prompt_ids: torch.Tensor, prompt_mask: torc
     from race.engines.fast_decode import FastDecoder
 
     dec = FastDecoder(model)
-    S, P = prompt_ids.shape
+    P = prompt_ids.shape[1]
     B, T = completion_ids.shape
     dt, dev = dec.embed.dtype, prompt_ids.device
     p_pos = (prompt_mask.long().cumsum(-1) - 1).clamp(min=0)
     n_real = prompt_mask.long().sum(-1)[seg]  # (B,)
     c_ids, c_mask = completion_ids[:, :T - 1], completion_mask[:, :T - 1]
     c_pos = (n_real[:, None] + c_mask.long().cumsum(-1) - 1).clamp(min=0)
-    dec._tables(int(max(int(p_pos.max()), int(c_pos.max()) if T > 1 else 0)) + 1, dev, dt)
+    dec._tables(max(int(p_pos.max()), int(c_pos.max()) if T > 1 else 0) + 1, dev, dt)
     causal_p = torch.ones(P, P, dtype=torch.bool, device=dev).tril()
     p_bias = _padding_bias(causal_p[None] & prompt_mask.bool()[:, None, :], dt)
     cache: list[tuple[torch.Tensor, torch.Tensor]] = []

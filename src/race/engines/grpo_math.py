@@ -68,20 +68,19 @@ def completion_logprobs(model: Any, prompt_ids: torch.Tensor, prompt_mask: torch
             raise ValueError("the prefix-shared pass needs the functional forward, which does not support this "
                              "model (or it is gradient-checkpointing): pass seg=None")
         logits = fast_forward.shared_prompt_logits(model, prompt_ids, prompt_mask, completion_ids, completion_mask, seg)
-        logits = logits.float() / temperature
-        return torch.log_softmax(logits, dim=-1).gather(-1, completion_ids[..., None]).squeeze(-1)
-    P, T = prompt_ids.shape[1], completion_ids.shape[1]
-    ids = torch.cat([prompt_ids, completion_ids], dim=1)
-    mask = torch.cat([prompt_mask, completion_mask], dim=1)
-    pos = (mask.long().cumsum(-1) - 1).clamp(min=0)
-    if fast is None:
-        fast = fast_forward.supports(model)
-    if fast:
-        logits = fast_forward.sequence_logits(model, ids, mask, pos, P - 1, T)
     else:
-        keep = torch.arange(P - 1, P + T - 1, device=ids.device)
-        logits = model(input_ids=ids, attention_mask=mask, position_ids=pos, logits_to_keep=keep,
-                       use_cache=False).logits  # (B, T, V)
+        P, T = prompt_ids.shape[1], completion_ids.shape[1]
+        ids = torch.cat([prompt_ids, completion_ids], dim=1)
+        mask = torch.cat([prompt_mask, completion_mask], dim=1)
+        pos = (mask.long().cumsum(-1) - 1).clamp(min=0)
+        if fast is None:
+            fast = fast_forward.supports(model)
+        if fast:
+            logits = fast_forward.sequence_logits(model, ids, mask, pos, P - 1, T)
+        else:
+            keep = torch.arange(P - 1, P + T - 1, device=ids.device)
+            logits = model(input_ids=ids, attention_mask=mask, position_ids=pos, logits_to_keep=keep,
+                           use_cache=False).logits  # (B, T, V)
     logits = logits.float() / temperature
     return torch.log_softmax(logits, dim=-1).gather(-1, completion_ids[..., None]).squeeze(-1)
 

@@ -40,7 +40,6 @@ from typing import Any, Callable
 
 import torch
 
-from race.accounting import prompt_groups
 from race.engines.common import DivergedError
 from race.engines.grpo_math import LossStats, completion_logprobs
 from race.engines.sampling import Rollout
@@ -89,7 +88,7 @@ def _logprobs_of(model: Any, r: Rollout, temperature: float, share: bool, first_
 
 def logprobs(model: Any, ro: Rollout, size: int, temperature: float, *, share: bool = False) -> torch.Tensor:
     """Completion log-probs (B, T) computed ``size`` rows at a time; ``share``: each
-    group's prompt once per micro-batch (``prompt_groups``)."""
+    group's prompt once per micro-batch (``race.accounting.prompt_groups``)."""
     parts = []
     for sl in micro_slices(ro.prompt_ids.shape[0], size):
         parts.append(_logprobs_of(model, rows(ro, sl), temperature, share, sl.start))
@@ -130,7 +129,7 @@ def accumulate_gradients(model: Any, ro: Rollout, adv: torch.Tensor, mask: torch
     """Backward of the step's loss over micro-batches of ``size`` rows (gradients add up
     in ``.grad``; the caller zeroes them before and steps the optimizer after). Returns
     the whole batch's loss statistics; ``DivergedError`` on a non-finite loss. ``share``:
-    the prefix-shared forward (``prompt_groups``)."""
+    the prefix-shared forward (``race.accounting.prompt_groups``)."""
     acc = _Acc()
     loss_type = loss_kwargs["loss_type"]
     slices = micro_slices(ro.prompt_ids.shape[0], size)
@@ -164,4 +163,4 @@ def enable_checkpointing(model: Any) -> bool:
 
 
 __all__ = ["TOKEN_NORMALISED", "accumulate_gradients", "enable_checkpointing", "logprobs", "loss_weight",
-           "micro_slices", "prompt_groups", "rows"]
+           "micro_slices", "rows"]

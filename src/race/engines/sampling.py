@@ -190,7 +190,7 @@ def _sample(model: Any, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, *, 
         if bool(row_greedy.all()) or not bool(row_greedy.any()):
             greedy, row_greedy = bool(row_greedy.all()), None
     comp = torch.full((B, max_new_tokens), pad_id, dtype=torch.long, device=dev)
-    live = torch.arange(B, device=dev)  # the rows still in the batch (original indices)
+    live: torch.Tensor | None = None  # original indices of the rows still in the batch; None: all of them
     decoded = torch.zeros(B, dtype=torch.long, device=dev)  # tokens each row produced in the batch
     done = torch.zeros(B, dtype=torch.bool, device=dev)  # per row in the batch: produced EOS
     T = 0
@@ -199,25 +199,27 @@ def _sample(model: Any, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, *, 
             nxt = logits.argmax(-1)
         else:  # uniforms for every row, in the batch or not: the same draws whichever rows were dropped
             u = torch.rand(B, 1, generator=generator, device=dev)
-            nxt = draw(logits, temperature, u=u if live.shape[0] == B else u[live])
+            nxt = draw(logits, temperature, u=u if live is None else u[live])
             if row_greedy is not None:
                 nxt = torch.where(row_greedy, logits.argmax(-1), nxt)
         nxt = torch.where(done, torch.full_like(nxt, pad_id), nxt)
-        comp[live, t] = nxt
-        decoded[live] += 1
+        comp[slice(None) if live is None else live, t] = nxt
         T = t + 1
         done = done | (nxt == eos_id)
         n_done = int(done.sum())
         if n_done == done.shape[0] or t == max_new_tokens - 1:
             break
         if fast and drop_finished and n_done * 8 >= done.shape[0]:  # drop the finished rows (module docstring)
+            rows = torch.arange(B, device=dev) if live is None else live
+            decoded[rows[done]] = T  # they leave having produced T tokens in the batch
             keep = (~done).nonzero().squeeze(1)
-            live, nxt, pos, done = live[keep], nxt[keep], pos[keep], done[keep]
+            live, nxt, pos, done = rows[keep], nxt[keep], pos[keep], done[keep]
             if row_greedy is not None:
                 row_greedy = row_greedy[keep]
             dec.select(keep)
         pos = pos + 1
         logits = step(nxt, pos)
+    decoded[slice(None) if live is None else live] = T  # the rows in the batch to the end
     comp = comp[:, :T]  # (B, T)
     is_eos = comp == eos_id
     has_eos = is_eos.any(1)
