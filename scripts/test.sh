@@ -3,6 +3,18 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+# The report's browser tests render the HTML report in headless Chromium. Install it when it
+# is missing and this shell can (root with apt-get, as on CI); otherwise say why two tests
+# will skip. RACE_NO_BROWSER=1 leaves the system alone (the two tests then skip).
+if ! command -v chromium >/dev/null 2>&1 && [ -z "${RACE_NO_BROWSER:-}" ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "[test] installing Debian's chromium for the browser tests"
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
+      || echo "[test] chromium could not be installed: the 2 browser tests will skip"
+  else
+    echo "[test] chromium not found (install it, e.g. 'sudo apt-get install -y chromium'): the 2 browser tests will skip"
+  fi
+fi
 # Small BLAS calls in the fits run faster single-threaded on this 2-core machine.
 export OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-1}
 exec .venv/bin/python -m pytest -q "$@"

@@ -1,6 +1,5 @@
 """Scaling-fit sanity on a known answer (Chinchilla, Epoch AI's refit)."""
 
-import time
 from pathlib import Path
 
 import numpy as np
@@ -21,11 +20,9 @@ def test_chinchilla_data_is_in_the_repository():
 
 def test_chinchilla_refit_matches_epoch():
     """Epoch: E 1.817, alpha 0.348, beta 0.366, a 0.513; an independent re-run here gave
-    E 1.817, A 478, B 2143, alpha 0.347, beta 0.367, a 0.514. ~2-5 s with 3 refined
-    starts (4,500 screened) on a busy 2-core CPU."""
-    t0 = time.perf_counter()
+    E 1.817, A 478, B 2143, alpha 0.347, beta 0.367, a 0.514 (3 refined starts of 4,500
+    screened)."""
     fit = fit_chinchilla(pd.read_csv(CSV), n_refine=3)
-    elapsed = time.perf_counter() - t0
     assert fit.n_used == 240  # 245 runs minus the 5 highest-loss
     assert fit.E == pytest.approx(1.817, rel=0.02)
     assert fit.alpha == pytest.approx(0.348, rel=0.03)
@@ -39,7 +36,6 @@ def test_chinchilla_refit_matches_epoch():
     ours = np.abs(np.log(fit.predict(n, tok)) - np.log(loss)).mean()
     theirs = np.abs(np.log(pub["E"] + pub["A"] / n ** pub["alpha"] + pub["B"] / tok ** pub["beta"]) - np.log(loss)).mean()
     assert ours < theirs
-    assert elapsed < 20
 
 
 def test_recovers_a_planted_law():

@@ -134,7 +134,7 @@ def test_sigkill_of_the_driver_loses_and_duplicates_nothing(tmp_path):
         proc.wait()
 
     # the orphaned workers notice the dead driver and stop writing
-    deadline = time.time() + 10
+    deadline = time.time() + 120  # liveness only: a hang fails instead of blocking the suite
     while _marker_procs(marker):
         assert time.time() < deadline, f"workers outlived the killed driver: {_describe(_marker_procs(marker))}"
         time.sleep(0.1)

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from race.tasks import make_problem, outcome_reward, partial_credit, verify
+from race.tasks.verify import MAX_CHARS
 
 P = make_problem([23, 5, 7], ["+", "-"])  # 23+5=28;28-7=21;#21.
 P4 = make_problem([40, 9, 30, 2, 11], ["+", "-", "+", "-"])  # 40+9=49;49-30=19;19+2=21;21-11=10;#10.
@@ -89,10 +88,14 @@ HOSTILE = [
 
 
 @pytest.mark.parametrize("text", HOSTILE, ids=range(len(HOSTILE)))
-def test_hostile_inputs_score_zero_quickly(text):
-    t0 = time.perf_counter()
+def test_hostile_inputs_score_zero_and_read_only_the_head(text):
+    """The verifier's work is bounded by what it reads: only the first MAX_CHARS characters
+    (of a string), so a longer payload gets the verdict of its head (format aside: a cut
+    completion is never well-formed). No timing here."""
     v = verify(P, text)
-    assert time.perf_counter() - t0 < 0.5
+    if isinstance(text, str) and len(text) > MAX_CHARS:
+        head = verify(P, text[:MAX_CHARS])
+        assert (v.correct, v.answer, v.step_correct) == (head.correct, head.answer, head.step_correct)
     assert not v.correct and not v.format_ok
     assert partial_credit(v) <= 1 / 3  # at most the first step can be valid (repeated "23+5=28;")
 
