@@ -156,3 +156,45 @@ print("ok", models, rms)
     env["RACE_CACHE"] = str(tmp_path / "cache")  # empty: everything must come from the package
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert out.returncode == 0 and out.stdout.startswith("ok"), out.stderr[-2000:]
+
+
+def test_the_packaged_reward_models_install_load_and_score(tmp_path):
+    """Every packaged RM (the feedback-strength axis: prm-xs < prm-s < prm-m) ships under
+    its CURRENT recipe hash, installs from the package into an empty cache without a build,
+    loads through the RM reward and scores: a reference solution's weakest step above a
+    one-off arithmetic slip's for the strong PRM; its info.json carries the held-out
+    quality and the costs the report needs."""
+    import subprocess
+    import sys
+
+    code = """
+import json
+from race.rewards.rm_report import packaged_rms
+from race.rewards.training import build_rm
+from race.rewards.learned import build_learned
+from race.spec.reward import parse_reward
+from race.tasks import ArithTask, solution_text
+names = packaged_rms()
+assert {"prm-xs", "prm-s", "prm-m"} <= set(names), names
+problems = ArithTask().problems("test", 20, seed=99)
+for name in names:
+    info = build_rm(name)
+    assert info.reused and info.train_flops > 0, name
+    reward = build_learned(parse_reward(f"prm:{name}:min"), device="cpu", build_missing=False)
+    refs = [solution_text(p) for p in problems]
+    slips = [r.replace("=" + str(p.steps[0][3]) + ";", "=" + str(p.steps[0][3] + 1) + ";", 1)
+             for p, r in zip(problems, refs)]
+    out = reward.score(problems + problems, refs + slips)
+    assert len(out.rewards) == 40 and sum(out.components.values()) > 0, name
+    if name == "prm-m":
+        better = sum(a > b for a, b in zip(out.rewards[:20], out.rewards[20:]))
+        assert better >= 18, (name, better)
+        held = info.data["heldout"]
+        assert held["step_auc"] >= 0.9 and held["bad_step_recall"] >= 0.8, held
+        assert info.data["sampling_flops"] > 0 and info.origin["base_sft_flops"] > 0
+print("ok", names)
+"""
+    env = {k: v for k, v in os.environ.items() if k != "RACE_NO_PACKAGED"}
+    env["RACE_CACHE"] = str(tmp_path / "cache")  # empty: everything must come from the package
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert out.returncode == 0 and out.stdout.startswith("ok"), out.stderr[-2000:]

@@ -13,9 +13,17 @@ pytest.importorskip("transformers")
 
 from race.rewards import rm_recipes, training  # noqa: E402
 
+
+
+def _fast(r: rm_recipes.RMRecipe) -> rm_recipes.RMRecipe:
+    if r.scoring == "likelihood":  # the packaged tiny-s warm start, 8 problems sampled, 5 L-BFGS iterations
+        return dataclasses.replace(r, steps=5, n_eval=16, policies=("tiny-s",), n_train_problems=8,
+                                   n_val_problems=6)
+    return dataclasses.replace(r, steps=4, batch_size=8, warmup_steps=1, n_eval=16, init="scratch")
+
+
 #: What the tests build instead of the real recipes (seconds, not minutes).
-FAST = {name: dataclasses.replace(r, steps=4, batch_size=8, warmup_steps=1, n_eval=16, init="scratch")
-        for name, r in rm_recipes.RM_RECIPES.items()}
+FAST = {name: _fast(r) for name, r in rm_recipes.RM_RECIPES.items()}
 
 
 @pytest.fixture(autouse=True)
@@ -26,12 +34,18 @@ def _quiet(quiet_warnings):
 @pytest.fixture(scope="session", autouse=True)
 def fast_recipes():
     """Swap in the fast recipes for the whole session (restored afterwards)."""
+    from race.rewards import rm_eval
+
     saved = dict(rm_recipes.RM_RECIPES)
+    protocol = (rm_eval.EVAL_POLICIES, rm_eval.N_HELDOUT_PROBLEMS, rm_eval.N_VAL_PROBLEMS)
     rm_recipes.RM_RECIPES.update(FAST)
+    # the held-out protocol at test size: one policy, a handful of problems
+    rm_eval.EVAL_POLICIES, rm_eval.N_HELDOUT_PROBLEMS, rm_eval.N_VAL_PROBLEMS = ("tiny-s",), 6, 6
     torch.set_num_threads(1)
     yield FAST
     rm_recipes.RM_RECIPES.clear()
     rm_recipes.RM_RECIPES.update(saved)
+    rm_eval.EVAL_POLICIES, rm_eval.N_HELDOUT_PROBLEMS, rm_eval.N_VAL_PROBLEMS = protocol
 
 
 @pytest.fixture(scope="session")

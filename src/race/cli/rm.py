@@ -78,3 +78,51 @@ def build(
                   "(0 if unfinished) / ORM score vs final-answer correctness.")
     for info in infos:
         console.print(f"  {info.name}: {info.path}")
+
+
+@app.command("eval")
+def eval_(
+    names: Annotated[Optional[str], typer.Option(help="comma-separated (default: every packaged or cached RM)")
+                     ] = None,
+    cache_dir: Annotated[Optional[str], typer.Option(help="cache root (default $RACE_CACHE or ~/.cache/race)")] = None,
+    threads: Annotated[Optional[int], typer.Option(min=1, help="torch CPU threads (default: torch's choice)")] = None,
+) -> None:
+    """Quality of the reward models on held-out policy samples (race.rewards.rm_eval):
+    step AUC, bad-step recall at the threshold chosen on the validation set, costs."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from race.accounting import fmt_flops
+    from race.cli.tables import print_table
+    from race.rewards.rm_report import quality_rows
+
+    if threads:
+        import torch
+
+        torch.set_num_threads(threads)
+    console = Console()
+    rows = quality_rows(_parse_names(names) if names else None, cache_dir=cache_dir)
+    table = Table(title="reward models on held-out policy samples (test-split problems; threshold from validation)")
+    cols = ("name", "kind", "backbone", "params", "step AUC", "bad-step recall", "good-step recall", "threshold",
+            "outcome AUC", "FLOPs/token", "train FLOPs", "sampling FLOPs", "CPU s", "held-out")
+    for col in cols:
+        table.add_column(col, justify="left" if col in ("name", "kind", "backbone", "held-out") else "right")
+
+    def num(v: object) -> str:
+        return "-" if v is None else f"{v:.3f}"
+
+    for r in rows:
+        q = r["heldout"]
+        table.add_row(r["name"], r["kind"], r["backbone"], f"{r['params']:,}", num(q.get("step_auc")),
+                      num(q.get("bad_step_recall", q.get("wrong_outcome_recall"))),
+                      num(q.get("good_step_recall", q.get("right_outcome_recall"))), num(q.get("threshold")),
+                      num(q.get("outcome_auc")), fmt_flops(q["flops_per_token"]), fmt_flops(r["train_flops"]),
+                      fmt_flops(r["sampling_flops"]) if r["sampling_flops"] else "-",
+                      "-" if r["cpu_seconds"] is None else f"{r['cpu_seconds']:.0f}",
+                      f"{q['n_samples']} samples, {q.get('n_steps', '-')} steps")
+    print_table(console, table)
+    console.print("  held-out: one sample per problem from each of " + ", ".join(rows[0]["heldout"]["policies"])
+                  + " at temperature 1 on test-split problems; the threshold (flag a step when p(ok) < t) "
+                  "maximises Youden's J on a validation set of train-split problems outside the RM's pool. "
+                  "FLOPs/token: what the RM reward charges per token it reads (race conventions). For ORMs the "
+                  "recall columns are wrong/right outcomes." if rows else "  no reward model found")

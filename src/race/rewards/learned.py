@@ -78,7 +78,7 @@ class LearnedReward:
             return RewardOutput([], [])
         steps, batch = self._scores(problems, completions)
         B, L = batch["input_ids"].shape
-        head = list(batch["counts"]) if self.kind == "prm" else "last"
+        head = getattr(self.scorer, "head_positions", None) or (list(batch["counts"]) if self.kind == "prm" else "last")
         comps = reward_model_flops(self.system, [L] * B, head_positions=head, conventions=self.conventions)
         needed = [t for t in self.spec.weights if t != "rm"]
         rewards, verified, rm_scores = [], [], []
@@ -120,7 +120,8 @@ class LearnedReward:
             else:
                 L = min(L, self.k * (max_prompt_len + max_completion_len))
         L = max(1, L)
-        head = [min(L, MAX_MARKERS)] * n_sequences if self.kind == "prm" else "last"
+        head = getattr(self.scorer, "head_positions", None) or (
+            [min(L, MAX_MARKERS)] * n_sequences if self.kind == "prm" else "last")
         return sum(reward_model_flops(self.system, [L] * n_sequences, head_positions=head,
                                       conventions=self.conventions).values())
 
@@ -150,6 +151,14 @@ def load_race_rm(name: str, *, device: Any = "auto", cache_dir: Any = None, buil
     """Load RACE-built RM ``name`` (building it first when missing and ``build_missing``);
     its ``race_rm.json`` says how it reads texts (see ``race.rewards.hf``)."""
     path = resolve_rm(name, cache_dir=cache_dir, build_missing=build_missing)
+    if recipe_for(name).scoring == "likelihood":
+        import json
+
+        from race.models.loading import resolve_device
+        from race.rewards.rm_likelihood import load_likelihood_scorer
+
+        settings = json.loads((path / "race_rm.json").read_text())
+        return load_likelihood_scorer(path, settings, device=resolve_device(device), name=name)
     return load_hf_scorer(path, recipe_for(name).kind, device=device, name=name)
 
 

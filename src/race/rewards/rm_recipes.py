@@ -22,6 +22,8 @@ from race.models.warmstart import recipe_hash as base_hash
 from race.rewards.rm_encoding import MARKERS, MAX_LENGTH
 from race.tasks.arith import END_MARK, ArithTask
 
+#: The recipe fields added with policy data (left out of the hash at their defaults).
+POLICY_FIELDS = ("scoring", "policies", "temperature", "n_train_problems", "synthetic_frac", "balance", "n_val_problems")
 #: Bumped when the data, model or training code changes in a way the recipe does not capture.
 RM_VERSION = 1
 CACHE = ArtefactCache("rm")
@@ -46,6 +48,14 @@ class RMRecipe(RecipeSchedule):
     task: dict[str, Any] = field(default_factory=lambda: ArithTask().describe())
     n_eval: int = 400
     init: str = "scratch"  # "scratch": random init; "base": start from the backbone's warm start
+    # -- policy data (race.rewards.rm_samples); at these defaults a recipe hashes as before
+    scoring: str = "head"  # "head": a trained classifier head; "likelihood": the warm start's step likelihood
+    policies: tuple[str, ...] = ()  # warm starts whose samples the RM trains on (empty: synthetic data only)
+    temperature: float = 1.0  # the sampling temperature (the GRPO training temperature)
+    n_train_problems: int = 0  # train-split problems sampled once per policy (the training pool)
+    synthetic_frac: float = 1.0  # share of each batch drawn from programmatic corruptions (the rest: the pool)
+    balance: bool = False  # weight the loss so wrong and right labels count equally in every batch
+    n_val_problems: int = 0  # problems per policy of the validation set (the recall threshold is chosen there)
 
     def __post_init__(self) -> None:
         if self.kind not in ("prm", "orm"):
@@ -53,19 +63,53 @@ class RMRecipe(RecipeSchedule):
         if self.init not in ("base", "scratch"):
             raise ValueError(f"RMRecipe.init must be 'base' or 'scratch', got {self.init!r}")
         tiny_config_kwargs(self.backbone)  # raises KeyError naming the family
+        if self.scoring not in ("head", "likelihood"):
+            raise ValueError(f"RMRecipe.scoring must be 'head' or 'likelihood', got {self.scoring!r}")
+        if self.scoring == "likelihood" and (self.kind != "prm" or self.init != "base" or self.n_train_problems < 1):
+            raise ValueError("RMRecipe(scoring='likelihood') is a PRM read off a warm start and calibrated on "
+                             "policy samples: set kind='prm', init='base', policies and n_train_problems >= 1")
+        for p in self.policies:
+            tiny_config_kwargs(p)
+        if not 0.0 <= self.synthetic_frac <= 1.0:
+            raise ValueError(f"RMRecipe.synthetic_frac={self.synthetic_frac}: must lie in 0..1")
+        if self.synthetic_frac < 1.0 and (not self.policies or self.n_train_problems < 1):
+            raise ValueError("RMRecipe: synthetic_frac < 1 draws from policy samples: name `policies` "
+                             "(e.g. ('tiny-s', 'tiny-m')) and set n_train_problems >= 1")
+        if self.temperature <= 0 or self.n_train_problems < 0 or self.n_val_problems < 0:
+            raise ValueError(f"RMRecipe needs temperature > 0 and n_train_problems, n_val_problems >= 0, got "
+                             f"{self.temperature}, {self.n_train_problems}, {self.n_val_problems}")
         self._check_schedule()
+
+    def hash_fields(self) -> dict[str, Any]:
+        """The fields that enter the cache hash: every field, except the policy-data fields
+        left at their defaults (so the recipes from before they existed keep their hashes,
+        and their packaged artefacts stay valid)."""
+        d = dataclasses.asdict(self)
+        for f in dataclasses.fields(self):
+            if f.name in POLICY_FIELDS and d[f.name] == f.default:
+                d.pop(f.name)
+        return d
 
     @property
     def num_labels(self) -> int:
         return 2 if self.kind == "prm" else 1
 
 
-#: The reward models RACE builds (``race rm build``): two sizes per kind, so feedback
-#: strength is an axis of the grid. Sized to train in well under a minute each on 2 CPU
-#: cores (the tiny-s dims run ~2.5x slower per step, hence fewer steps).
+#: Policy samples the likelihood PRMs are calibrated on: the three warm starts GRPO starts
+#: from, at the training temperature, 500 train-split problems each.
+_POOL = dict(policies=("tiny-s", "tiny-m", "tiny-l"), temperature=1.0, n_train_problems=500, synthetic_frac=0.0)
+
+#: The reward models RACE builds (``race rm build``), feedback strength as an axis
+#: (held-out figures: ``race rm eval``, docs/reward-models.md):
+#:   prm-xs  classifier head on tiny-xs dims, random init, 400 steps on programmatic
+#:           corruptions: the weakest (misses most arithmetic slips);
+#:   prm-s   the tiny-s warm start's step likelihood, calibrated on policy samples: medium;
+#:   prm-m   the tiny-m warm start's step likelihood, calibrated likewise: the strong PRM.
+#: ``orm-*``: outcome RMs with classifier heads (synthetic data; not packaged).
 RM_RECIPES: dict[str, RMRecipe] = {
     "prm-xs": RMRecipe("prm", "tiny-xs", steps=400),
-    "prm-s": RMRecipe("prm", "tiny-s", steps=300),
+    "prm-s": RMRecipe("prm", "tiny-s", steps=100, warmup_steps=0, init="base", scoring="likelihood", **_POOL),
+    "prm-m": RMRecipe("prm", "tiny-m", steps=100, warmup_steps=0, init="base", scoring="likelihood", **_POOL),
     "orm-xs": RMRecipe("orm", "tiny-xs", steps=400),
     "orm-s": RMRecipe("orm", "tiny-s", steps=300),
 }
@@ -89,7 +133,7 @@ def recipe_hash(name: str, recipe: RMRecipe | None = None) -> str:
     base = ""
     if recipe.init == "base":
         base = base_hash(recipe.backbone)
-    return recipe_digest(dict(version=RM_VERSION, name=name, recipe=dataclasses.asdict(recipe), base=base,
+    return recipe_digest(dict(version=RM_VERSION, name=name, recipe=recipe.hash_fields(), base=base,
                               config=tiny_config_kwargs(recipe.backbone), alphabet="".join(ALPHABET),
                               special=SPECIAL_TOKENS))
 
@@ -106,6 +150,8 @@ def shape_of_rm(name: str) -> Any:
 
     recipe = recipe_for(name)
     base = ModelShape.from_hf_config(dict(tiny_config_kwargs(recipe.backbone), model_type="qwen2"), name=name)
+    if recipe.scoring == "likelihood":
+        return base  # the warm start's causal LM, lm_head as its head (race.rewards.rm_likelihood)
     return replace(base, head=((base.hidden, recipe.num_labels),), head_bias=recipe.kind == "prm",
                    tie_embeddings=False)
 
@@ -113,14 +159,8 @@ def shape_of_rm(name: str) -> Any:
 def rm_settings(recipe: RMRecipe, max_length: int = MAX_LENGTH) -> dict[str, Any]:
     """``race_rm.json`` of a RACE-built RM (how ``race.rewards.hf`` reads it)."""
     d: dict[str, Any] = dict(kind=recipe.kind, chat_template=False, max_length=max_length)
-    if recipe.kind == "prm":
-        d.update(markers=list(MARKERS), final_marker=END_MARK)
-    return d
-
-
-def rm_settings(recipe: RMRecipe, max_length: int = MAX_LENGTH) -> dict[str, Any]:
-    """``race_rm.json`` of a RACE-built RM (how ``race.rewards.hf`` reads it)."""
-    d: dict[str, Any] = dict(kind=recipe.kind, chat_template=False, max_length=max_length)
+    if recipe.scoring == "likelihood":
+        d["scoring"] = "likelihood"
     if recipe.kind == "prm":
         d.update(markers=list(MARKERS), final_marker=END_MARK)
     return d

@@ -62,6 +62,7 @@ from race.models.tokenizer import build_char_tokenizer
 from race.models.warmstart import build_base
 from race.rewards.hf import scorer_shape
 from race.rewards.rm_data import make_dataset, marker_labels
+from race.rewards.rm_eval import auc
 from race.rewards.rm_encoding import MAX_LENGTH, encode, head_logits, positive_prob
 from race.rewards.rm_recipes import CACHE, RM_RECIPES, RMRecipe, recipe_for, recipe_hash, rm_dir, rm_settings
 from race.tasks.arith import END_MARK, FINAL_MARK, STEP_SEP, Problem
@@ -115,11 +116,35 @@ def rm_shape(model: Any, name: str = "rm") -> Any:
 
 # -- training and evaluation ---------------------------------------------------------------
 def _loss(recipe: RMRecipe, logits: Any, labels: Any) -> Any:
+    """Cross-entropy (PRM) or logistic loss (ORM); with ``recipe.balance`` each label's
+    positions weigh ``n / (2 n_label)`` so wrong and right count equally in the batch."""
+    import torch
     import torch.nn.functional as F
 
+    weight = None
+    if recipe.balance:
+        n, n_pos = len(labels), int(labels.sum())
+        weight = torch.where(labels == 1, n / (2 * max(1, n_pos)), n / (2 * max(1, n - n_pos)))
     if recipe.kind == "prm":
-        return F.cross_entropy(logits, labels)
-    return F.binary_cross_entropy_with_logits(logits[:, 0], labels.float())
+        per = F.cross_entropy(logits, labels, reduction="none")
+    else:
+        per = F.binary_cross_entropy_with_logits(logits[:, 0], labels.float(), reduction="none")
+    return (per if weight is None else per * weight).mean()
+
+
+def batch_pairs(recipe: RMRecipe, task: Any, pool: Sequence[tuple[Problem, str]] | None,
+                step: int) -> list[tuple[Problem, str]]:
+    """Step ``step``'s batch: ``round(batch_size * synthetic_frac)`` programmatic examples
+    (:func:`race.rewards.rm_data.make_dataset`, the recipe's ``correct_frac``) and the rest
+    drawn uniformly, with replacement, from the policy-sample ``pool``."""
+    import random
+
+    n_syn = recipe.batch_size if not pool else round(recipe.batch_size * recipe.synthetic_frac)
+    out = make_dataset(task, "train", n_syn, recipe.seed * 1_000_003 + step, recipe.correct_frac) if n_syn else []
+    if pool:
+        rng = random.Random(f"race-rm-pool:{recipe.seed}:{step}")
+        out.extend(pool[rng.randrange(len(pool))] for _ in range(recipe.batch_size - n_syn))
+    return out
 
 
 def _labels(recipe: RMRecipe, batch: dict[str, Any], pairs: Sequence[tuple[Problem, str]]) -> Any:
@@ -134,14 +159,16 @@ def _labels(recipe: RMRecipe, batch: dict[str, Any], pairs: Sequence[tuple[Probl
 
 
 def train_rm(model: Any, tok: Any, recipe: RMRecipe, *, max_length: int = MAX_LENGTH,
-             progress: Callable[[int, int, float], None] | None = None) -> dict[str, float]:
-    """Train ``model`` in place; returns token counts, FLOPs and the final loss."""
+             progress: Callable[[int, int, float], None] | None = None,
+             pool: Sequence[tuple[Problem, str]] | None = None) -> dict[str, float]:
+    """Train ``model`` in place on :func:`batch_pairs` (``pool``: the policy samples);
+    returns token counts, FLOPs and the final loss."""
     shape = rm_shape(model)
     task = recipe.make_task()
     stats = dict(tokens_processed=0, real_tokens=0, scored_positions=0, train_flops=0)
 
     def loss_at(step: int) -> Any:
-        pairs = make_dataset(task, "train", recipe.batch_size, recipe.seed * 1_000_003 + step, recipe.correct_frac)
+        pairs = batch_pairs(recipe, task, pool, step)
         batch = encode(tok, [p.prompt for p, _ in pairs], [c for _, c in pairs], recipe.kind, max_length=max_length)
         labels = _labels(recipe, batch, pairs)
         B, L = batch["input_ids"].shape
@@ -203,21 +230,6 @@ def evaluate_rm(model: Any, tok: Any, recipe: RMRecipe, n: int | None = None, *,
     return res
 
 
-def auc(pairs: Sequence[tuple[float, int]]) -> float:
-    """Area under the ROC curve of (score, 0/1 label) pairs: the chance that a random
-    positive outscores a random negative (ties count half); 0.5 when one class is absent.
-    What matters for GRPO, which only compares rewards within a group."""
-    pos = sorted(s for s, y in pairs if y)
-    neg = sorted(s for s, y in pairs if not y)
-    if not pos or not neg:
-        return 0.5
-    import bisect
-
-    wins = sum(bisect.bisect_left(neg, s) + 0.5 * (bisect.bisect_right(neg, s) - bisect.bisect_left(neg, s))
-               for s in pos)
-    return wins / (len(pos) * len(neg))
-
-
 # -- cache ----------------------------------------------------------------------------------
 @dataclass
 class RMInfo:
@@ -240,12 +252,53 @@ class RMInfo:
     final_loss: float
     eval: dict[str, float]
     origin: dict[str, Any] = field(default_factory=dict)
+    cpu_seconds: float | None = None  # process CPU time of the training loop (None: built before it was recorded)
+    data: dict[str, Any] = field(default_factory=dict)  # policy data: pool, its sampling FLOPs, held-out quality
     reused: bool = False
 
     def to_json(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d.pop("reused")
         return d
+
+
+def _round(d: dict[str, Any]) -> dict[str, Any]:
+    return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in d.items()}
+
+
+def training_pool(recipe: RMRecipe, *, cache_dir: str | os.PathLike[str] | None = None
+                  ) -> tuple[list[tuple[Problem, str]] | None, dict[str, Any]]:
+    """The recipe's policy-sample pool (``None`` for synthetic-only recipes) and what
+    ``info.json`` records of it: size, policies, temperature and the FLOPs sampling it
+    executed (``sampling_flops``: the RM's data cost, apart from its training FLOPs)."""
+    if not recipe.policies or recipe.n_train_problems < 1:
+        return None, {}
+    from race.rewards.rm_samples import SampleSet, load_samples
+
+    s = SampleSet("train", tuple(recipe.policies), recipe.n_train_problems, recipe.temperature, recipe.seed)
+    got = load_samples(recipe.make_task(), s, cache_dir=cache_dir)
+    pool = [(p, c) for p, c, _ in got["pairs"]]
+    return pool, dict(pool_samples=len(pool), policies=list(recipe.policies), temperature=recipe.temperature,
+                      sampling_flops=int(sum(got["flops"].values())), pool_digest=got["digest"])
+
+
+def heldout_for(recipe: RMRecipe, scorer: Any, pool: Sequence[tuple[Problem, str]] | None, *,
+                cache_dir: str | os.PathLike[str] | None = None) -> dict[str, Any]:
+    """:func:`race.rewards.rm_eval.quality` of ``scorer`` under the shared protocol: the
+    validation set avoids the problems of ``pool`` (the RM's training pool)."""
+    from race.rewards.rm_eval import EVAL_POLICIES, N_HELDOUT_PROBLEMS, N_VAL_PROBLEMS, quality
+    from race.rewards.rm_samples import SampleSet, load_samples
+
+    task = recipe.make_task()
+    exclude = {p.expression for p, _ in pool or ()}
+    n_val = recipe.n_val_problems or N_VAL_PROBLEMS
+    val = load_samples(task, SampleSet("val", EVAL_POLICIES, n_val, recipe.temperature), exclude=exclude,
+                       cache_dir=cache_dir)
+    held = load_samples(task, SampleSet("heldout", EVAL_POLICIES, N_HELDOUT_PROBLEMS, recipe.temperature),
+                        cache_dir=cache_dir)
+    res = quality(scorer, recipe.kind, [(p, c) for p, c, _ in val["pairs"]], [(p, c) for p, c, _ in held["pairs"]])
+    return dict(res, policies=list(EVAL_POLICIES), heldout_problems=f"test split, {N_HELDOUT_PROBLEMS}",
+                val_problems=f"train split outside the pool, {n_val}")
 
 
 def read_info(path: Path) -> RMInfo | None:
@@ -265,25 +318,50 @@ def _train(name: str, recipe: RMRecipe, final: Path, cache_dir: str | os.PathLik
            progress: Callable[[int, int, float], None] | None) -> RMInfo:
     import json
 
-    tok = build_char_tokenizer()
-    model, origin = build_rm_model(recipe, attn_implementation="sdpa", cache_dir=cache_dir)
-    t0 = time.perf_counter()  # the warm start's own build is not the RM's training time
-    stats = train_rm(model, tok, recipe, progress=progress)
-    seconds = time.perf_counter() - t0
+    pool, data = training_pool(recipe, cache_dir=cache_dir)  # sampled before the clock starts
+    if recipe.scoring == "likelihood":
+        from dataclasses import replace
+
+        from race.rewards.rm_likelihood import fit_likelihood
+
+        t0, c0 = time.perf_counter(), time.process_time()
+        fit = fit_likelihood(recipe, pool, cache_dir=cache_dir)
+        seconds, cpu_seconds = time.perf_counter() - t0, time.process_time() - c0
+        model, tok, origin, stats = fit["model"], fit["tokenizer"], fit["origin"], fit["stats"]
+        saved, shape = fit["lm"], replace(fit["shape"], name=name)
+        settings = dict(rm_settings(recipe, MAX_LENGTH), calibration=origin["calibration"])
+        n_params = sum(p.numel() for p in saved.parameters())
+    else:
+        tok = build_char_tokenizer()
+        model, origin = build_rm_model(recipe, attn_implementation="sdpa", cache_dir=cache_dir)
+        t0, c0 = time.perf_counter(), time.process_time()  # the warm start's build is not counted
+        stats = train_rm(model, tok, recipe, progress=progress, pool=pool)
+        seconds, cpu_seconds = time.perf_counter() - t0, time.process_time() - c0
+        saved, shape, settings = model, rm_shape(model, name), rm_settings(recipe, MAX_LENGTH)
+        n_params = sum(p.numel() for p in model.parameters())
+    if progress is not None and recipe.scoring == "likelihood":
+        progress(recipe.steps, recipe.steps, stats["final_loss"])
     ev = evaluate_rm(model, tok, recipe)
+    if recipe.policies:
+        from race.rewards.rm_encoding import Scorer
+
+        scorer = Scorer(model, tok, shape, None, None, MAX_LENGTH)
+        if recipe.scoring == "likelihood":
+            scorer.head_positions = "all"  # type: ignore[attr-defined]
+        data["heldout"] = _round(heldout_for(recipe, scorer, pool, cache_dir=cache_dir))
     info = RMInfo(name=name, kind=recipe.kind, path=str(final), recipe=dataclasses.asdict(recipe),
-                  recipe_hash=recipe_hash(name, recipe), total_params=sum(p.numel() for p in model.parameters()),
-                  shape=rm_shape(model, name).to_dict(), steps=recipe.steps,
+                  recipe_hash=recipe_hash(name, recipe), total_params=n_params,
+                  shape=shape.to_dict(), steps=recipe.steps,
                   tokens_processed=int(stats["tokens_processed"]), real_tokens=int(stats["real_tokens"]),
                   scored_positions=int(stats["scored_positions"]), train_flops=int(stats["train_flops"]),
                   flops_conventions="race", seconds=round(seconds, 2), final_loss=round(stats["final_loss"], 5),
-                  eval={k: (round(v, 4) if isinstance(v, float) else v) for k, v in ev.items()}, origin=origin)
-    model.config._attn_implementation = "eager"
+                  eval=_round(ev), origin=origin, cpu_seconds=round(cpu_seconds, 2), data=data)
+    saved.config._attn_implementation = "eager"
 
     def write(tmp: Path) -> None:
-        model.save_pretrained(tmp, safe_serialization=True)
+        saved.save_pretrained(tmp, safe_serialization=True)
         tok.save_pretrained(tmp)
-        (tmp / "race_rm.json").write_text(json.dumps(rm_settings(recipe, MAX_LENGTH), indent=2) + "\n")
+        (tmp / "race_rm.json").write_text(json.dumps(settings, indent=2) + "\n")
 
     CACHE.publish(final, info.to_json(), write)
     return info
