@@ -23,3 +23,14 @@ def test_unknown_name_lists_the_known_ones():
     res = CliRunner().invoke(app, ["rm", "build", "--names", "prm-xl"])
     assert res.exit_code != 0
     assert "prm-xs" in res.output and "orm-s" in res.output
+
+
+def test_eval_prints_the_held_out_quality_table(tmp_path):
+    from race.rewards import training
+
+    training.build_rm("prm-s", cache_dir=tmp_path)  # the fast likelihood recipe (conftest)
+    res = CliRunner(env={"COLUMNS": "250"}).invoke(app, ["rm", "eval", "--names", "prm-s", "--cache-dir",
+                                                          str(tmp_path), "--threads", "1"])
+    assert res.exit_code == 0, res.output
+    for word in ("prm-s", "step AUC", "bad-step recall", "threshold", "FLOPs/token", "base SFT FLOPs", "held-out"):
+        assert word in res.output, word

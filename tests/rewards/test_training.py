@@ -158,3 +158,24 @@ def test_shape_of_rm_matches_the_built_model(built_rms):
         assert shape.to_dict() == {**info.shape, "name": name}
         assert shape.num_params() == info.total_params
         assert json.loads((Path(info.path) / "race_rm.json").read_text())["kind"] == info.kind
+
+
+def test_policy_batches_mix_corruptions_and_pool_and_the_balanced_loss_weighs_labels_equally(arith):
+    import torch
+    import torch.nn.functional as F
+
+    pool = [(p, solution_text(p)) for p in arith.problems("train", 5, seed=2)]
+    r = R.RMRecipe("prm", "tiny-xs", batch_size=10, policies=("tiny-s",), n_train_problems=5, synthetic_frac=0.3,
+                   balance=True)
+    batch = T.batch_pairs(r, r.make_task(), pool, step=3)
+    assert len(batch) == 10 and sum(pair in pool for pair in batch[3:]) == 7
+    assert batch[:3] == D.make_dataset(r.make_task(), "train", 3, 3, r.correct_frac)
+    assert T.batch_pairs(r, r.make_task(), pool, step=3) == batch  # deterministic
+    legacy = R.RMRecipe("prm", "tiny-xs", batch_size=4)
+    assert T.batch_pairs(legacy, legacy.make_task(), None, 0) == D.make_dataset(legacy.make_task(), "train", 4, 0, 0.4)
+    logits = torch.tensor([[0.0, 2.0], [1.0, 0.0], [0.0, 1.0], [0.0, 3.0]])
+    labels = torch.tensor([1, 0, 1, 1])  # 3 good, 1 bad: weights 4/6 and 4/2
+    per = F.cross_entropy(logits, labels, reduction="none")
+    want = (per * torch.tensor([2 / 3, 2.0, 2 / 3, 2 / 3])).mean()
+    assert torch.allclose(T._loss(r, logits, labels), want)
+    assert torch.allclose(T._loss(legacy, logits, labels), per.mean())

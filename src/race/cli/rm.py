@@ -2,7 +2,10 @@
 
 ``race rm build`` trains the requested reward models on the built-in task (or reuses the
 checkpoints cached under ``<cache>/rm/``) and prints one row per model: its training
-FLOPs (kept apart from any run's budget) and its held-out step-level and outcome accuracy.
+FLOPs (kept apart from any run's budget) and its step-level and outcome accuracy on the
+recipe's programmatic test mixture. ``race rm eval`` scores every packaged RM on held-out
+POLICY samples (``race.rewards.rm_eval``: step AUC, bad-step recall at the threshold
+chosen on a validation set) beside its inference FLOPs per token and its build FLOPs.
 """
 
 from __future__ import annotations
@@ -104,7 +107,8 @@ def eval_(
     rows = quality_rows(_parse_names(names) if names else None, cache_dir=cache_dir)
     table = Table(title="reward models on held-out policy samples (test-split problems; threshold from validation)")
     cols = ("name", "kind", "backbone", "params", "step AUC", "bad-step recall", "good-step recall", "threshold",
-            "outcome AUC", "FLOPs/token", "train FLOPs", "sampling FLOPs", "CPU s", "held-out")
+            "outcome AUC", "FLOPs/token", "train FLOPs", "base SFT FLOPs", "sampling FLOPs", "all build FLOPs",
+            "CPU s", "held-out")
     for col in cols:
         table.add_column(col, justify="left" if col in ("name", "kind", "backbone", "held-out") else "right")
 
@@ -117,12 +121,17 @@ def eval_(
                       num(q.get("bad_step_recall", q.get("wrong_outcome_recall"))),
                       num(q.get("good_step_recall", q.get("right_outcome_recall"))), num(q.get("threshold")),
                       num(q.get("outcome_auc")), fmt_flops(q["flops_per_token"]), fmt_flops(r["train_flops"]),
+                      fmt_flops(r["base_sft_flops"]) if r["base_sft_flops"] else "-",
                       fmt_flops(r["sampling_flops"]) if r["sampling_flops"] else "-",
+                      fmt_flops(r["train_flops"] + r["base_sft_flops"] + r["sampling_flops"]),
                       "-" if r["cpu_seconds"] is None else f"{r['cpu_seconds']:.0f}",
                       f"{q['n_samples']} samples, {q.get('n_steps', '-')} steps")
     print_table(console, table)
     console.print("  held-out: one sample per problem from each of " + ", ".join(rows[0]["heldout"]["policies"])
                   + " at temperature 1 on test-split problems; the threshold (flag a step when p(ok) < t) "
                   "maximises Youden's J on a validation set of train-split problems outside the RM's pool. "
-                  "FLOPs/token: what the RM reward charges per token it reads (race conventions). For ORMs the "
-                  "recall columns are wrong/right outcomes." if rows else "  no reward model found")
+                  "FLOPs/token: what the RM reward charges per token it reads (race conventions). train FLOPs: the "
+                  "RM's own training (classifier: forward+backward per step; likelihood PRM: the calibration "
+                  "forwards); base SFT FLOPs: its warm start's training; sampling FLOPs: drawing its training "
+                  "pool. None of them is charged to a run's budget. For ORMs the recall columns are wrong/right "
+                  "outcomes." if rows else "  no reward model found")

@@ -35,7 +35,8 @@ def quality_rows(names: Sequence[str] | None = None, *, cache_dir: str | os.Path
         scorer = load_race_rm(name, device="cpu", cache_dir=cache_dir, build_missing=False)
         pool, _ = training_pool(recipe, cache_dir=cache_dir)
         rows.append(dict(name=name, kind=recipe.kind, backbone=recipe.backbone, params=info.total_params,
-                         train_flops=info.train_flops, sampling_flops=info.data.get("sampling_flops", 0),
+                         train_flops=info.train_flops, base_sft_flops=info.origin.get("base_sft_flops", 0),
+                         sampling_flops=info.data.get("sampling_flops", 0),
                          cpu_seconds=info.cpu_seconds, steps=info.steps,
                          heldout=heldout_for(recipe, scorer, pool, cache_dir=cache_dir)))
     return rows
