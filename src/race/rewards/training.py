@@ -26,7 +26,14 @@ so a single slip is charged where it happens), the ``.`` closing the final answe
 Backbones start from random init (``init="scratch"``, the default) or from the size's
 warm start (``init="base"``: the warm start's recipe hash then enters the RM's hash).
 
-What these RMs learn in ~30-50 s of CPU (measured, see ``race rm build``): structure, not
+Likelihood PRMs (``scoring="likelihood"``: ``prm-s``, ``prm-m``) are not trained here but
+calibrated (:mod:`race.rewards.rm_likelihood`) on policy samples (:mod:`race.rewards.rm_samples`);
+a recipe with ``policies`` also gets its held-out quality on policy samples
+(:func:`heldout_for`, :mod:`race.rewards.rm_eval`) in ``info.json["data"]["heldout"]``.
+A classifier recipe with ``policies`` and ``synthetic_frac < 1`` trains on a mix of
+corruptions and the policy pool (:func:`batch_pairs`), ``balance`` weighting labels equally.
+
+What the classifier RMs learn in ~30-50 s of CPU (measured, see ``race rm build``): structure, not
 arithmetic. They reliably catch a final answer that differs from the last step's result
 (AUC ~0.98), an unfinished trajectory, noise, and often a wrong operand/operator or an
 extra step (AUC ~0.7-0.8), but NOT an arithmetic slip inside a step (AUC ~0.52): checking
