@@ -10,7 +10,7 @@
     orm:NAME[:TERMS]     outcome RM: one score per trajectory
     judge:NAME[:TERMS]   generative judge
 
-``NAME`` is a reward model RACE builds (``prm-xs``, ``prm-s``, ``orm-xs``, ``orm-s``), a
+``NAME`` is a reward model RACE builds (``prm-xs``, ``prm-s``, ``prm-m``, ``orm-xs``, ``orm-s``), a
 local HF directory or (for planning) a Qwen2.5 preset. A learned reward's ``TERMS`` is a
 ``+``-joined weighted sum, each term optionally prefixed by ``W*``; weights default to 1
 and are normalised to sum to 1:
