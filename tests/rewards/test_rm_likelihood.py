@@ -117,3 +117,30 @@ def test_prm_xs_keeps_its_packaged_hash_and_the_new_fields_change_it():
     xs = R.RMRecipe("prm", "tiny-xs", steps=400)  # the registered prm-xs recipe
     assert R.recipe_hash("prm-xs", xs) == "37f1db5ebdde"  # packaged before the policy fields existed
     assert R.recipe_hash("prm-xs", dataclasses.replace(xs, balance=True)) != "37f1db5ebdde"
+
+
+def test_the_outcome_variant_reads_the_whole_completion_at_its_last_token(fast_recipes, prob):
+    import torch
+
+    from race.rewards.learned import build_learned, load_race_rm
+    from race.spec.reward import parse_reward
+
+    info = T.build_rm("orm-m")  # the fast recipe: calibrated on 8 tiny-s samples
+    assert info.kind == "orm" and {"outcome_auc", "wrong_outcome_recall"} <= set(info.data["heldout"])
+    scorer = load_race_rm("orm-m", device="cpu", build_missing=False)
+    ref = solution_text(prob)
+    b = encode(scorer.tokenizer, [prob.prompt], [ref], "orm", max_length=MAX_LENGTH)
+    ids = torch.tensor(LK.boundary_ids(scorer.tokenizer, "orm"))
+    with torch.no_grad():
+        f = scorer.model.base_model(input_ids=b["input_ids"], attention_mask=b["attention_mask"],
+                                    position_ids=b["position_ids"]).last_hidden_state
+        lm = scorer.model.base_model.lm
+        lp = torch.log_softmax(lm(input_ids=b["input_ids"]).logits.double(), -1)
+        g = LK.step_features(lm, b["input_ids"], b["attention_mask"], b["position_ids"], ids)
+    row = b["input_ids"][0].tolist()
+    toks = [float(lp[0, q - 1, row[q]]) for q in range(len(prob.prompt), len(row))]  # every completion token
+    assert math.isclose(float(f[0, -1, 0]), sum(toks), rel_tol=1e-4, abs_tol=1e-4)
+    assert math.isclose(float(g[0, -1, 1]), min(toks), rel_tol=1e-4, abs_tol=1e-4)
+    reward = build_learned(parse_reward("orm:orm-m:rm+outcome"), device="cpu")
+    out = reward.score([prob], [ref])
+    assert out.components == reward_model_flops(reward.system, [b["input_ids"].shape[1]], head_positions="all")

@@ -27,6 +27,9 @@ FLOPs at run time: the RM's shape is the LM's (``lm_head`` as its head) and the 
 at every position (``head_positions="all"``); the log-softmax, the gathers, the running
 sums and the 2x2 calibration are elementwise (0 FLOPs by RACE's conventions).
 
+Outcome RMs (``orm-m``) are the same with one "step", the whole completion, read at its
+last token against final-answer correctness.
+
 The artefact is a plain HF causal-LM directory (config, safetensors, tokenizer) plus
 ``race_rm.json`` with ``"scoring": "likelihood"`` and the calibration; only RACE loads
 it as a PRM (:func:`load_likelihood_scorer`), ``prm:/path`` expects a classifier.
@@ -36,8 +39,9 @@ from __future__ import annotations
 
 from typing import Any
 
-#: Tokens after which a new step starts (the prompt ends with ``:``).
-BOUNDARIES = (";", ".", ":")
+#: Tokens after which a new step starts (the prompt ends with ``:``); an outcome RM's one
+#: "step" is the whole completion (read at its last token).
+BOUNDARIES = {"prm": (";", ".", ":"), "orm": (":",)}
 N_FEATURES = 2
 
 
@@ -100,8 +104,8 @@ def set_calibration(model: Any, weight: list[float], bias: float) -> None:
         model.score.bias[1] = float(bias)
 
 
-def boundary_ids(tok: Any) -> list[int]:
-    return [tok.convert_tokens_to_ids(b) for b in BOUNDARIES]
+def boundary_ids(tok: Any, kind: str = "prm") -> list[int]:
+    return [tok.convert_tokens_to_ids(b) for b in BOUNDARIES[kind]]
 
 
 def calibrate(features: Any, labels: Any, iterations: int) -> tuple[list[float], float]:
@@ -143,8 +147,9 @@ def load_likelihood_scorer(path: Any, settings: dict[str, Any], *, device: Any =
 
     lm, tok = load_policy(str(path), device=device, dtype="float32")
     cal = settings["calibration"]
-    model = likelihood_model(lm, boundary_ids(tok), cal["weight"], cal["bias"]).to(next(lm.parameters()).device)
-    render, markers, final_id = _renderer("prm", tok, settings)
+    kind = settings["kind"]
+    model = likelihood_model(lm, boundary_ids(tok, kind), cal["weight"], cal["bias"]).to(next(lm.parameters()).device)
+    render, markers, final_id = _renderer(kind, tok, settings)
     scorer = Scorer(model, tok, replace(model_shape(lm), name=name), render, markers, int(settings["max_length"]),
                     final_marker=final_id)
     scorer.head_positions = "all"  # type: ignore[attr-defined]  # the lm_head runs at every position
@@ -152,7 +157,8 @@ def load_likelihood_scorer(path: Any, settings: dict[str, Any], *, device: Any =
 
 
 def fit_likelihood(recipe: Any, pool: Any, *, cache_dir: Any = None, batch_size: int = 128) -> dict[str, Any]:
-    """Calibrate a likelihood PRM on ``pool`` (policy samples): the warm start of
+    """Calibrate a likelihood PRM (or ORM: labels = final-answer correctness at the last
+    token) on ``pool`` (policy samples): the warm start of
     ``recipe.backbone`` wrapped by :func:`likelihood_model`, ``(w, b)`` from
     :func:`calibrate`. Returns the model, the LM, its tokenizer, where the LM came from
     and the stats ``info.json`` records (``train_flops``: the forward passes over the
@@ -165,22 +171,25 @@ def fit_likelihood(recipe: Any, pool: Any, *, cache_dir: Any = None, batch_size:
     from race.models.warmstart import build_base
     from race.rewards.rm_data import marker_labels
     from race.rewards.rm_encoding import MAX_LENGTH, encode
+    from race.tasks.verify import verify
 
     base = build_base(recipe.backbone, cache_dir=cache_dir)
     lm, tok = load_policy(base.path, device="cpu", dtype="float32")
-    model = likelihood_model(lm, boundary_ids(tok), [0.0] * N_FEATURES, 0.0)
+    model = likelihood_model(lm, boundary_ids(tok, recipe.kind), [0.0] * N_FEATURES, 0.0)
     shape = model_shape(lm)
     feats, labels = [], []
     stats = dict(tokens_processed=0, real_tokens=0, scored_positions=0, train_flops=0)
     with torch.no_grad():
         for i in range(0, len(pool), batch_size):
             chunk = pool[i: i + batch_size]
-            batch = encode(tok, [p.prompt for p, _ in chunk], [c for _, c in chunk], "prm", max_length=MAX_LENGTH)
+            batch = encode(tok, [p.prompt for p, _ in chunk], [c for _, c in chunk], recipe.kind,
+                           max_length=MAX_LENGTH)
             f = model.base_model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
                                  position_ids=batch["position_ids"]).last_hidden_state
             feats.append(f[batch["rows"], batch["cols"]])
             for (p, c), k in zip(chunk, batch["counts"]):
-                labels.extend((marker_labels(p, c) + [0] * k)[:k])
+                lab = marker_labels(p, c) if recipe.kind == "prm" else [int(verify(p, c).correct)]
+                labels.extend((lab + [0] * k)[:k])
             B, L = batch["input_ids"].shape
             stats["tokens_processed"] += B * L
             stats["real_tokens"] += int(batch["attention_mask"].sum())

@@ -65,9 +65,9 @@ class RMRecipe(RecipeSchedule):
         tiny_config_kwargs(self.backbone)  # raises KeyError naming the family
         if self.scoring not in ("head", "likelihood"):
             raise ValueError(f"RMRecipe.scoring must be 'head' or 'likelihood', got {self.scoring!r}")
-        if self.scoring == "likelihood" and (self.kind != "prm" or self.init != "base" or self.n_train_problems < 1):
-            raise ValueError("RMRecipe(scoring='likelihood') is a PRM read off a warm start and calibrated on "
-                             "policy samples: set kind='prm', init='base', policies and n_train_problems >= 1")
+        if self.scoring == "likelihood" and (self.init != "base" or not self.policies or self.n_train_problems < 1):
+            raise ValueError("RMRecipe(scoring='likelihood') is read off a warm start and calibrated on policy "
+                             "samples: set init='base', policies and n_train_problems >= 1")
         for p in self.policies:
             tiny_config_kwargs(p)
         if not 0.0 <= self.synthetic_frac <= 1.0:
@@ -105,11 +105,14 @@ _POOL = dict(policies=("tiny-s", "tiny-m", "tiny-l"), temperature=1.0, n_train_p
 #:           corruptions: the weakest (misses most arithmetic slips);
 #:   prm-s   the tiny-s warm start's step likelihood, calibrated on policy samples: medium;
 #:   prm-m   the tiny-m warm start's step likelihood, calibrated likewise: the strong PRM.
-#: ``orm-*``: outcome RMs with classifier heads (synthetic data; not packaged).
+#: ``orm-m``: the tiny-m warm start's likelihood of the whole completion, calibrated on
+#: final-answer correctness (built on demand); ``orm-xs``/``orm-s``: classifier heads on
+#: programmatic corruptions. No ORM is packaged.
 RM_RECIPES: dict[str, RMRecipe] = {
     "prm-xs": RMRecipe("prm", "tiny-xs", steps=400),
     "prm-s": RMRecipe("prm", "tiny-s", steps=100, warmup_steps=0, init="base", scoring="likelihood", **_POOL),
     "prm-m": RMRecipe("prm", "tiny-m", steps=100, warmup_steps=0, init="base", scoring="likelihood", **_POOL),
+    "orm-m": RMRecipe("orm", "tiny-m", steps=100, warmup_steps=0, init="base", scoring="likelihood", **_POOL),
     "orm-xs": RMRecipe("orm", "tiny-xs", steps=400),
     "orm-s": RMRecipe("orm", "tiny-s", steps=300),
 }
