@@ -99,3 +99,27 @@ def test_policy_samples_are_cached_deterministic_and_charged(_race_cache):
     longest = max(len(c) for _, c, _ in got["pairs"])
     assert T in candidates.values()
     assert T >= candidates[longest]  # at least the longest completion's decode ran for every row
+
+
+def test_quality_of_an_oracle_a_constant_and_their_mix_by_group():
+    """Rows from the verifier itself for group 'a' (a perfect scorer) and 0.5 for group
+    'b' (a constant one): AUC 1 and 0.5 per group, the pooled AUC between, recall 1 for
+    'a' at the threshold chosen on the oracle's validation rows."""
+    problems = ArithTask().problems("test", 8, seed=4)
+    slips = []
+    for p in problems:
+        a, op, b, c = p.steps[0]
+        slips.append(solution_text(p).replace(f"{a}{op}{b}={c};", f"{a}{op}{b}={c + 1};", 1))
+    pairs = [(p, solution_text(p)) for p in problems] + list(zip(problems, slips))
+    groups = ["a", "b"] * 8
+    oracle = [[float(y) for y in marker_labels(p, c)] for p, c in pairs]
+    rows = [r if g == "a" else [0.5] * len(r) for r, g in zip(oracle, groups)]
+    res = V.quality_of_rows("prm", pairs, oracle, pairs, rows, groups)
+    assert 0.0 < res["threshold"] <= 1.0
+    assert res["by_group"]["a"]["step_auc"] == 1.0 and res["by_group"]["b"]["step_auc"] == 0.5
+    assert res["by_group"]["a"]["bad_step_recall"] == 1.0
+    assert 0.5 < res["step_auc"] < 1.0
+    assert sum(g["n_steps"] for g in res["by_group"].values()) == res["n_steps"]
+    perfect = V.quality_of_rows("prm", pairs, oracle, pairs, oracle)
+    assert perfect["step_auc"] == 1.0 and perfect["bad_step_recall"] == 1.0 == perfect["good_step_recall"]
+    assert "by_group" not in perfect

@@ -127,6 +127,18 @@ def eval_(
                       "-" if r["cpu_seconds"] is None else f"{r['cpu_seconds']:.0f}",
                       f"{q['n_samples']} samples, {q.get('n_steps', '-')} steps")
     print_table(console, table)
+    by = [r for r in rows if r["heldout"].get("by_group")]
+    if by:
+        pols = list(by[0]["heldout"]["by_group"])
+        sub = Table(title="step AUC / bad-step recall by the policy that wrote the held-out samples")
+        sub.add_column("name")
+        for pol in pols:
+            sub.add_column(pol, justify="right")
+        for r in by:
+            g = r["heldout"]["by_group"]
+            sub.add_row(r["name"], *(f"{g[p]['step_auc']:.3f} / {g[p]['bad_step_recall']:.3f}" if p in g else "-"
+                                     for p in pols))
+        print_table(console, sub)
     console.print("  held-out: one sample per problem from each of " + ", ".join(rows[0]["heldout"]["policies"])
                   + " at temperature 1 on test-split problems; the threshold (flag a step when p(ok) < t) "
                   "maximises Youden's J on a validation set of train-split problems outside the RM's pool. "

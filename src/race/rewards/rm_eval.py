@@ -125,22 +125,63 @@ def labelled(kind: str, pairs: Sequence[tuple[Problem, str]], rows: Sequence[Seq
     return steps, outcomes
 
 
-def quality(scorer: Any, kind: str, val: Sequence[tuple[Problem, str]], heldout: Sequence[tuple[Problem, str]]
-            ) -> dict[str, Any]:
-    """The module docstring's protocol on given validation and held-out pairs."""
-    v_steps, v_out = labelled(kind, val, score_rows(scorer, kind, val)[0])
+def quality(scorer: Any, kind: str, val: Sequence[tuple[Problem, str]], heldout: Sequence[tuple[Problem, str]],
+            groups: Sequence[str] | None = None) -> dict[str, Any]:
+    """The module docstring's protocol on given validation and held-out pairs; with
+    ``groups`` (one label per held-out pair, e.g. the policy that wrote it) also
+    ``by_group``: step AUC and bad-step recall at the same threshold per group (PRM)."""
     rows, flops, tokens = score_rows(scorer, kind, heldout)
+    res = quality_of_rows(kind, val, score_rows(scorer, kind, val)[0], heldout, rows, groups)
+    return dict(res, flops_per_token=flops / max(1, tokens))
+
+
+def quality_of_rows(kind: str, val: Sequence[tuple[Problem, str]], val_rows: Sequence[Sequence[float]],
+                    heldout: Sequence[tuple[Problem, str]], rows: Sequence[Sequence[float]],
+                    groups: Sequence[str] | None = None) -> dict[str, Any]:
+    """:func:`quality` from the scores themselves (``rows``: p(ok) per head position of
+    each pair, as :func:`score_rows` returns them)."""
+    v_steps, v_out = labelled(kind, val, val_rows)
     steps, outcomes = labelled(kind, heldout, rows)
+    by_group: dict[str, Any] = {}
+    if groups is not None and kind == "prm":
+        t = youden_threshold(v_steps)
+        for g in dict.fromkeys(groups):
+            idx = [i for i, x in enumerate(groups) if x == g]
+            g_steps, _ = labelled(kind, [heldout[i] for i in idx], [rows[i] for i in idx])
+            by_group[g] = dict(step_auc=auc(g_steps), bad_step_recall=recall_below(g_steps, t)[0],
+                               n_steps=len(g_steps), n_bad_steps=sum(1 for _, y in g_steps if not y))
     res: dict[str, Any] = dict(n_samples=len(heldout), outcome_auc=auc(outcomes),
-                               n_correct=sum(y for _, y in outcomes), flops_per_token=flops / max(1, tokens))
+                               n_correct=sum(y for _, y in outcomes))
     if kind == "prm":
         t = youden_threshold(v_steps)
         r_bad, r_good = recall_below(steps, t)
         res.update(step_auc=auc(steps), threshold=t, bad_step_recall=r_bad, good_step_recall=r_good,
                    bad_step_recall_at_half=recall_below(steps, 0.5)[0], n_steps=len(steps),
                    n_bad_steps=sum(1 for _, y in steps if not y))
+        if by_group:
+            res["by_group"] = by_group
     else:
         t = youden_threshold(v_out)
         r_bad, r_good = recall_below(outcomes, t)
         res.update(threshold=t, wrong_outcome_recall=r_bad, right_outcome_recall=r_good)
     return res
+
+
+def heldout_for(recipe: Any, scorer: Any, pool: Sequence[tuple[Problem, str]] | None, *,
+                cache_dir: Any = None) -> dict[str, Any]:
+    """:func:`race.rewards.rm_eval.quality` of ``scorer`` under the shared protocol: the
+    validation set avoids the problems of ``pool`` (the RM's training pool)."""
+    from race.rewards.rm_samples import SampleSet, load_samples
+
+    task = recipe.make_task()
+    exclude = {p.expression for p, _ in pool or ()}
+    n_val = recipe.n_val_problems or N_VAL_PROBLEMS
+    val = load_samples(task, SampleSet("val", EVAL_POLICIES, n_val, recipe.temperature), exclude=exclude,
+                       cache_dir=cache_dir)
+    held = load_samples(task, SampleSet("heldout", EVAL_POLICIES, N_HELDOUT_PROBLEMS, recipe.temperature),
+                        cache_dir=cache_dir)  # the module's globals, read at call time (tests shrink them)
+    res = quality(scorer, recipe.kind, [(p, c) for p, c, _ in val["pairs"]], [(p, c) for p, c, _ in held["pairs"]],
+                  groups=[name for _, _, name in held["pairs"]])
+    return dict(res, policies=list(EVAL_POLICIES), heldout_problems=f"test split, {N_HELDOUT_PROBLEMS}",
+                val_problems=f"train split outside the pool, {n_val}")
+

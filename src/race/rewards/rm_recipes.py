@@ -112,6 +112,7 @@ RM_RECIPES: dict[str, RMRecipe] = {
     "prm-xs": RMRecipe("prm", "tiny-xs", steps=400),
     "prm-s": RMRecipe("prm", "tiny-s", steps=100, warmup_steps=0, init="base", scoring="likelihood", **_POOL),
     "prm-m": RMRecipe("prm", "tiny-m", steps=100, warmup_steps=0, init="base", scoring="likelihood", **_POOL),
+    "prm-l": RMRecipe("prm", "tiny-l", steps=100, warmup_steps=0, init="base", scoring="likelihood", **_POOL),
     "orm-m": RMRecipe("orm", "tiny-m", steps=100, warmup_steps=0, init="base", scoring="likelihood", **_POOL),
     "orm-xs": RMRecipe("orm", "tiny-xs", steps=400),
     "orm-s": RMRecipe("orm", "tiny-s", steps=300),

@@ -152,3 +152,17 @@ def load_samples(task: ArithTask, s: SampleSet, *, exclude: set[str] | None = No
     cache: dict[str, Problem] = {}
     pairs = [(cache.setdefault(e, problem_of(e)), t, name) for e, t, name in data["rows"]]
     return dict(pairs=pairs, flops=data["flops"], digest=data["digest"])
+
+
+def training_pool(recipe: Any, *, cache_dir: str | os.PathLike[str] | None = None
+                  ) -> tuple[list[tuple[Problem, str]] | None, dict[str, Any]]:
+    """The recipe's policy-sample pool (``None`` for synthetic-only recipes) and what
+    ``info.json`` records of it: size, policies, temperature and the FLOPs sampling it
+    executed (``sampling_flops``: the RM's data cost, apart from its training FLOPs)."""
+    if not recipe.policies or recipe.n_train_problems < 1:
+        return None, {}
+    s = SampleSet("train", tuple(recipe.policies), recipe.n_train_problems, recipe.temperature, recipe.seed)
+    got = load_samples(recipe.make_task(), s, cache_dir=cache_dir)
+    pool = [(p, c) for p, c, _ in got["pairs"]]
+    return pool, dict(pool_samples=len(pool), policies=list(recipe.policies), temperature=recipe.temperature,
+                      sampling_flops=int(sum(got["flops"].values())), pool_digest=got["digest"])

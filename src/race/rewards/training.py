@@ -69,9 +69,10 @@ from race.models.tokenizer import build_char_tokenizer
 from race.models.warmstart import build_base
 from race.rewards.hf import scorer_shape
 from race.rewards.rm_data import make_dataset, marker_labels
-from race.rewards.rm_eval import auc
+from race.rewards.rm_eval import auc, heldout_for
 from race.rewards.rm_encoding import MAX_LENGTH, encode, head_logits, positive_prob
 from race.rewards.rm_recipes import CACHE, RM_RECIPES, RMRecipe, recipe_for, recipe_hash, rm_dir, rm_settings
+from race.rewards.rm_samples import training_pool
 from race.tasks.arith import END_MARK, FINAL_MARK, STEP_SEP, Problem
 from race.tasks.verify import verify
 
@@ -273,41 +274,6 @@ def _round(d: dict[str, Any]) -> dict[str, Any]:
     return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in d.items()}
 
 
-def training_pool(recipe: RMRecipe, *, cache_dir: str | os.PathLike[str] | None = None
-                  ) -> tuple[list[tuple[Problem, str]] | None, dict[str, Any]]:
-    """The recipe's policy-sample pool (``None`` for synthetic-only recipes) and what
-    ``info.json`` records of it: size, policies, temperature and the FLOPs sampling it
-    executed (``sampling_flops``: the RM's data cost, apart from its training FLOPs)."""
-    if not recipe.policies or recipe.n_train_problems < 1:
-        return None, {}
-    from race.rewards.rm_samples import SampleSet, load_samples
-
-    s = SampleSet("train", tuple(recipe.policies), recipe.n_train_problems, recipe.temperature, recipe.seed)
-    got = load_samples(recipe.make_task(), s, cache_dir=cache_dir)
-    pool = [(p, c) for p, c, _ in got["pairs"]]
-    return pool, dict(pool_samples=len(pool), policies=list(recipe.policies), temperature=recipe.temperature,
-                      sampling_flops=int(sum(got["flops"].values())), pool_digest=got["digest"])
-
-
-def heldout_for(recipe: RMRecipe, scorer: Any, pool: Sequence[tuple[Problem, str]] | None, *,
-                cache_dir: str | os.PathLike[str] | None = None) -> dict[str, Any]:
-    """:func:`race.rewards.rm_eval.quality` of ``scorer`` under the shared protocol: the
-    validation set avoids the problems of ``pool`` (the RM's training pool)."""
-    from race.rewards.rm_eval import EVAL_POLICIES, N_HELDOUT_PROBLEMS, N_VAL_PROBLEMS, quality
-    from race.rewards.rm_samples import SampleSet, load_samples
-
-    task = recipe.make_task()
-    exclude = {p.expression for p, _ in pool or ()}
-    n_val = recipe.n_val_problems or N_VAL_PROBLEMS
-    val = load_samples(task, SampleSet("val", EVAL_POLICIES, n_val, recipe.temperature), exclude=exclude,
-                       cache_dir=cache_dir)
-    held = load_samples(task, SampleSet("heldout", EVAL_POLICIES, N_HELDOUT_PROBLEMS, recipe.temperature),
-                        cache_dir=cache_dir)
-    res = quality(scorer, recipe.kind, [(p, c) for p, c, _ in val["pairs"]], [(p, c) for p, c, _ in held["pairs"]])
-    return dict(res, policies=list(EVAL_POLICIES), heldout_problems=f"test split, {N_HELDOUT_PROBLEMS}",
-                val_problems=f"train split outside the pool, {n_val}")
-
-
 def read_info(path: Path) -> RMInfo | None:
     return CACHE.read_info(path, lambda data: RMInfo(**data, reused=True))
 
@@ -355,7 +321,10 @@ def _train(name: str, recipe: RMRecipe, final: Path, cache_dir: str | os.PathLik
         scorer = Scorer(model, tok, shape, None, None, MAX_LENGTH)
         if recipe.scoring == "likelihood":
             scorer.head_positions = "all"  # type: ignore[attr-defined]
-        data["heldout"] = _round(heldout_for(recipe, scorer, pool, cache_dir=cache_dir))
+        held = heldout_for(recipe, scorer, pool, cache_dir=cache_dir)
+        if "by_group" in held:
+            held["by_group"] = {g: _round(v) for g, v in held["by_group"].items()}
+        data["heldout"] = _round(held)
     info = RMInfo(name=name, kind=recipe.kind, path=str(final), recipe=dataclasses.asdict(recipe),
                   recipe_hash=recipe_hash(name, recipe), total_params=n_params,
                   shape=shape.to_dict(), steps=recipe.steps,
