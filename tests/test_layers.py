@@ -309,3 +309,125 @@ def test_imports_inside_functions_count(tmp_path):
     bad = rule_violations(imports_of(tmp_path))
     assert len(bad) == 1 and bad[0].endswith("race/grid/plan.py:2: race.grid.plan imports race.cli.flops: nothing "
                                               "imports cli")
+
+
+# -- one owner per decision ----------------------------------------------------------------------
+#: The module that decides every budget stop, and the ledger whose primitives it uses.
+GUARD = "race.accounting.guard"
+BUDGET_PRIMITIVES = {GUARD, "race.accounting.ledger"}
+#: Stops that are not budget stops (module -> why), allowed to set ``should_training_stop``.
+OTHER_STOPS = {"race.engines.trl.run_callback": "a diverged run (non-finite loss) stops, keeping its last checkpoint"}
+
+
+def _mentions(node: ast.AST, word: str) -> bool:
+    return any(word in (n.id if isinstance(n, ast.Name) else n.attr).lower()
+               for n in ast.walk(node) if isinstance(n, (ast.Name, ast.Attribute)))
+
+
+def stop_deciders(src: Path) -> list[str]:
+    """One message per place outside ``race.accounting.guard`` that decides a budget stop
+    itself: a ``would_exceed`` call, an ``except BudgetExceededError``, an assignment of
+    ``should_training_stop`` (other than a listed non-budget stop), a comparison of
+    spent + a bound (or ``.total``) with a budget, or a floor division of a budget (the
+    steps a budget buys)."""
+    bad = []
+    for mod, f in modules_of(src).items():
+        if mod == GUARD:
+            continue
+        rel = str(f.relative_to(src.parent))
+        for node in ast.walk(ast.parse(f.read_text(), str(f))):
+            where = f"{rel}:{getattr(node, 'lineno', 0)}"
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                    and node.func.attr == "would_exceed" and mod not in BUDGET_PRIMITIVES):
+                bad.append(f"{where}: {mod} calls would_exceed: ask the BudgetGuard (fits / may_start)")
+            elif (isinstance(node, ast.ExceptHandler) and node.type is not None
+                  and _mentions(node.type, "budgetexceeded")):
+                bad.append(f"{where}: {mod} catches BudgetExceededError: BudgetGuard.charge records the overrun")
+            elif (isinstance(node, (ast.Assign, ast.AugAssign)) and mod not in OTHER_STOPS and any(
+                    isinstance(t, ast.Attribute) and t.attr == "should_training_stop"
+                    for t in (node.targets if isinstance(node, ast.Assign) else [node.target]))):
+                bad.append(f"{where}: {mod} sets should_training_stop: BudgetGuard.stop_after decides a budget stop")
+            elif isinstance(node, ast.Compare) and mod not in BUDGET_PRIMITIVES:
+                sides = [node.left, *node.comparators]
+                if any(_mentions(s, "budget") for s in sides) and any(
+                        isinstance(s, ast.BinOp) and isinstance(s.op, ast.Add) or
+                        isinstance(s, ast.Attribute) and s.attr in ("total", "spent") for s in sides):
+                    bad.append(f"{where}: {mod} compares spent FLOPs with a budget: use BudgetGuard.fits")
+            elif (isinstance(node, ast.BinOp) and isinstance(node.op, ast.FloorDiv) and _mentions(node.left, "budget")
+                  and mod not in BUDGET_PRIMITIVES):
+                bad.append(f"{where}: {mod} divides a budget into steps: use race.accounting.guard.steps_bought")
+    return bad
+
+
+def test_only_the_guard_decides_a_stop():
+    bad = stop_deciders(SRC)
+    assert not bad, "budget decisions outside race.accounting.guard:\n" + "\n".join(bad)
+
+
+def test_the_stop_scan_catches_each_way_of_deciding_a_stop(tmp_path):
+    pkg = tmp_path / "race" / "engines"
+    pkg.mkdir(parents=True)
+    (tmp_path / "race" / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("")
+    (pkg / "loop.py").write_text(
+        "def run(ledger, bound, control, budget, step):\n"
+        "    if ledger.would_exceed(bound):\n"
+        "        control.should_training_stop = True\n"
+        "    try:\n"
+        "        ledger.add(1)\n"
+        "    except BudgetExceededError:\n"
+        "        pass\n"
+        "    if ledger.total + bound > budget:\n"
+        "        return budget // step\n")
+    bad = "\n".join(stop_deciders(tmp_path))
+    for line, what in ((2, "would_exceed"), (3, "should_training_stop"), (6, "BudgetExceededError"),
+                       (8, "compares spent"), (9, "divides a budget")):
+        assert f"race/engines/loop.py:{line}: race.engines.loop" in bad and what in bad, (line, what, bad)
+
+
+#: Private names imported across modules that another change owns this session (module -> names).
+KNOWN_PRIVATE_IMPORTS = {
+    "race.analysis.isoflop": {"_group_cols"}, "race.analysis.regimes": {"_group_cols"},
+    "race.analysis.validation": {"_jsonable"},
+}
+
+
+def private_imports(src: Path) -> list[str]:
+    """One message per ``from race.x import _name`` (a single-underscore name of another
+    module) not in :data:`KNOWN_PRIVATE_IMPORTS`."""
+    mods = modules_of(src)
+    bad = []
+    for mod, f in mods.items():
+        rel = str(f.relative_to(src.parent))
+        for node in ast.walk(ast.parse(f.read_text(), str(f))):
+            if not isinstance(node, ast.ImportFrom):
+                continue
+            base = node.module or ""
+            if node.level:
+                pkg = mod.split(".") if f.name == "__init__.py" else mod.split(".")[:-1]
+                pkg = pkg[: len(pkg) - (node.level - 1)]
+                base = ".".join(pkg + ([node.module] if node.module else []))
+            if base.split(".")[0] != "race":
+                continue
+            for a in node.names:
+                if a.name.startswith("_") and not a.name.startswith("__") and \
+                        a.name not in KNOWN_PRIVATE_IMPORTS.get(mod, set()):
+                    bad.append(f"{rel}:{node.lineno}: {mod} imports {base}.{a.name}: make it public or keep it "
+                               "in its module")
+    return bad
+
+
+def test_no_cross_module_private_imports():
+    bad = private_imports(SRC)
+    assert not bad, "private names imported across modules:\n" + "\n".join(bad)
+
+
+def test_the_private_import_scan_catches_one(tmp_path):
+    pkg = tmp_path / "race" / "report"
+    pkg.mkdir(parents=True)
+    (tmp_path / "race" / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("")
+    (pkg / "kit.py").write_text("def _grid():\n    return 1\n")
+    (pkg / "figs.py").write_text("from .kit import _grid\nfrom .kit import _grid as ok\n")
+    found = [m.split(": ", 1)[0] for m in private_imports(tmp_path)]
+    assert len(found) == 2 and all(w.endswith(f"race/report/figs.py:{i}") for w, i in zip(found, (1, 2))), found
