@@ -431,3 +431,57 @@ def test_the_private_import_scan_catches_one(tmp_path):
     (pkg / "figs.py").write_text("from .kit import _grid\nfrom .kit import _grid as ok\n")
     found = [m.split(": ", 1)[0] for m in private_imports(tmp_path)]
     assert len(found) == 2 and all(w.endswith(f"race/report/figs.py:{i}") for w, i in zip(found, (1, 2))), found
+
+
+# -- one home per vocabulary ---------------------------------------------------------------------
+def _is_step_seed(node: ast.AST) -> bool:
+    """``a * 1_000_003 + b``: the seed of a step's training problems."""
+    return (isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add) and isinstance(node.left, ast.BinOp)
+            and isinstance(node.left.op, ast.Mult) and any(isinstance(x, ast.Constant) and x.value == 1_000_003
+                                                            for x in (node.left.left, node.left.right)))
+
+
+_PHASES = ("rollout", "old_logprobs", "reference", "reward", "update")
+
+
+def _is_phase_list(node: ast.AST) -> bool:
+    """A literal list of the budget's phases (all five in order, or the learning ones)."""
+    if not isinstance(node, (ast.Tuple, ast.List)):
+        return False
+    words = tuple(e.value for e in node.elts if isinstance(e, ast.Constant) and isinstance(e.value, str))
+    return words[:5] == _PHASES or words == ("update", "old_logprobs", "reference")
+
+
+#: (what, the module that is its one home, a test of an AST node that restates it)
+VOCABULARIES = [("the per-step seed formula (race.tasks.step_seed)", "race.tasks.arith", _is_step_seed),
+                ("the phase list or the learning split (race.accounting PHASES / SPLIT)", "race.accounting.grpo",
+                 _is_phase_list)]
+
+
+def vocabulary_copies(src: Path) -> list[str]:
+    bad = []
+    for mod, f in modules_of(src).items():
+        rel = str(f.relative_to(src.parent))
+        for node in ast.walk(ast.parse(f.read_text(), str(f))):
+            for what, home, restates in VOCABULARIES:
+                if mod != home and restates(node):
+                    bad.append(f"{rel}:{node.lineno}: {mod} restates {what}: import it from {home}")
+    return bad
+
+
+def test_every_vocabulary_has_one_home():
+    bad = vocabulary_copies(SRC)
+    assert not bad, "\n".join(bad)
+
+
+def test_the_vocabulary_scan_catches_a_copy(tmp_path):
+    pkg = tmp_path / "race" / "engines"
+    pkg.mkdir(parents=True)
+    (tmp_path / "race" / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("")
+    (pkg / "loop.py").write_text("def seed_of(cfg, step):\n    return cfg.seed * 1_000_003 + step\n\n\n"
+                                 "LEARN = ('update', 'old_logprobs', 'reference')\n")
+    bad = vocabulary_copies(tmp_path)
+    text = "\n".join(bad)
+    assert len(bad) == 2 and "loop.py:2: race.engines.loop restates the per-step seed formula" in text
+    assert "loop.py:5: race.engines.loop restates the phase list" in text

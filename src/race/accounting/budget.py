@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from .conventions import resolve
-from .grpo import PhaseFlops, RewardSystem, RULE
+from .grpo import SPLIT, PhaseFlops, RewardSystem, RULE
 from .guard import StepPlan, steps_bought, steps_in_budget
 from .lora import LoRA
 from .shapes import ModelShape
@@ -18,11 +18,7 @@ def split_shares(phases: PhaseFlops) -> dict[str, float]:
     """Shares of a step's model FLOPs: search (rollout), learning (update + log-prob passes),
     feedback (reward)."""
     tot = phases.total or 1
-    return {
-        "search": phases.rollout / tot,
-        "learning": (phases.update + phases.old_logprobs + phases.reference) / tot,
-        "feedback": phases.reward / tot,
-    }
+    return {axis: sum(getattr(phases, p) for p in ps) / tot for axis, ps in SPLIT.items()}
 
 
 @dataclass(frozen=True)

@@ -22,9 +22,10 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 from .errors import AccountingError
+from .grpo import PHASES
 from .guard import UNCOUNTED_PHASES, BudgetExceededError, check_budget, fits, is_counted
 
-KNOWN_PHASES = ("rollout", "old_logprobs", "reference", "reward", "update", *UNCOUNTED_PHASES)
+KNOWN_PHASES = (*PHASES, *UNCOUNTED_PHASES)  # every phase a ledger records
 
 
 class LedgerCorruptError(AccountingError):

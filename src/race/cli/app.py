@@ -104,7 +104,9 @@ def _print_flops(rep: dict) -> None:
     if "run" in rep:
         t.add_column(f"FLOPs / run ({rep['steps']} steps)", justify="right")
     total = rep["step"]["total"] or 1
-    for ph in ("rollout", "old_logprobs", "reference", "reward", "update", "total", "recompute"):
+    from race.accounting import PHASES
+
+    for ph in (*PHASES, "total", "recompute"):
         v = rep["step"][ph]
         share = f"{v / total:.1%}" if ph != "recompute" else "(hardware)"
         row = [ph, fmt_flops(v), share]

@@ -63,6 +63,7 @@ from race.engines.sampling import Rollout, decode_completions, encode_prompts, r
 from race.models.timing import device_clock
 from race.rewards.base import reward_bound
 from race.spec.run import RunConfig
+from race.tasks import step_seed
 
 __all__ = ["BuiltinEngine", "DivergedError", "default_torch_threads", "run_builtin"]
 
@@ -117,7 +118,7 @@ class BuiltinEngine:
 
     def _prompts(self, step: int) -> tuple[list[Any], torch.Tensor, torch.Tensor]:
         cfg = self.cfg
-        problems = self.task.problems("train", cfg.prompts_per_step, seed=cfg.seed * 1_000_003 + step)
+        problems = self.task.problems("train", cfg.prompts_per_step, seed=step_seed(cfg.seed, step))
         ids, mask = encode_prompts(self.tok, [p.prompt for p in problems], self.device)
         if ids.shape[1] > cfg.max_prompt_length:  # keep the end of over-long prompts (TRL does the same)
             if not self._warned_cut and (cfg.task.prompt_template or cfg.task.chat_template):

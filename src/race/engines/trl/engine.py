@@ -38,6 +38,7 @@ from race.engines.trl.config import check_trl_config, grpo_args
 from race.engines.trl.reward import RaceReward
 from race.rewards.base import reward_bound
 from race.spec.run import RunConfig
+from race.tasks import step_seed
 
 MAX_DATASET_BATCHES = 10_000  # prompts repeat (TRL starts a new epoch) past this many batches
 
@@ -72,7 +73,7 @@ class TrlEngine:
         floor = 0.0
         longest = 0
         for b in range(1, limit + 1):
-            batch = self.task.problems("train", cfg.prompts_per_step, seed=cfg.seed * 1_000_003 + b)
+            batch = self.task.problems("train", cfg.prompts_per_step, seed=step_seed(cfg.seed, b))
             width = 0
             for p in batch:
                 ids = tok(p.prompt, add_special_tokens=False)["input_ids"]
