@@ -28,6 +28,7 @@ from race.accounting.guard import (
     check_budget,
     counted,
     fits,
+    is_budget,
     is_counted,
     run_steps,
     steps_bought,
@@ -62,9 +63,20 @@ def test_a_budget_must_be_a_finite_positive_flop_count(bad):
 
 def test_one_budget_check_everywhere():
     assert check_budget(2e9) == 2e9 and isinstance(check_budget(3), float)
+    assert is_budget(1) and is_budget("1e12") and not is_budget(math.inf) and not is_budget("x")
     for make in (lambda: FlopLedger(budget=math.inf), lambda: steps_in_budget(0, 3)):
         with pytest.raises(AccountingError, match="budget must be > 0 and finite"):
             make()
+
+
+def test_run_and_grid_specs_refuse_budgets_with_the_guards_check():
+    pytest.importorskip("pydantic")
+    from race.spec import ConfigError, GridSpecError, grid_spec_from_dict, run_config_from_dict
+
+    with pytest.raises(ConfigError, match="budget_flops: budget must be > 0 and finite"):
+        run_config_from_dict({"budget_flops": math.inf})
+    with pytest.raises(GridSpecError, match="budgets must be positive FLOP counts"):
+        grid_spec_from_dict({"study": "s", "budgets": [1e12, -1.0], "base": {}, "axes": {"num_generations": [4]}})
 
 
 def test_fits_at_the_boundary():

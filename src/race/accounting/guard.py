@@ -57,16 +57,21 @@ def counted(components: dict[str, int]) -> int:
     return sum(int(v) for k, v in components.items() if is_counted(k))
 
 
-def check_budget(budget: Any, name: str = "budget") -> float:
-    """``budget`` as a float when it is a finite FLOP count > 0; else ``AccountingError``
-    saying so (``name`` is the setting's name in the message)."""
+def is_budget(budget: Any) -> bool:
+    """Whether ``budget`` is a FLOP budget: a finite number > 0."""
     try:
         value = float(budget)
     except (TypeError, ValueError):
-        value = math.nan
-    if not (math.isfinite(value) and value > 0):
+        return False
+    return math.isfinite(value) and value > 0
+
+
+def check_budget(budget: Any, name: str = "budget") -> float:
+    """``budget`` as a float when it is a finite FLOP count > 0; else ``AccountingError``
+    saying so (``name`` is the setting's name in the message)."""
+    if not is_budget(budget):
         raise AccountingError(f"{name} must be > 0 and finite (a FLOP count), got {budget!r}")
-    return value
+    return float(budget)
 
 
 def fits(spent: float, flops: float, budget: float | None) -> bool:
@@ -254,4 +259,4 @@ class BudgetGuard:
 
 
 __all__ = ["BUDGET_STOP", "BudgetExceededError", "BudgetGuard", "StepPlan", "UNCOUNTED_PHASES", "check_budget",
-           "counted", "fits", "is_counted", "run_steps", "steps_bought", "steps_in_budget"]
+           "counted", "fits", "is_budget", "is_counted", "run_steps", "steps_bought", "steps_in_budget"]

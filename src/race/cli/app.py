@@ -144,7 +144,9 @@ def plan(
     from race.models.refs import resolve_shape
     from race.rewards.systems import reward_system
 
-    if not math.isfinite(budget) or budget <= 0:
+    from race.accounting.guard import is_budget
+
+    if not is_budget(budget):
         _fail(f"--budget {budget:g}: budget must be > 0 and finite (a FLOP count)")
     if lora_rank is not None and lora_rank < 1:
         _fail(f"--lora-rank {lora_rank}: must be >= 1 (omit it for full fine-tuning)")

@@ -14,7 +14,7 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError
 
 from race.spec.errors import ConfigError, format_errors
 from race.spec.reward import parse_reward
-from race.spec.run import RewardField, RunConfig, run_config_from_dict
+from race.spec.run import BudgetField, RewardField, RunConfig, run_config_from_dict
 
 #: Longest sequence accounted (Qwen2.5's longest context, 128k tokens).
 MAX_TOKENS = 131_072
@@ -46,7 +46,7 @@ class FlopsQuery(BaseModel):
     share_prompt: bool = False
     recompute: bool = Field(False, validation_alias=_alias("recompute", "gradient_checkpointing"))
     steps: int | None = Field(None, ge=1)
-    budget: float | None = Field(None, gt=0, allow_inf_nan=False, validation_alias=_alias("budget", "budget_flops"))
+    budget: BudgetField | None = Field(None, validation_alias=_alias("budget", "budget_flops"))
 
     @model_validator(mode="before")
     @classmethod

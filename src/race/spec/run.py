@@ -29,8 +29,10 @@ import json
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, PlainValidator, ValidationError, field_validator, \
-    model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PlainSerializer, PlainValidator, ValidationError, \
+    field_validator, model_validator
+
+from race.accounting.guard import check_budget
 
 from race.spec.errors import ConfigError, format_errors, load_yaml_mapping, parse_scalar
 from race.spec.reward import RewardSpec, parse_reward
@@ -58,6 +60,8 @@ def _reward_spec(v: Any) -> RewardSpec:
     return parse_reward(v)  # the one grammar (race.spec.reward); raises ValueError saying what to write
 
 
+#: A FLOP budget: race.accounting.guard's one check (a finite count > 0).
+BudgetField = Annotated[float, AfterValidator(check_budget)]
 #: A reward setting: parsed once on load, written back as the string it was given.
 RewardField = Annotated[RewardSpec, PlainValidator(_reward_spec), PlainSerializer(str, return_type=str)]
 
@@ -125,8 +129,7 @@ class RunConfig(_Strict):
                                 "judge:NAME (grammar: race.spec.reward), held parsed")
     eval: EvalSettings = Field(default_factory=EvalSettings)
 
-    budget_flops: float = Field(..., gt=0, allow_inf_nan=False,
-                                description="the run's FLOP budget (finite); the ledger total never exceeds it")
+    budget_flops: BudgetField = Field(..., description="the run's FLOP budget (finite); the ledger total never exceeds it")
     max_steps: int | None = Field(None, ge=1)
 
     # GRPO (TRL names)
