@@ -195,3 +195,14 @@ def test_stop_after_sets_the_trainers_flag_and_asks_for_the_bound_only_when_need
     control.should_training_stop = False
     assert guard.stop_after(5, never, control) and control.should_training_stop and guard.stop_reason == "budget"
     assert BudgetGuard(FlopLedger()).may_start(1e30)  # no budget: nothing stops
+
+
+@pytest.mark.parametrize("share", [True, False])
+def test_a_step_plans_bound_is_its_counted_rollout_and_learning_at_full_length(share):
+    plan = StepPlan(SHAPE, 4, lora=LoRA(8), beta=0.04, num_iterations=2, share_prompt=share,
+                    micro_batch=8 if share else None, recompute=not share)
+    n = 3 * 4
+    comps = plan.rollout([50] * (3 if share else n), [20] * n)
+    comps.update(plan.learning([70] * n, [20] * n))
+    assert plan.bound(3, 50, 20) == counted(comps) == plan.uniform(3, 50, 20).total
+    assert plan.bound(3, 50, 20) < plan.bound(3, 50, 21)

@@ -157,6 +157,15 @@ class StepPlan:
                                    recompute=self.recompute, recompute_early_stop=self.recompute_early_stop,
                                    inputs_require_grad=self.inputs_require_grad, conventions=self.conventions)
 
+    def bound(self, prompts: int, prompt_len: int, completion_len: int) -> int:
+        """Upper bound of a step's counted policy FLOPs (rollout and learning passes, the
+        reward model's apart): ``prompts`` prompts at ``prompt_len`` tokens, every
+        completion at ``completion_len``, no group dropped."""
+        n = prompts * self.num_generations
+        comps = self.rollout([prompt_len] * (prompts if self.share_prompt else n), [completion_len] * n)
+        comps.update(self.learning([prompt_len + completion_len] * n, [completion_len] * n))
+        return counted(comps)
+
     def step(self, prompt_lens: Sequence[int], completion_lens: Sequence[int], **reward_lens: Any) -> PhaseFlops:
         """``grpo_step_flops`` of this plan (``reward_lens``: ``reward_seq_lens``,
         ``reward_head_positions``, ``judge_completion_lens``)."""

@@ -44,7 +44,7 @@ from typing import Any
 
 import torch
 
-from race.accounting import BudgetGuard, FlopLedger, ReportCard, StepPlan, counted
+from race.accounting import BudgetGuard, FlopLedger, ReportCard, StepPlan
 from race.engines.checkpoint import find_checkpoint, load_checkpoint, save_checkpoint
 from race.engines.common import (
     DivergedError,
@@ -134,11 +134,9 @@ class BuiltinEngine:
         dropped; a reward model reads the full prompts of ``problems`` (not the policy's
         prompts cut to ``max_prompt_length``)."""
         cfg = self.cfg
-        n = cfg.prompts_per_step * cfg.num_generations
-        T = cfg.max_completion_length
-        comps = self.step_plan.rollout([prompt_len] * cfg.prompts_per_step, [T] * n)
-        comps.update(self._learning(prompt_len, T, n))
-        return counted(comps) + reward_bound(self.reward, n, prompt_len, T, problems)
+        n, T = cfg.prompts_per_step * cfg.num_generations, cfg.max_completion_length
+        return self.step_plan.bound(cfg.prompts_per_step, prompt_len, T) + reward_bound(self.reward, n, prompt_len, T,
+                                                                                         problems)
 
     def _learning(self, prompt_len: int, completion_len: int, n: int) -> dict[str, int]:
         """The learning passes over ``n`` rows (whole groups) padded to ``prompt_len`` +

@@ -52,6 +52,7 @@ from transformers import TrainerCallback
 from race.accounting import AccountingError, BudgetGuard, FlopLedger, LoRA, ModelShape, ReportCard, check_budget, \
     counted, log_values
 from race.accounting.conventions import resolve
+from race.accounting.guard import is_counted
 from race.engines.trl import internals
 from race.engines.trl.flops import TRL_CONVENTIONS_NOTE, TRL_EXECUTION_NOTE, TrlStepPlan, calls_components, \
     calls_tokens_seconds
@@ -301,7 +302,7 @@ class RaceFlopCallback(TrainerCallback):
         if calls:
             for k, v in calls_components(self.shape, calls, lora=self.lora,  # type: ignore[arg-type]
                                          conventions=self.conventions).items():
-                if not k.startswith("recompute/"):
+                if is_counted(k):  # model FLOPs only: hardware recompute is not evaluation
                     key = f"eval/{k.replace('/', '_')}"
                     comps[key] = comps.get(key, 0) + v
         if self.ledgers is not None:
