@@ -64,7 +64,7 @@ from race.rewards.hf import scorer_shape
 from race.rewards.rm_data import make_dataset, marker_labels
 from race.rewards.rm_encoding import MAX_LENGTH, encode, head_logits, positive_prob
 from race.rewards.rm_recipes import CACHE, RM_RECIPES, RMRecipe, recipe_for, recipe_hash, rm_dir, rm_settings
-from race.tasks.arith import END_MARK, FINAL_MARK, STEP_SEP, Problem, step_seed
+from race.tasks.arith import END_MARK, FINAL_MARK, STEP_SEP, Problem
 from race.tasks.verify import verify
 
 
@@ -141,7 +141,7 @@ def train_rm(model: Any, tok: Any, recipe: RMRecipe, *, max_length: int = MAX_LE
     stats = dict(tokens_processed=0, real_tokens=0, scored_positions=0, train_flops=0)
 
     def loss_at(step: int) -> Any:
-        pairs = make_dataset(task, "train", recipe.batch_size, step_seed(recipe.seed, step), recipe.correct_frac)
+        pairs = make_dataset(task, "train", recipe.batch_size, recipe.seed * 1_000_003 + step, recipe.correct_frac)
         batch = encode(tok, [p.prompt for p, _ in pairs], [c for _, c in pairs], recipe.kind, max_length=max_length)
         labels = _labels(recipe, batch, pairs)
         B, L = batch["input_ids"].shape
