@@ -6,12 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from race.accounting import AccountingError, LoRA, ModelShape, PhaseFlops, grpo_step_flops, split_shares, steps_in_budget
-from race.accounting import prompt_groups, uniform_step_flops
+from race.accounting import AccountingError, LoRA, ModelShape, PhaseFlops, StepPlan, split_shares, steps_in_budget
 from race.models.refs import resolve_shape
 from race.rewards.systems import reward_system
 from race.spec.flops import FlopsQuery
-from race.spec.reward import parse_reward
 from race.spec.run import RunConfig
 
 
@@ -26,11 +24,9 @@ def step_for(q: FlopsQuery) -> tuple[ModelShape, PhaseFlops]:
         kwargs["judge_completion_lens"] = [q.reward_completion_len] * n
     if reward.kind == "prm":
         kwargs["reward_head_positions"] = "all"
-    step = uniform_step_flops(shape, prompts=q.prompts, num_generations=q.group, prompt_len=q.prompt_len,
-                              completion_len=q.completion_len, lora=lora, num_iterations=q.iterations,
-                              beta=q.beta, reward=reward, share_prompt=q.share_prompt, recompute=q.recompute,
-                              conventions=q.conventions, **kwargs)
-    return shape, step
+    plan = StepPlan(shape, q.group, lora=lora, num_iterations=q.iterations, beta=q.beta, reward=reward,
+                    share_prompt=q.share_prompt, recompute=q.recompute, conventions=q.conventions)
+    return shape, plan.uniform(q.prompts, q.prompt_len, q.completion_len, **kwargs)
 
 
 def flops_report(q: FlopsQuery) -> dict[str, Any]:
@@ -48,7 +44,7 @@ def flops_report(q: FlopsQuery) -> dict[str, Any]:
     out: dict[str, Any] = {
         "model": shape.name, "params": shape.num_params(), "lora_rank": q.lora_rank,
         "prompts": q.prompts, "num_generations": q.group, "prompt_len": q.prompt_len,
-        "completion_len": q.completion_len, "num_iterations": q.iterations, "beta": q.beta, "reward": q.reward,
+        "completion_len": q.completion_len, "num_iterations": q.iterations, "beta": q.beta, "reward": str(q.reward),
         "conventions": q.conventions, "conventions_text": resolve(q.conventions).describe(),
         "step": step.as_dict(), "step_components": dict(step.components), "shares": split_shares(step),
     }
@@ -69,17 +65,15 @@ def run_step_flops(cfg: RunConfig) -> PhaseFlops:
     shape = resolve_shape(cfg.model)
     lora = LoRA(rank=cfg.lora.r, targets=tuple(cfg.lora.target_modules)) if cfg.lora else None
     reward = reward_system(cfg.reward)
-    judge = parse_reward(cfg.reward).kind == "judge"
+    judge = cfg.reward.kind == "judge"
     n = cfg.prompts_per_step * cfg.num_generations
-    return grpo_step_flops(
-        shape, [cfg.max_prompt_length] * n, [cfg.max_completion_length] * n,
-        num_generations=cfg.num_generations, lora=lora, num_iterations=cfg.num_iterations, beta=cfg.beta,
-        needs_old_logprobs=cfg.needs_old_logprobs, reward=reward,
-        judge_completion_lens=[cfg.max_completion_length] * n if judge else None,
-        share_prompt=cfg.engine == "builtin",
-        prompt_groups=(prompt_groups(n, cfg.num_generations, cfg.micro_batch_size)
-                       if cfg.engine == "builtin" and not cfg.gradient_checkpointing else None),
-        recompute=cfg.gradient_checkpointing, conventions=cfg.conventions)
+    builtin = cfg.engine == "builtin"
+    plan = StepPlan(shape, cfg.num_generations, lora=lora, num_iterations=cfg.num_iterations, beta=cfg.beta,
+                    needs_old_logprobs=cfg.needs_old_logprobs, reward=reward, share_prompt=builtin,
+                    micro_batch=cfg.micro_batch_size if builtin and not cfg.gradient_checkpointing else None,
+                    recompute=cfg.gradient_checkpointing, conventions=cfg.conventions)
+    return plan.step([cfg.max_prompt_length] * n, [cfg.max_completion_length] * n,
+                     judge_completion_lens=[cfg.max_completion_length] * n if judge else None)
 
 
 __all__ = ["flops_report", "run_step_flops", "step_for"]

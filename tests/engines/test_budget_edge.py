@@ -29,16 +29,17 @@ def _lines(path: Path) -> list[dict]:
 
 @pytest.mark.parametrize("where", ["bound", "ledger"])
 def test_a_low_step_bound_ends_as_a_clean_budget_stop(tiny_model_dir, tmp_path, monkeypatch, where):
-    """``bound``: the engine's bound is forced to 1 FLOP, so only the exact check before the
-    update stops the run. ``ledger``: that check is blinded too, so the ledger refuses the
-    charge (``BudgetExceededError``) after the update ran; the run still ends cleanly."""
-    from race.accounting import FlopLedger
+    """``bound``: the engine's bound is forced to 1 FLOP, so only the guard's exact check
+    before the update stops the run. ``ledger``: the guard is blinded (everything "fits"),
+    so the ledger refuses the charge (``BudgetExceededError``) after the update ran and the
+    guard records it as overrun; the run still ends cleanly."""
+    from race.accounting import BudgetGuard
     from race.engines import run_engine
     from race.engines.builtin import BuiltinEngine
 
     monkeypatch.setattr(BuiltinEngine, "step_bound", lambda self, prompt_len, problems=None: 1)
     if where == "ledger":
-        monkeypatch.setattr(FlopLedger, "would_exceed", lambda self, bound: False)
+        monkeypatch.setattr(BudgetGuard, "fits", lambda self, flops: True)
     cfg = _cfg(tiny_model_dir)
     out = run_engine(cfg, tmp_path / "run")
     assert out["status"] == "complete" and out["stop_reason"] == "budget" and out["error"] is None
@@ -53,6 +54,8 @@ def test_a_low_step_bound_ends_as_a_clean_budget_stop(tiny_model_dir, tmp_path, 
     comps = {r["component"] for r in over}
     if where == "bound":
         assert comps <= {"rollout_prefill", "rollout_decode", "rollout_merge", "reward_score"}
+    else:  # the update ran before the ledger refused its charge
+        assert "update_forward" in comps
     assert max(r["step"] for r in ledger if r["counted"]) == out["steps"]
     rows = _lines(tmp_path / "run" / "metrics.jsonl")
     assert max(r["step"] for r in rows if r["kind"] == "train") == out["steps"]

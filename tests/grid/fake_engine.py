@@ -54,8 +54,8 @@ def step_ledger(cfg: Any) -> list[dict[str, Any]]:
         rows.append(("old_logprobs", "forward", 2 * n * seq, seq))
     if cfg.beta > 0:
         rows.append(("reference", "forward", 2 * n * seq, seq))
-    kind, _, rm = cfg.reward.partition(":")
-    rows.append(("reward", kind, 2 * model_params(rm.split(":")[0]) * seq if rm else 0, p * g))
+    kind, rm = cfg.reward.kind, cfg.reward.target  # the parsed spec (race.spec.reward.RewardSpec)
+    rows.append(("reward", kind, 2 * model_params(rm) * seq if rm else 0, p * g))
     rows.append(("update", "forward", 2 * n * seq * cfg.num_iterations, seq * cfg.num_iterations))
     rows.append(("update", "backward", 4 * n * seq * cfg.num_iterations, seq * cfg.num_iterations))
     return [{"phase": ph, "component": c, "flops": int(f), "tokens": int(t), "counted": True} for ph, c, f, t in rows]

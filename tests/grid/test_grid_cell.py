@@ -49,3 +49,24 @@ def test_execute_cell_returns_results_or_the_error_text(tmp_path):
     bad_spec = {**cell.spec_dict(), "num_generations": 1}
     out = execute_cell(FAKE_CELL_FN, bad_spec, str(tmp_path / "d"))
     assert not out["ok"] and "num_generations" in out["error"]
+
+
+def test_a_run_directory_is_read_by_the_one_jsonl_reader(tmp_path):
+    """A torn last line (an interrupted write) is dropped, as the ledger drops it; a
+    malformed line before the last is corruption and raises."""
+    import json
+
+    from race.accounting import LedgerCorruptError
+    from race.grid.cell import collect_run_dir
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "run.json").write_text(json.dumps({"run_id": "r"}))
+    rows = [{"kind": "eval", "step": 0}, {"kind": "train", "step": 1}]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows) + '{"kind": "tr')
+    (run / "ledger.jsonl").write_text('{"step": 1, "phase": "rollout"}\n')
+    got = collect_run_dir(run)
+    assert got["evals"] == rows[:1] and got["train"] == rows[1:] and got["ledger"] == [{"step": 1, "phase": "rollout"}]
+    (run / "metrics.jsonl").write_text('{"kind": "tr\n' + json.dumps(rows[1]) + "\n")
+    with pytest.raises(LedgerCorruptError, match="line 1 is malformed"):
+        collect_run_dir(run)

@@ -7,9 +7,11 @@ from .budget import Allocation, plan_allocations, split_shares, steps_in_budget
 from .conventions import PRESETS as CONVENTION_PRESETS
 from .conventions import Conventions
 from .errors import AccountingError
+from .guard import BudgetGuard, StepPlan, check_budget, counted, steps_bought
 from .grpo import (
     PHASES,
     RULE,
+    SPLIT,
     PhaseFlops,
     RewardSystem,
     grpo_step_flops,
@@ -40,8 +42,10 @@ from .report_card import ReportCard, fmt_flops, log_values
 from .shapes import LAYER_MATRICES, ModelShape, preset_names, published_sizes
 
 __all__ = [
-    "AccountingError", "Allocation", "BudgetExceededError", "CONVENTION_PRESETS", "Conventions", "FlopLedger",
+    "AccountingError", "Allocation", "BudgetExceededError", "BudgetGuard", "StepPlan", "check_budget", "counted",
+    "steps_bought", "CONVENTION_PRESETS", "Conventions", "FlopLedger",
     "LAYER_MATRICES", "LedgerCorruptError", "LedgerRecord", "LoRA", "ModelShape", "PHASES", "PhaseFlops", "RULE",
+    "SPLIT",
     "ReportCard", "RewardSystem", "Work", "backward_components", "fmt_flops", "forward_components", "forward_flops",
     "generate_components", "generate_flops", "generate_work", "grpo_step_flops", "layers_forward_flops",
     "learning_components", "log_values", "phase_flops", "prompt_groups", "rollout_components", "plan_allocations", "recompute_flops", "preset_names", "published_sizes", "reward_model_flops", "sequence_work", "shared_prompt_work", "split_shares",

@@ -1,4 +1,6 @@
-"""Budget arithmetic: how many steps a budget buys, and which allocations fit it."""
+"""Budget arithmetic: which allocations fit a budget, and how a step's FLOPs split.
+
+The steps a budget buys are ``race.accounting.guard``'s (:func:`steps_in_budget`, re-exported)."""
 
 from __future__ import annotations
 
@@ -6,37 +8,17 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from .conventions import resolve
-from .errors import AccountingError
-from .grpo import PhaseFlops, RewardSystem, RULE, uniform_step_flops
+from .grpo import SPLIT, PhaseFlops, RewardSystem, RULE
+from .guard import StepPlan, steps_bought, steps_in_budget
 from .lora import LoRA
 from .shapes import ModelShape
-
-
-def steps_in_budget(budget: float, step_flops: float) -> int:
-    """floor(budget / step_flops): whole steps that fit. Raises when not even one fits,
-    saying what one step costs."""
-    if not budget > 0:
-        raise AccountingError(f"budget must be > 0 FLOPs, got {budget!r}")
-    if not step_flops > 0:
-        raise AccountingError(f"a step must cost > 0 FLOPs, got {step_flops!r}")
-    n = int(budget // step_flops)
-    if n < 1:
-        raise AccountingError(
-            f"budget {budget:.4g} FLOPs is smaller than one step ({step_flops:.4g} FLOPs); "
-            f"raise the budget to at least {step_flops:.4g} or shrink the step (prompts, group, lengths)"
-        )
-    return n
 
 
 def split_shares(phases: PhaseFlops) -> dict[str, float]:
     """Shares of a step's model FLOPs: search (rollout), learning (update + log-prob passes),
     feedback (reward)."""
     tot = phases.total or 1
-    return {
-        "search": phases.rollout / tot,
-        "learning": (phases.update + phases.old_logprobs + phases.reference) / tot,
-        "feedback": phases.reward / tot,
-    }
+    return {axis: sum(getattr(phases, p) for p in ps) / tot for axis, ps in SPLIT.items()}
 
 
 @dataclass(frozen=True)
@@ -87,15 +69,18 @@ def plan_allocations(budget: float, models: Sequence[ModelShape], groups: Sequen
         for g in groups:
             prompts = max(1, prompts_per_step * gmax // g) if group_tokens_fixed else prompts_per_step
             for rw in rewards:
-                step = uniform_step_flops(
-                    shape, prompts=prompts, num_generations=g, prompt_len=prompt_len, completion_len=completion_len,
-                    lora=lora, num_iterations=num_iterations, beta=beta, reward=rw, conventions=conv,
-                    share_prompt=False)
-                alloc = Allocation(shape.name, shape.num_params(), g, rw.label(), step, int(budget // step.total), prompts)
-                if step.total > budget:
+                plan = StepPlan(shape, g, lora=lora, num_iterations=num_iterations, beta=beta, reward=rw,
+                                conventions=conv)
+                step = plan.uniform(prompts, prompt_len, completion_len)
+                alloc = Allocation(shape.name, shape.num_params(), g, rw.label(), step,
+                                   steps_bought(budget, step.total), prompts)
+                if alloc.steps < 1:  # not even one step
                     if unaffordable is not None:
                         unaffordable.append(alloc)
                     continue
                 out.append(alloc)
     out.sort(key=lambda a: (-a.steps, a.params))
     return out
+
+
+__all__ = ["Allocation", "plan_allocations", "split_shares", "steps_in_budget"]

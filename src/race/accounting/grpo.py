@@ -36,7 +36,9 @@ from .passes import (
 )
 from .shapes import ModelShape
 
-PHASES = ("rollout", "old_logprobs", "reference", "reward", "update")
+PHASES = ("rollout", "old_logprobs", "reference", "reward", "update")  # the phases a budget is charged
+#: The counted phases by axis of the budget's split (search / learning / feedback).
+SPLIT = {"search": ("rollout",), "learning": ("update", "old_logprobs", "reference"), "feedback": ("reward",)}
 RewardKind = Literal["rule", "random", "orm", "prm", "judge"]
 TrainLogits = Union[Literal["completion", "completion+1", "all"], int]
 
@@ -308,6 +310,6 @@ def uniform_step_flops(shape: ModelShape, *, prompts: int, num_generations: int,
                            **kwargs)  # type: ignore[arg-type]
 
 
-__all__ = ["PHASES", "RewardSystem", "RULE", "PhaseFlops", "grpo_step_flops", "uniform_step_flops",
+__all__ = ["PHASES", "SPLIT", "RewardSystem", "RULE", "PhaseFlops", "grpo_step_flops", "uniform_step_flops",
            "rollout_components", "learning_components", "phase_flops",
            "reward_model_flops", "Work", "generate_work"]

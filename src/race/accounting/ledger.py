@@ -22,17 +22,14 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 from .errors import AccountingError
+from .grpo import PHASES
+from .guard import UNCOUNTED_PHASES, BudgetExceededError, check_budget, fits, is_counted
 
-UNCOUNTED_PHASES = ("recompute", "eval", "warmstart", "overrun")
-KNOWN_PHASES = ("rollout", "old_logprobs", "reference", "reward", "update", *UNCOUNTED_PHASES)
+KNOWN_PHASES = (*PHASES, *UNCOUNTED_PHASES)  # every phase a ledger records
 
 
 class LedgerCorruptError(AccountingError):
     """A ledger file has a malformed line that is not a torn final write."""
-
-
-class BudgetExceededError(AccountingError):
-    """Charging a record would take the counted total past the budget."""
 
 
 @dataclass(frozen=True)
@@ -104,9 +101,7 @@ class FlopLedger:
     """
 
     def __init__(self, path: str | Path | None = None, budget: float | None = None) -> None:
-        if budget is not None and not budget > 0:
-            raise AccountingError(f"budget must be > 0 FLOPs, got {budget!r}")
-        self.budget = float(budget) if budget is not None else None
+        self.budget = check_budget(budget) if budget is not None else None
         self.path = Path(path) if path is not None else None
         self._records: list[LedgerRecord] = []
         if self.path is not None and self.path.exists():
@@ -145,7 +140,7 @@ class FlopLedger:
         anything, records that would take the counted total past the budget."""
         recs = list(records)
         add = sum(r.flops for r in recs if r.counted)
-        if enforce_budget and self.budget is not None and self.total + add > self.budget:
+        if enforce_budget and not fits(self.total, add, self.budget):
             raise BudgetExceededError(
                 f"charging {add:.4g} FLOPs would exceed the budget ({self.total:.4g} spent of {self.budget:.4g})"
             )
@@ -155,7 +150,7 @@ class FlopLedger:
     def add(self, step: int, phase: str, component: str, flops: int, *, tokens: int = 0, seconds: float = 0.0,
             counted: bool | None = None) -> None:
         if counted is None:
-            counted = phase not in UNCOUNTED_PHASES
+            counted = is_counted(phase)
         self.extend([LedgerRecord(step, phase, component, int(flops), tokens, seconds, counted)])
 
     def add_components(self, step: int, components: dict[str, int], *, tokens: dict[str, int] | None = None,
@@ -165,7 +160,7 @@ class FlopLedger:
         for key, flops in components.items():
             phase, _, comp = key.partition("/")
             recs.append(LedgerRecord(step, phase, comp, int(flops), (tokens or {}).get(key, 0),
-                                     (seconds or {}).get(key, 0.0), phase not in UNCOUNTED_PHASES))
+                                     (seconds or {}).get(key, 0.0), is_counted(phase)))
         self.extend(recs)
 
     def record_overrun(self, step: int, components: dict[str, int], *, tokens: dict[str, int] | None = None,
@@ -203,7 +198,7 @@ class FlopLedger:
 
     def would_exceed(self, next_step_bound: float) -> bool:
         """True if a step costing up to ``next_step_bound`` FLOPs would not fit the budget."""
-        return self.budget is not None and self.total + next_step_bound > self.budget
+        return not fits(self.total, next_step_bound, self.budget)
 
     def totals_by_phase(self, *, counted_only: bool = False) -> dict[str, int]:
         out: dict[str, int] = {}

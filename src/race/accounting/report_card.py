@@ -9,12 +9,12 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from .conventions import Conventions, resolve
+from .grpo import SPLIT
 from .ledger import FlopLedger
 
 _LATEX_ESCAPES = {"&": r"\&", "%": r"\%", "_": r"\_", "#": r"\#", "$": r"\$", "{": r"\{", "}": r"\}",
                   "^": r"\^{}", "~": r"\~{}", "\\": r"\textbackslash{}", "|": r"\textbar{}",
                   "<": r"\textless{}", ">": r"\textgreater{}"}
-SPLIT = {"search": ("rollout",), "learning": ("update", "old_logprobs", "reference"), "feedback": ("reward",)}
 
 
 def log_values(ledger: FlopLedger, prefix: str = "race/") -> dict[str, float]:

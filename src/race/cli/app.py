@@ -104,7 +104,9 @@ def _print_flops(rep: dict) -> None:
     if "run" in rep:
         t.add_column(f"FLOPs / run ({rep['steps']} steps)", justify="right")
     total = rep["step"]["total"] or 1
-    for ph in ("rollout", "old_logprobs", "reference", "reward", "update", "total", "recompute"):
+    from race.accounting import PHASES
+
+    for ph in (*PHASES, "total", "recompute"):
         v = rep["step"][ph]
         share = f"{v / total:.1%}" if ph != "recompute" else "(hardware)"
         row = [ph, fmt_flops(v), share]
@@ -142,7 +144,9 @@ def plan(
     from race.models.refs import resolve_shape
     from race.rewards.systems import reward_system
 
-    if not math.isfinite(budget) or budget <= 0:
+    from race.accounting.guard import is_budget
+
+    if not is_budget(budget):
         _fail(f"--budget {budget:g}: budget must be > 0 and finite (a FLOP count)")
     if lora_rank is not None and lora_rank < 1:
         _fail(f"--lora-rank {lora_rank}: must be >= 1 (omit it for full fine-tuning)")

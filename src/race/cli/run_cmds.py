@@ -4,12 +4,12 @@ Each command is a few lines over a library call; heavy imports stay inside."""
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
 
+from race.accounting.guard import is_budget
 from race.cli.ui import cell_events
 from race.cli.ui import fail as _fail
 
@@ -31,7 +31,7 @@ def train(
     from race.spec.errors import ConfigError
     from race.spec.run import load_run_config
 
-    if budget is not None and not (math.isfinite(budget) and budget > 0):
+    if budget is not None and not is_budget(budget):
         _fail(f"--budget {budget:g}: budget must be > 0 and finite (a FLOP count)")
     try:  # the budget travels as a float, not through YAML text
         cfg = load_run_config(config, list(set_ or []), values={"budget_flops": budget} if budget is not None else None)

@@ -44,17 +44,7 @@ from typing import Any
 
 import torch
 
-from race.accounting import (
-    AccountingError,
-    BudgetExceededError,
-    FlopLedger,
-    ReportCard,
-    learning_components,
-    prompt_groups,
-    rollout_components,
-    steps_in_budget,
-)
-from race.accounting.ledger import UNCOUNTED_PHASES
+from race.accounting import BudgetGuard, FlopLedger, ReportCard, StepPlan
 from race.engines.checkpoint import find_checkpoint, load_checkpoint, save_checkpoint
 from race.engines.common import (
     DivergedError,
@@ -73,6 +63,7 @@ from race.engines.sampling import Rollout, decode_completions, encode_prompts, r
 from race.models.timing import device_clock
 from race.rewards.base import reward_bound
 from race.spec.run import RunConfig
+from race.tasks import step_seed
 
 __all__ = ["BuiltinEngine", "DivergedError", "default_torch_threads", "run_builtin"]
 
@@ -87,7 +78,8 @@ class BuiltinEngine:
         self.out = RunDir(self.run_dir, cfg)
         # the run's state; the models load in _setup() (not for a run already complete)
         self.schedule = EvalSchedule.of(cfg)
-        self.ledger = FlopLedger(budget=cfg.budget_flops)  # in memory until run() opens the run's ledger
+        self.ledger: FlopLedger | None = None  # the run's ledger, opened by run() with its BudgetGuard
+        self.guard: BudgetGuard | None = None  # every budget decision of the run (race.accounting.guard)
         self.metrics: MetricsLog | None = None
         self.total_steps = cfg.max_steps or 0  # steps the budget buys (the lr schedule's length), set by run()
         self.resumed_from: int | None = None
@@ -117,10 +109,16 @@ class BuiltinEngine:
         params = [p for p in model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(params, lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
         self.evaluator = run_evaluator(cfg, self.task, policy)
+        self.step_plan = StepPlan(  # the rollout shares prompts always, the learning passes where supported
+            self.shape, cfg.num_generations, lora=self.lora, num_iterations=cfg.num_iterations, beta=cfg.beta,
+            needs_old_logprobs=cfg.needs_old_logprobs, recompute=cfg.gradient_checkpointing,
+            recompute_early_stop=self.recompute_early_stop, inputs_require_grad=cfg.gradient_checkpointing,
+            share_prompt=True, micro_batch=cfg.micro_batch_size if self.share_prompts else None,
+            conventions=cfg.conventions)
 
     def _prompts(self, step: int) -> tuple[list[Any], torch.Tensor, torch.Tensor]:
         cfg = self.cfg
-        problems = self.task.problems("train", cfg.prompts_per_step, seed=cfg.seed * 1_000_003 + step)
+        problems = self.task.problems("train", cfg.prompts_per_step, seed=step_seed(cfg.seed, step))
         ids, mask = encode_prompts(self.tok, [p.prompt for p in problems], self.device)
         if ids.shape[1] > cfg.max_prompt_length:  # keep the end of over-long prompts (TRL does the same)
             if not self._warned_cut and (cfg.task.prompt_template or cfg.task.chat_template):
@@ -136,25 +134,14 @@ class BuiltinEngine:
         dropped; a reward model reads the full prompts of ``problems`` (not the policy's
         prompts cut to ``max_prompt_length``)."""
         cfg = self.cfg
-        n = cfg.prompts_per_step * cfg.num_generations
-        T = cfg.max_completion_length
-        comps = rollout_components(self.shape, [prompt_len] * cfg.prompts_per_step, [T] * n, lora=self.lora,
-                                   share_prompt=True, conventions=cfg.conventions)
-        comps.update(self._learning(prompt_len, T, n))
-        return _counted(comps) + reward_bound(self.reward, n, prompt_len, T, problems)
+        n, T = cfg.prompts_per_step * cfg.num_generations, cfg.max_completion_length
+        return self.step_plan.bound(cfg.prompts_per_step, prompt_len, T) + reward_bound(self.reward, n, prompt_len, T,
+                                                                                         problems)
 
     def _learning(self, prompt_len: int, completion_len: int, n: int) -> dict[str, int]:
         """The learning passes over ``n`` rows (whole groups) padded to ``prompt_len`` +
         ``completion_len``, prompts shared per group and micro-batch where the engine does."""
-        cfg = self.cfg
-        groups = (prompt_groups(n, cfg.num_generations, cfg.micro_batch_size)
-                  if self.share_prompts else None)
-        return learning_components(self.shape, [prompt_len + completion_len] * n, [completion_len] * n,
-                                   lora=self.lora, prompt_groups=groups,
-                                   num_iterations=cfg.num_iterations, beta=cfg.beta,
-                                   needs_old_logprobs=cfg.needs_old_logprobs, train_logits="completion",
-                                   recompute=cfg.gradient_checkpointing, recompute_early_stop=self.recompute_early_stop,
-                                   inputs_require_grad=cfg.gradient_checkpointing, conventions=cfg.conventions)
+        return self.step_plan.learning([prompt_len + completion_len] * n, [completion_len] * n)
 
     # -- stages -----------------------------------------------------------------------
     def rollout(self, step: int, ids: torch.Tensor, mask: torch.Tensor) -> Rollout:
@@ -254,14 +241,10 @@ class BuiltinEngine:
 
     def _plan(self, step: int) -> None:
         """Steps the budget buys at the next step's bound (the lr schedule's length)."""
-        cfg = self.cfg
+        assert self.guard is not None
         problems1, ids1, _ = self._prompts(max(step, 0) + 1)
-        try:
-            self.total_steps = steps_in_budget(cfg.budget_flops, self.step_bound(ids1.shape[1], problems1))
-        except AccountingError as e:
-            raise AccountingError(f"run {cfg.name!r}: {e}") from None
-        if cfg.max_steps:
-            self.total_steps = min(self.total_steps, cfg.max_steps)
+        self.total_steps = self.guard.steps_bought(self.step_bound(ids1.shape[1], problems1), self.cfg.max_steps,
+                                                   run=self.cfg.name)
 
     # -- the run --------------------------------------------------------------------------
     def run(self) -> dict[str, Any]:
@@ -274,6 +257,7 @@ class BuiltinEngine:
         self._setup()
         step = self._resume()
         self.ledger = FlopLedger(run_dir / "ledger.jsonl", budget=cfg.budget_flops)
+        self.guard = BudgetGuard(self.ledger)
         self.metrics = MetricsLog(run_dir / "metrics.jsonl")
         if step:
             self.ledger.truncate_after(step)
@@ -288,7 +272,7 @@ class BuiltinEngine:
                     stop_reason = "max_steps"
                     break
                 problems, ids, mask = self._prompts(step + 1)
-                if self.ledger.would_exceed(self.step_bound(ids.shape[1], problems)):
+                if not self.guard.may_start(self.step_bound(ids.shape[1], problems)):
                     break
                 step += 1
                 if not self._train_step(step, problems, ids, mask):  # the budget could not take it: stop
@@ -336,8 +320,8 @@ class BuiltinEngine:
             P, T = batch.prompt_ids.shape[1], batch.completion_ids.shape[1]
             learn = self._learning(P, T, n_kept)
         ran = {**roll, **(rw.components or {})}
-        if self.ledger.would_exceed(_counted(ran) + _counted(learn)):  # the bound was low: no update
-            self.ledger.record_overrun(step, ran, seconds={"rollout/decode": t_roll, reward_key: rw.seconds})
+        if not self.guard.may_continue(step, ran, learn,  # the bound was low: no update, ran recorded as overrun
+                                       seconds={"rollout/decode": t_roll, reward_key: rw.seconds}):
             return False
         if batch is not None:
             # 4-6. old/ref log-probs and the update
@@ -355,10 +339,7 @@ class BuiltinEngine:
             tokens[reward_key] = rw.tokens
         if not rw.components:
             comps["reward/score"] = 0
-        try:
-            self.ledger.add_components(step, comps, tokens=tokens, seconds=seconds)
-        except BudgetExceededError:  # cannot happen after the check above; never let it fail the run
-            self.ledger.record_overrun(step, comps, tokens=tokens, seconds=seconds)
+        if self.guard.charge(step, comps, tokens=tokens, seconds=seconds):  # overrun: cannot happen after the check
             return False
         trunc = float(ro.truncated.float().mean())
         row = {"kind": "train", "step": step, "flops": self.ledger.total, "reward_mean": float(rewards.mean()),
@@ -381,16 +362,11 @@ class BuiltinEngine:
                                       model_params=self.shape.num_params(),
                                       lora_rank=cfg.lora.r if cfg.lora is not None else None,
                                       num_generations=cfg.num_generations, extra={"engine": self.name,
-                                                                                  "reward": cfg.reward})
+                                                                                  "reward": str(cfg.reward)})
         card.write(self.run_dir)
         return self.out.finish(engine=self.name, ledger=self.ledger, metrics=self.metrics, steps=step, status=status,
                                stop_reason=stop_reason, error=error, wall=wall, shape=self.shape,
                                resumed_from=self.resumed_from)
-
-
-def _counted(components: dict[str, int]) -> int:
-    """FLOPs of ``phase/component`` entries the budget is charged (recompute is not)."""
-    return sum(v for k, v in components.items() if k.partition("/")[0] not in UNCOUNTED_PHASES)
 
 
 def run_builtin(cfg: RunConfig, run_dir: Path, progress: Progress | None = None) -> dict[str, Any]:

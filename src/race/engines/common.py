@@ -14,12 +14,12 @@ from pathlib import Path
 from typing import Any, Callable
 
 from race.accounting import LoRA, ModelShape
+from race.accounting.ledger import KNOWN_PHASES
 from race.engines.run_io import MetricsLog, read_run, write_config, write_json_atomic
-from race.spec.reward import parse_reward
 from race.spec.run import RunConfig
 
 Progress = Callable[[dict[str, Any]], None]
-PHASES = ("rollout", "old_logprobs", "reference", "reward", "update", "recompute", "eval", "overrun")
+PHASES = tuple(p for p in KNOWN_PHASES if p != "warmstart")  # a run's phases (warm starts are the base's)
 
 
 class DivergedError(RuntimeError):
@@ -221,7 +221,7 @@ class RunDir:
 
         from race.rewards.diagnostics import overoptimisation
 
-        over = overoptimisation(trains, evals) if parse_reward(cfg.reward).learned else None
+        over = overoptimisation(trains, evals) if cfg.reward.learned else None
         phases = {p: 0 for p in PHASES}
         phases.update(ledger.totals_by_phase())
         out = {

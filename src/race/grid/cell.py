@@ -24,6 +24,7 @@ import traceback
 from pathlib import Path
 from typing import Any, Callable
 
+from race.accounting.ledger import read_jsonl_records
 from race.grid.lock import run_dir_lock
 
 THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "VECLIB_MAXIMUM_THREADS",
@@ -117,17 +118,12 @@ def ping() -> int:
 
 
 def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """The rows of a run's JSON Lines file, read by the one JSONL reader
+    (``race.accounting.ledger.read_jsonl_records``: a torn last line, an interrupted
+    write, is dropped; a malformed line elsewhere raises, saying the file is corrupt)."""
     if not path.exists():
         return []
-    rows = []
-    with path.open() as f:
-        for i, line in enumerate(f, 1):
-            if line.strip():
-                try:
-                    rows.append(json.loads(line))
-                except ValueError as e:
-                    raise ValueError(f"{path} line {i} is not JSON ({e}); the run directory is damaged") from None
-    return rows
+    return read_jsonl_records(path)[0]
 
 
 def collect_run_dir(run_dir: Path, returned: Any = None) -> dict[str, Any]:

@@ -40,7 +40,7 @@ def default_seconds(steps: float, flops: float) -> float:
 Predictor = Callable[[RunConfig], "dict[str, float] | None"]
 
 
-def predict_cell(cfg: RunConfig) -> dict[str, float] | None:
+def predict_cell(cfg: RunConfig) -> dict[str, float]:
     """Predicted cost of one run: ``steps, step_flops, rollout, learning, feedback, total,
     est_seconds``. Phase numbers are totals over the predicted steps (learning = update +
     old-policy + reference log-probs; feedback = reward).
@@ -48,22 +48,18 @@ def predict_cell(cfg: RunConfig) -> dict[str, float] | None:
     The step comes from :func:`race.estimate.run_step_flops`: every sequence is taken at
     ``max_prompt_length + max_completion_length`` (the step's upper bound, prompts not
     shared across the group), so ``steps`` is the fewest the budget buys; a judge is taken
-    to write ``max_completion_length`` tokens per verdict. ``None`` when ``race.accounting``
-    is not available.
+    to write ``max_completion_length`` tokens per verdict; the steps bought are
+    ``race.accounting.guard.steps_bought``.
     """
-    try:
-        import race.accounting  # noqa: F401  (None when the accounting core is unavailable)
-        from race.estimate import run_step_flops
-    except ImportError:
-        return None
+    from race.accounting import steps_bought
+    from race.estimate import run_step_flops
+
     step = run_step_flops(cfg)
     rollout = float(step.rollout)
     learning = float(step.update + step.old_logprobs + step.reference)
     feedback = float(step.reward)
     total_step = float(step.total)
-    steps = int(cfg.budget_flops // total_step)
-    if cfg.max_steps is not None:
-        steps = min(steps, cfg.max_steps)
+    steps = steps_bought(cfg.budget_flops, total_step, cfg.max_steps)
     return {
         "steps": steps,
         "step_flops": total_step,
@@ -218,6 +214,6 @@ def plan_grid(spec: "GridSpec | dict | str | Path", predictor: Predictor | None 
     for msg, n in failures.items():
         notes.append(f"no FLOP prediction for {n} cell(s) ({msg}); min_steps not checked for them")
     if all(c.prediction is None for c in planned) and not failures:
-        notes.append("no FLOP prediction: race.accounting is not available; min_steps not checked")
+        notes.append("no FLOP prediction: the predictor gave none; min_steps not checked")
     workers = spec.runner.resolved_workers()
     return GridPlan(spec=spec, cells=planned, workers=workers, time_scale=scale, notes=notes)

@@ -156,7 +156,7 @@ class Store:
             rows.append((cell.run_id, study, cell.index, json.dumps(cell.spec_dict(), sort_keys=True),
                          json.dumps(cell.allocation, sort_keys=True), cell.label, cfg.engine, cfg.model,
                          cfg.num_generations, cfg.prompts_per_step, cfg.num_iterations, cfg.learning_rate,
-                         cfg.reward, cfg.lora.r if cfg.lora else None, cfg.budget_flops, cfg.seed))
+                         str(cfg.reward), cfg.lora.r if cfg.lora else None, cfg.budget_flops, cfg.seed))
         with self.transaction() as c:
             known = {r[0] for r in c.execute("SELECT run_id FROM runs")}
             c.executemany(

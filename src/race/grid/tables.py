@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from race.accounting import SPLIT
 from race.grid.lock import StudyLock
 from race.grid.store import FINISHED, STATUSES, Store
 
@@ -22,7 +23,7 @@ RUN_COLUMNS = ["run_id", "study", "budget", "model", "model_params", "num_genera
 EXTRA_RUN_COLUMNS = ["lora_r", "engine", "allocation", "attempts", "error", "conventions"]
 EVAL_COLUMNS = ["run_id", "step", "flops", "target", "score", "n", "per_problem"]
 LEDGER_COLUMNS = ["run_id", "step", "phase", "component", "flops", "tokens", "seconds", "counted"]
-LEARNING_PHASES = ("update", "old_logprobs", "reference")
+LEARNING_PHASES = SPLIT["learning"]
 _AXIS_COLUMNS = {"model", "num_generations", "prompts_per_step", "num_iterations", "learning_rate", "reward",
                  "lora.r", "engine"}
 

@@ -28,6 +28,8 @@ from typing import Any, Callable, Iterator, Literal, Mapping
 import torch
 from torch.utils.flop_counter import FlopCounterMode, bmm_flop, mm_flop, sdpa_flop_count
 
+from race.accounting.guard import counted
+
 aten = torch.ops.aten
 
 SdpaBackward = Literal["model", "kernel"]
@@ -209,8 +211,9 @@ class FlopMeter:
 
     @property
     def total(self) -> int:
-        """Model FLOPs: every key except ``recompute/*`` (as ``PhaseFlops.total``)."""
-        return sum(v for k, v in self.components.items() if not k.startswith("recompute/"))
+        """Model FLOPs: what the budget would be charged (``race.accounting.guard.counted``:
+        every key but ``recompute/*`` and the other uncounted phases; as ``PhaseFlops.total``)."""
+        return counted(self.components)
 
     @property
     def hardware_total(self) -> int:

@@ -55,7 +55,7 @@ from race.builds.train import optimise
 from race.models.family import build_tiny_model, lm_head_params, non_embedding_params, tiny_config_kwargs
 from race.models.refs import model_shape
 from race.models.tokenizer import ALPHABET, SPECIAL_TOKENS, build_char_tokenizer
-from race.tasks.arith import ArithTask, Problem, solution_text
+from race.tasks.arith import ArithTask, Problem, solution_text, step_seed
 from race.tasks.verify import verify
 
 #: Bumped when the training code changes in a way the recipe fields do not capture.
@@ -208,7 +208,7 @@ def sft(model: Any, tok: Any, recipe: SFTRecipe,
     stats = dict(tokens_processed=0, real_tokens=0, loss_tokens=0, sft_flops=0)
 
     def loss_at(step: int) -> Any:
-        batch = task.problems("train", recipe.batch_size, seed=recipe.seed * 1_000_003 + step)
+        batch = task.problems("train", recipe.batch_size, seed=step_seed(recipe.seed, step))
         ids, mask, labels = encode(batch)  # [B, T] each
         B, T = ids.shape
         if (B, T) not in step_flops:

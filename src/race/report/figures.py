@@ -18,11 +18,11 @@ from .fmt import fmt_flops, is_num, short_labels
 from .plotkit import (  # noqa: F401 - to_png and _log_axis are part of this module's surface (tests use them)
     AXIS_COLORS,
     PHASE_COLORS,
-    _colors,
-    _figure,
-    _grid,
-    _legend,
-    _log_axis,
+    colors as _colors,
+    new_figure as _figure,
+    panel_grid as _grid,
+    legend as _legend,
+    log_axis as _log_axis,
     to_png,
 )
 

@@ -18,7 +18,7 @@ PHASE_COLORS = {"rollout": "#4e79a7", "wasted": "#a0cbe8", "learning": "#59a14f"
                 "other": "#bab0ac"}
 
 
-def _figure(width: float, height: float) -> Any:
+def new_figure(width: float, height: float) -> Any:
     """A Figure on its own Agg canvas (no pyplot, no global backend switch)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
@@ -35,14 +35,14 @@ def to_png(fig: Any) -> bytes:
     return buf.getvalue()
 
 
-def _colors(n: int) -> list[Any]:
+def colors(n: int) -> list[Any]:
     import matplotlib
 
     cmap = matplotlib.colormaps["tab10" if n <= 10 else "tab20"]
     return [cmap(i % cmap.N) for i in range(max(n, 1))]
 
 
-def _grid(n: int, max_cols: int = 3) -> tuple[int, int]:
+def panel_grid(n: int, max_cols: int = 3) -> tuple[int, int]:
     cols = min(n, max_cols)
     return (n + cols - 1) // cols, cols
 
@@ -122,7 +122,7 @@ def _spaced_log_ticks(axis: Any, formatter: Any, vmin: float, vmax: float, gap_p
     return single[len(single) // 2:len(single) // 2 + 1]
 
 
-def _log_axis(ax: Any, axis: str = "x", unit: str = "", limits: tuple[float, float] | None = None) -> None:
+def log_axis(ax: Any, axis: str = "x", unit: str = "", limits: tuple[float, float] | None = None) -> None:
     """Log scale with plain-text major labels (1 PFLOP, 10 PFLOP, ...) spaced so they never
     touch (:func:`_spaced_log_locator`) and no minor ticks; ``limits`` fixes the axis range."""
     from matplotlib.ticker import FuncFormatter, NullLocator
@@ -137,7 +137,7 @@ def _log_axis(ax: Any, axis: str = "x", unit: str = "", limits: tuple[float, flo
     a.set_minor_locator(NullLocator())
 
 
-def _legend(ax: Any, **kw: Any) -> None:
+def legend(ax: Any, **kw: Any) -> None:
     handles, labels = ax.get_legend_handles_labels()
     if handles:
         ax.legend(handles, labels, fontsize=8, frameon=False, **kw)

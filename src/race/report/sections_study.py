@@ -22,8 +22,6 @@ from . import figures as F
 from .doc import Context, KeyValues, Note, Section, Table, Text, figure
 from .fmt import fmt_flops, fmt_interval, fmt_num, fmt_pct, fmt_score, is_num, jsonable, text_or
 
-LEARNING_PHASES = ("update", "old_logprobs", "reference")
-
 
 def _first_line(text: object, limit: int = 160) -> str:
     s = str(text or "").strip().splitlines()

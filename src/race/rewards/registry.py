@@ -56,5 +56,5 @@ def make_reward(spec: str | RewardSpec, **kwargs: Any) -> RewardFunction:
     """Build the reward system named by ``spec`` (a string in the grammar of
     :mod:`race.spec.reward`, or its parsed form). ``kwargs`` go to the builder (seed,
     device, dtype, conventions, cache_dir, tokenizer, ...)."""
-    parsed = spec if isinstance(spec, RewardSpec) else parse_reward(spec)
+    parsed = parse_reward(spec)  # a parsed spec (RunConfig.reward) passes through as it is
     return builder(parsed.kind)(parsed, **kwargs)

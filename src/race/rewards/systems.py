@@ -18,7 +18,7 @@ def reward_system(spec: str | RewardSpec) -> RewardSystem:
     RM's from its recipe; a causal LM's with a scoring head in place of the vocabulary
     when it serves as an ORM or PRM). ``ValueError`` (bad spec) or ``AccountingError``
     (unknown model) say what to write."""
-    parsed = spec if isinstance(spec, RewardSpec) else parse_reward(spec)
+    parsed = parse_reward(spec)  # a parsed spec (RunConfig.reward) passes through as it is
     if not parsed.learned:
         return RewardSystem("random" if parsed.kind == "random" else "rule")
     kind, model = parsed.kind, parsed.target
@@ -35,7 +35,7 @@ def reward_system(spec: str | RewardSpec) -> RewardSystem:
     return RewardSystem(kind, shape, model)  # type: ignore[arg-type]
 
 
-def race_rms_of(specs: list[str]) -> list[str]:
+def race_rms_of(specs: "list[str | RewardSpec]") -> list[str]:
     """The RACE-built reward models (``prm-xs``, ...) that reward specs name, in order."""
     from race.rewards.rm_recipes import RM_RECIPES
 

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from race.spec.errors import ConfigError, format_errors
 from race.spec.reward import parse_reward
-from race.spec.run import RunConfig, run_config_from_dict
+from race.spec.run import BudgetField, RewardField, RunConfig, run_config_from_dict
 
 #: Longest sequence accounted (Qwen2.5's longest context, 128k tokens).
 MAX_TOKENS = 131_072
@@ -40,13 +40,13 @@ class FlopsQuery(BaseModel):
                                 validation_alias=_alias("completion_len", "max_completion_length"))
     iterations: int = Field(1, ge=1, validation_alias=_alias("iterations", "num_iterations"))
     beta: float = Field(0.0, ge=0, allow_inf_nan=False)
-    reward: str = "rule"
+    reward: RewardField = Field(default_factory=lambda: parse_reward("rule"))
     reward_completion_len: int = Field(64, ge=1, le=MAX_TOKENS)
     conventions: str = "race"
     share_prompt: bool = False
     recompute: bool = Field(False, validation_alias=_alias("recompute", "gradient_checkpointing"))
     steps: int | None = Field(None, ge=1)
-    budget: float | None = Field(None, gt=0, allow_inf_nan=False, validation_alias=_alias("budget", "budget_flops"))
+    budget: BudgetField | None = Field(None, validation_alias=_alias("budget", "budget_flops"))
 
     @model_validator(mode="before")
     @classmethod
@@ -58,12 +58,6 @@ class FlopsQuery(BaseModel):
             if isinstance(lora, dict) and "r" in lora and "lora_rank" not in data:
                 data["lora_rank"] = lora["r"]
         return data
-
-    @field_validator("reward")
-    @classmethod
-    def _reward(cls, v: str) -> str:
-        parse_reward(v)  # the one grammar (race.spec.reward)
-        return v
 
     @model_validator(mode="after")
     def _check(self) -> "FlopsQuery":

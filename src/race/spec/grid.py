@@ -26,13 +26,13 @@ Files load with ``yaml.safe_load``; every error names the field and what to chan
 from __future__ import annotations
 
 import json
-import math
 import re
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
+from race.accounting.guard import is_budget
 from race.spec.errors import GridSpecError, format_errors, load_yaml_mapping
 from race.spec.cells import Cell, expand_cells
 from race.spec.run import RunConfig
@@ -104,7 +104,7 @@ class GridSpec(BaseModel):
     @field_validator("budgets")
     @classmethod
     def _budgets(cls, v: list[float]) -> list[float]:
-        bad = [b for b in v if not (math.isfinite(b) and b > 0)]
+        bad = [b for b in v if not is_budget(b)]
         if bad:
             raise ValueError(f"budgets must be positive FLOP counts, got {bad}")
         if len(set(v)) != len(v):

@@ -22,14 +22,16 @@ and are normalised to sum to 1:
 Examples: ``prm:prm-s`` (= ``prm:prm-s:min``), ``prm:prm-s:min+outcome`` (0.5 x min step
 score + 0.5 x outcome), ``prm:prm-xs:prod+3*outcome`` (0.25 / 0.75), ``orm:orm-s:rm+partial``.
 
-Parsing is all this module does (stdlib only): ``race.rewards`` builds reward systems from
-a :class:`RewardSpec`, ``race.rewards.systems`` bounds their FLOPs for planning.
+Parsing is all this module does (stdlib only): a run config holds the parsed
+:class:`RewardSpec` (``RunConfig.reward``; it writes back as the string it was given, so
+run ids and files are unchanged), ``race.rewards`` builds reward systems from it and
+``race.rewards.systems`` bounds their FLOPs for planning.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 KINDS = ("rule", "random", "math", "orm", "prm", "judge")
 LEARNED_KINDS = ("orm", "prm", "judge")
@@ -52,6 +54,11 @@ class RewardSpec:
     agg: str = ""
     weights: dict[str, float] = field(default_factory=dict)
     text: str = ""
+    raw: str = field(default="", compare=False, repr=False)  # the string as written (what it serialises to)
+
+    def __str__(self) -> str:
+        """The spec as the user wrote it (run files, run ids, report cards)."""
+        return self.raw or self.text or self.kind
 
     @property
     def learned(self) -> bool:
@@ -113,8 +120,16 @@ def parse_learned(kind: str, arg: str) -> RewardSpec:
     return RewardSpec(kind, arg, MODEL_TERMS[kind][0], {"rm": 1.0}, text)
 
 
-def parse_reward(text: str) -> RewardSpec:
-    """Parse a reward spec string (see module docstring); ``ValueError`` says what to write."""
+def parse_reward(text: "str | RewardSpec") -> RewardSpec:
+    """Parse a reward spec string (see module docstring); ``ValueError`` says what to write.
+    A spec parsed already is returned as it is."""
+    if isinstance(text, RewardSpec):
+        return text
+    spec = _parse(text)
+    return replace(spec, raw=text)
+
+
+def _parse(text: str) -> RewardSpec:
     if not isinstance(text, str) or not text.strip():
         raise ValueError("reward is empty: write rule, random, math, orm:NAME, prm:NAME or judge:NAME")
     text = text.strip()

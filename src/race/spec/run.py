@@ -27,12 +27,15 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PlainSerializer, PlainValidator, ValidationError, \
+    field_validator, model_validator
+
+from race.accounting.guard import check_budget
 
 from race.spec.errors import ConfigError, format_errors, load_yaml_mapping, parse_scalar
-from race.spec.reward import parse_reward
+from race.spec.reward import RewardSpec, parse_reward
 from race.spec.task import TASK_ID_NEUTRAL, TaskSettings
 
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -49,6 +52,18 @@ LOGGING_ONLY = ("output_dir", "log_to", "wandb_project", "eval_cache_dir")
 #: Settings added after run ids were first issued: left out of the id while at these values,
 #: so the ids of existing runs (and the run directories and grid stores keyed by them) hold.
 _ID_NEUTRAL = {"per_device_train_batch_size": None, "gradient_accumulation_steps": None}
+
+
+def _reward_spec(v: Any) -> RewardSpec:
+    if not isinstance(v, (str, RewardSpec)):
+        raise ValueError(f"reward={v!r}: write a reward spec string such as rule, rule:partial, random or prm:prm-s")
+    return parse_reward(v)  # the one grammar (race.spec.reward); raises ValueError saying what to write
+
+
+#: A FLOP budget: race.accounting.guard's one check (a finite count > 0).
+BudgetField = Annotated[float, AfterValidator(check_budget)]
+#: A reward setting: parsed once on load, written back as the string it was given.
+RewardField = Annotated[RewardSpec, PlainValidator(_reward_spec), PlainSerializer(str, return_type=str)]
 
 
 class _Strict(BaseModel):
@@ -109,12 +124,12 @@ class RunConfig(_Strict):
     model: str = Field("tiny-s", description="tiny family name, Qwen2.5 preset, HF hub name or local directory")
     lora: LoraSettings | None = Field(default_factory=LoraSettings)
     task: TaskSettings = Field(default_factory=TaskSettings)
-    reward: str = Field("rule", description="rule[:TERMS] | random | math | orm:NAME | prm:NAME[:AGG] | judge:NAME "
-                        "(grammar: race.spec.reward)")
+    reward: RewardField = Field(default_factory=lambda: parse_reward("rule"),
+                                description="rule[:TERMS] | random | math | orm:NAME | prm:NAME[:AGG] | "
+                                "judge:NAME (grammar: race.spec.reward), held parsed")
     eval: EvalSettings = Field(default_factory=EvalSettings)
 
-    budget_flops: float = Field(..., gt=0, allow_inf_nan=False,
-                                description="the run's FLOP budget (finite); the ledger total never exceeds it")
+    budget_flops: BudgetField = Field(..., description="the run's FLOP budget (finite); the ledger total never exceeds it")
     max_steps: int | None = Field(None, ge=1)
 
     # GRPO (TRL names)
@@ -187,12 +202,6 @@ class RunConfig(_Strict):
         if v in REFUSED_LOSS_TYPES:
             raise ValueError(f"loss_type={v!r} (TRL 1.16) is not supported: {REFUSED_LOSS_TYPES[v]}; "
                              f"use one of {', '.join(LOSS_TYPES)}")
-        return v
-
-    @field_validator("reward")
-    @classmethod
-    def _reward(cls, v: str) -> str:
-        parse_reward(v)  # the one grammar (race.spec.reward); raises ValueError saying what to write
         return v
 
     @model_validator(mode="after")

@@ -14,6 +14,7 @@ from race.tasks.arith import (
     make_problem,
     solution_text,
     split_of,
+    step_seed,
 )
 from race.tasks.files import FileTask, TextProblem, extract_final_answer, load_problems_file, verify_final_answer
 from race.tasks.prompts import PromptFormat
@@ -22,6 +23,6 @@ from race.tasks.verify import MAX_DIGITS, Verification, outcome_reward, partial_
 __all__ = [
     "ANSWER_PREFIX", "END_MARK", "FINAL_MARK", "MAX_DIGITS", "PROMPT_PREFIX", "SPLITS", "STEP_SEP",
     "ArithTask", "FileTask", "Problem", "TextProblem", "Verification", "extract_final_answer", "load_problems_file",
-    "PromptFormat", "make_problem", "outcome_reward", "partial_credit", "solution_text", "split_of", "verify",
-    "verify_final_answer",
+    "PromptFormat", "make_problem", "outcome_reward", "partial_credit", "solution_text", "split_of", "step_seed",
+    "verify", "verify_final_answer",
 ]

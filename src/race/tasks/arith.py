@@ -40,6 +40,15 @@ FINAL_MARK = "#"
 END_MARK = "."
 OPS = ("+", "-")
 SPLITS = ("train", "test", "hard")
+STEP_SEED_STRIDE = 1_000_003  # runs whose seeds differ draw different problems for their first million steps
+
+
+def step_seed(seed: int, step: int) -> int:
+    """The seed of the training problems a run (or a warm-start / reward-model recipe) with
+    seed ``seed`` draws at step ``step``: ``seed * 1_000_003 + step``. Every trainer draws
+    its step's problems with it (the built-in engine's step b and the TRL engine's batch b
+    are the same problems)."""
+    return seed * STEP_SEED_STRIDE + step
 
 _BUCKETS = {"test": range(0, 10), "hard": range(10, 20), "train": range(20, 100)}
 

@@ -49,15 +49,17 @@ from typing import Any, Callable
 
 from transformers import TrainerCallback
 
-from race.accounting import AccountingError, FlopLedger, LoRA, ModelShape, ReportCard, log_values
+from race.accounting import AccountingError, BudgetGuard, FlopLedger, LoRA, ModelShape, ReportCard, check_budget, \
+    counted, log_values
 from race.accounting.conventions import resolve
-from race.accounting.ledger import UNCOUNTED_PHASES
+from race.accounting.guard import is_counted
 from race.engines.trl import internals
 from race.engines.trl.flops import TRL_CONVENTIONS_NOTE, TRL_EXECUTION_NOTE, TrlStepPlan, calls_components, \
     calls_tokens_seconds
 from race.engines.trl.bounds import step_bound
 from race.engines.trl.distributed import RunLedgers
-from race.engines.trl.hooks import FlopTracker, _compact_head, bound_prompt_length, causal_lm, lora_of
+from race.engines.trl.hooks import FlopTracker, bound_prompt_length, causal_lm, lora_of
+from race.engines.trl.internals import compact_head
 from race.engines.trl.reward_models import RewardModelMeter
 from race.engines.trl.rollouts import ROLLOUT_NOTE, GenerationWatch
 from race.models.refs import model_shape
@@ -91,8 +93,8 @@ class RaceFlopCallback(TrainerCallback):
                  conventions: Any = "race", max_prompt_length: int | None = None,
                  reward_step_bound: RewardBound | None = None, model_name: str | None = None,
                  report_card: bool = True, card_extra: dict[str, Any] | None = None) -> None:
-        if budget_flops is not None and not budget_flops > 0:
-            raise AccountingError(f"budget_flops must be > 0, got {budget_flops!r}")
+        if budget_flops is not None:
+            check_budget(budget_flops, "budget_flops")
         self.budget_flops = budget_flops
         self.output_dir = Path(output_dir) if output_dir is not None else None
         self.conventions = resolve(conventions)
@@ -106,6 +108,7 @@ class RaceFlopCallback(TrainerCallback):
         self.watch: GenerationWatch | None = None
         self.ledgers: RunLedgers | None = None
         self.ledger: FlopLedger | None = None  # the global ledger (the run's, on one process)
+        self.guard: BudgetGuard | None = None  # the budget decisions over it (race.accounting.guard)
         self.shape: ModelShape | None = None
         self.lora: LoRA | None = None
         self.plan: TrlStepPlan | None = None
@@ -186,7 +189,7 @@ class RaceFlopCallback(TrainerCallback):
                 self._outside[key] = self._outside.get(key, 0) + int(v)
             return
         self._pending.append((dict(components), dict(tokens or {}), dict(seconds or {})))
-        charged = sum(int(v) for k, v in components.items() if k.partition("/")[0] not in UNCOUNTED_PHASES)
+        charged = counted(components)
         if charged and self.reward_step_bound is None:
             self._reward_seen = max(self._reward_seen, charged)
             if self.budget_flops is not None and not self._warned_bound:
@@ -204,7 +207,13 @@ class RaceFlopCallback(TrainerCallback):
         prompts at the longest prompt, every old/reference pass TRL would run. A micro-step
         generates when TRL's counter says so or when no generated batch is buffered
         (``buffered``; default: whether a generation was seen)."""
-        return step_bound(self, micro_step, buffered=buffered)
+        assert self.plan is not None and self.shape is not None and self.max_prompt_length is not None
+        given = self.reward_step_bound
+        return step_bound(self.plan, self.shape, micro_step, prompt_len=self.max_prompt_length,
+                          completion_len=self._max_completion, lora=self.lora, conventions=self.conventions,
+                          reference_lora=self.reference_lora, last_generation=self.tracker.last_generation,
+                          reward_bound=given if given is not None else lambda n, p, t: self._reward_seen,
+                          reward_models=self.reward_models, buffered=buffered)
 
     def next_step_bound(self, state: Any) -> int:
         """``step_bound`` of the next optimizer step, reading TRL's own micro-step counter
@@ -240,7 +249,7 @@ class RaceFlopCallback(TrainerCallback):
                 "cannot see; use add_race_accounting(trainer, ...) (or callback.attach(trainer)) instead of "
                 "passing the callback in callbacks=[...]")
         self._install()
-        self.plan = TrlStepPlan.from_args(args, compact_head=_compact_head(causal_lm(policy)))
+        self.plan = TrlStepPlan.from_args(args, compact_head=compact_head(causal_lm(policy)))
         trainer = self._trainer() if self._trainer is not None else None
         if trainer is not None and getattr(trainer, "use_vllm", False):  # TRL's own flags win over args
             self.plan = replace(self.plan, vllm_is_correction=bool(
@@ -253,13 +262,14 @@ class RaceFlopCallback(TrainerCallback):
         self.output_dir = out
         self.ledgers = RunLedgers(out, self.budget_flops, resume_step=int(state.global_step), args=args)
         self.ledger = self.ledgers.ledger
+        self.guard = BudgetGuard(self.ledger)
         self.stop_reason = None
         self.tracker.drain()
         self._pending.clear()
         self._outside.clear()
         self._in_step = False
         bound = self.ledgers.global_bound(self.next_step_bound(state))
-        if self.ledger.would_exceed(bound):
+        if not self.guard.fits(bound):
             self._uninstall()
             raise AccountingError(
                 f"budget {self.budget_flops:.4g} FLOPs ({self.ledger.remaining:.4g} left) is smaller than one TRL "
@@ -292,7 +302,7 @@ class RaceFlopCallback(TrainerCallback):
         if calls:
             for k, v in calls_components(self.shape, calls, lora=self.lora,  # type: ignore[arg-type]
                                          conventions=self.conventions).items():
-                if not k.startswith("recompute/"):
+                if is_counted(k):  # model FLOPs only: hardware recompute is not evaluation
                     key = f"eval/{k.replace('/', '_')}"
                     comps[key] = comps.get(key, 0) + v
         if self.ledgers is not None:
@@ -322,15 +332,13 @@ class RaceFlopCallback(TrainerCallback):
         if "update/forward" in comps:
             seconds["update/backward"] = max(0.0, wall - sum(seconds.values()))
         assert self.ledgers is not None
-        over = self.ledgers.commit(int(state.global_step), comps, tokens, seconds)
-        if over:  # the bound was low: the FLOPs are on record, uncounted (overrun); stop on every rank
-            self.overrun_flops += over
-            control.should_training_stop = True
-            self.stop_reason = "budget"
-            return
-        if self.ledger.would_exceed(self.ledgers.global_bound(self.next_step_bound(state))):
-            control.should_training_stop = True
-            self.stop_reason = "budget"
+        assert self.guard is not None
+        # an overrun (the bound was low: the FLOPs are on record, uncounted) stops on every rank, as does a
+        # next step whose bound does not fit
+        over = self.ledgers.commit(int(state.global_step), comps, tokens, seconds, self.guard)
+        self.overrun_flops += over
+        if self.guard.stop_after(over, lambda: self.ledgers.global_bound(self.next_step_bound(state)), control):
+            self.stop_reason = self.guard.stop_reason
 
     def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any) -> None:
         """Add the ledger's values (:func:`race.accounting.log_values`) to TRL's ``logs`` and

@@ -18,7 +18,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from race.accounting import BudgetExceededError, FlopLedger
+from race.accounting import BudgetGuard, FlopLedger
 from race.accounting.errors import AccountingError
 
 Step = tuple[dict[str, int], dict[str, int], dict[str, float]]
@@ -86,14 +86,14 @@ class RunLedgers:
         dist.all_gather_object(parts, part)
         return _merge(parts)
 
-    def commit(self, step: int, comps: dict[str, int], tokens: dict[str, int], seconds: dict[str, float]) -> int:
-        """Charge one optimizer step (every rank's share). Returns 0, or the FLOPs recorded
-        as ``overrun`` when the budget could not take the step (the same on every rank)."""
+    def commit(self, step: int, comps: dict[str, int], tokens: dict[str, int], seconds: dict[str, float],
+               guard: BudgetGuard | None = None) -> int:
+        """Charge one optimizer step (every rank's share) through ``guard`` (default: a
+        guard over the global ledger). Returns 0, or the FLOPs recorded as ``overrun`` when
+        the budget could not take the step (the same on every rank)."""
         g = self._gather((comps, tokens, seconds))
-        try:
-            self.ledger.add_components(step, g[0], tokens=g[1], seconds=g[2])
-        except BudgetExceededError:
-            over = self.ledger.record_overrun(step, g[0], tokens=g[1], seconds=g[2])
+        over = (guard or BudgetGuard(self.ledger)).charge(step, g[0], tokens=g[1], seconds=g[2])
+        if over:
             if self.rank_ledger is not None:
                 self.rank_ledger.record_overrun(step, comps, tokens=tokens, seconds=seconds)
             return over

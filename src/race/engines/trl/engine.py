@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from race.accounting import AccountingError, steps_in_budget
+from race.accounting.guard import run_steps
 from race.engines.common import EvalSchedule, Progress, RunDir, make_task, run_evaluator, start_policy
 from race.engines.grpo_math import lr_at
 from race.engines.trl import trainer as _trainer
@@ -38,6 +38,7 @@ from race.engines.trl.config import check_trl_config, grpo_args
 from race.engines.trl.reward import RaceReward
 from race.rewards.base import reward_bound
 from race.spec.run import RunConfig
+from race.tasks import step_seed
 
 MAX_DATASET_BATCHES = 10_000  # prompts repeat (TRL starts a new epoch) past this many batches
 
@@ -72,7 +73,7 @@ class TrlEngine:
         floor = 0.0
         longest = 0
         for b in range(1, limit + 1):
-            batch = self.task.problems("train", cfg.prompts_per_step, seed=cfg.seed * 1_000_003 + b)
+            batch = self.task.problems("train", cfg.prompts_per_step, seed=step_seed(cfg.seed, b))
             width = 0
             for p in batch:
                 ids = tok(p.prompt, add_special_tokens=False)["input_ids"]
@@ -96,7 +97,7 @@ class TrlEngine:
 
         from race.engines.trl.callback import RaceFlopCallback
         from race.engines.trl.flops import TrlStepPlan
-        from race.engines.trl.hooks import _compact_head
+        from race.engines.trl.internals import compact_head
         from race.engines.trl.run_callback import RunCallback
         from race.models import validate_lora
         from race.rewards import make_reward
@@ -112,7 +113,7 @@ class TrlEngine:
         self.plan = TrlStepPlan(per_device_train_batch_size=cfg.micro_batch_size,
                                 gradient_accumulation_steps=cfg.accumulation_steps,
                                 steps_per_generation=cfg.accumulation_steps, num_generations=cfg.num_generations,
-                                num_iterations=cfg.num_iterations, beta=cfg.beta, compact_head=_compact_head(model))
+                                num_iterations=cfg.num_iterations, beta=cfg.beta, compact_head=compact_head(model))
         self.task = make_task(cfg)
         self.reward = make_reward(cfg.reward, seed=cfg.seed, device=str(self.device), conventions=cfg.conventions,
                                   task=self.task)
@@ -162,11 +163,7 @@ class TrlEngine:
         bound += cfg.num_iterations * counted(update_components(
             self.shape, plan, n_seqs=n, seq_len=self.max_prompt + T, completion_len=T, lora=self.lora,
             conventions=cfg.conventions))
-        try:
-            steps = steps_in_budget(cfg.budget_flops, bound)
-        except AccountingError as e:
-            raise AccountingError(f"run {cfg.name!r}: {e}") from None
-        return min(steps, cfg.max_steps) if cfg.max_steps else steps
+        return run_steps(cfg.budget_flops, bound, cfg.max_steps, run=cfg.name)
 
     # -- the run ---------------------------------------------------------------------------------
     def _resume_point(self) -> str | None:
@@ -220,7 +217,7 @@ class TrlEngine:
         vs = {p: {"trl": int(trl_phases.get(p, 0)), "builtin_same_shapes": int(same.get(p, 0))}
               for p in ("rollout", "old_logprobs", "reference", "update", "recompute")}
         card = self.flops.report_card(model=cfg.model, model_params=self.shape.num_params(), extra={
-            "reward": cfg.reward, "generations": len(gens), "vs_builtin": vs,
+            "reward": str(cfg.reward), "generations": len(gens), "vs_builtin": vs,
             "vs_builtin_note": "FLOPs the built-in engine charges for the same batches (prompt prefix shared in "
                                "every pass, head at completion predictions, no checkpointing, no group dropped); a resumed run "
                                "counts the generations since the resume"})

@@ -62,6 +62,7 @@ from race.accounting import (
 from race.accounting import terms
 from race.accounting.conventions import Conventions, resolve
 from race.accounting.errors import AccountingError
+from race.accounting.guard import counted  # what the budget is charged: the one rule (re-exported here)
 
 ConvLike = Conventions | str | None
 
@@ -172,7 +173,8 @@ def calls_tokens_seconds(calls: Iterable[ModelCall]) -> tuple[dict[str, int], di
 
 
 # -- what TRL runs: plan and uniform-shape components (bounds, cross-checks) -------------------
-def _round_up(n: int, k: int | None) -> int:
+def round_up(n: int, k: int | None) -> int:
+    """``n`` rounded up to a multiple of ``k`` (TRL's ``pad_to_multiple_of``; ``None``: ``n``)."""
     return n if not k else -(-n // k) * k
 
 
@@ -240,8 +242,8 @@ def generation_components(shape: ModelShape, plan: TrlStepPlan, *, n_seqs: int, 
     rollout (no shared prefix), old-policy log-probs (if the plan needs them) and reference
     log-probs (if beta != 0; adapter off unless ``reference_lora``)."""
     conv = resolve(conventions)
-    P = _round_up(prompt_len, plan.pad_to_multiple_of)
-    T = _round_up(completion_len, plan.pad_to_multiple_of)
+    P = round_up(prompt_len, plan.pad_to_multiple_of)
+    T = round_up(completion_len, plan.pad_to_multiple_of)
     comps = rollout_components(shape, [P] * n_seqs, [completion_len] * n_seqs, lora=lora, share_prompt=False,
                                conventions=conv)
     S = P + T
@@ -267,11 +269,6 @@ def update_components(shape: ModelShape, plan: TrlStepPlan, *, n_seqs: int, seq_
                                 inputs_require_grad=inputs_require_grad, conventions=conv)
     comps["recompute/lm_head"] = terms.head_flops(n_seqs * head, shape.head_matrices())
     return comps
-
-
-def counted(components: dict[str, int]) -> int:
-    """Model FLOPs of a components dict (``recompute/*`` excluded)."""
-    return sum(v for k, v in components.items() if not k.startswith("recompute/"))
 
 
 # -- the built-in engine on the same shapes ----------------------------------------------------
@@ -372,5 +369,5 @@ def builtin_same_shapes(shape: ModelShape, generations: Iterable[tuple[int, int,
 
 __all__ = [
     "ModelCall", "TrlStepPlan", "TRL_CONVENTIONS_NOTE", "TRL_EXECUTION_NOTE", "builtin_same_shapes", "calls_components",
-    "calls_tokens_seconds", "compare_with_builtin", "counted", "generation_components", "update_components",
+    "calls_tokens_seconds", "compare_with_builtin", "counted", "round_up", "generation_components", "update_components",
 ]

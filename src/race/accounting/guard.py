@@ -1,0 +1,271 @@
+"""The budget guard: the one owner of "the budget is never exceeded". Standard library only.
+
+Every budget decision of RACE is made here, from the same numbers, for the planner
+(``race plan``, ``race flops``, ``race grid plan``), the built-in engine and the TRL
+callback:
+
+- **what counts** (:func:`counted`): a ``phase/component`` FLOP count is charged to the
+  budget unless its phase is one of :data:`UNCOUNTED_PHASES` (``recompute`` hardware
+  FLOPs, ``eval``, ``warmstart``, ``overrun``). The ledger marks its records with the same
+  rule (``LedgerRecord.counted``).
+- **a budget** (:func:`check_budget`): a finite number of FLOPs > 0.
+- **whether FLOPs fit** (:func:`fits`): ``spent + flops <= budget``; no budget fits anything.
+- **the steps a budget buys** (:func:`steps_bought`, :func:`steps_in_budget`):
+  ``floor(budget / step_flops)``, capped by ``max_steps``.
+- **the stop** (:class:`BudgetGuard`): before a step, the step's upper bound must fit, or
+  the run stops; once a step's exact cost is known, the part still to run must fit with
+  what ran, or what ran is recorded as uncounted ``overrun`` and the run stops; a charge
+  the ledger would refuse is recorded as ``overrun`` and the run stops. Every stop is a
+  clean ``budget`` stop (:attr:`BudgetGuard.stop_reason`).
+
+The one object the per-step formulas take is :class:`StepPlan`: a step's model shape and
+settings (group size, LoRA, iterations, beta, recompute, shared prompts, reward system,
+conventions), so the engines and the planner pass one value instead of ten.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+from .conventions import Conventions
+from .errors import AccountingError
+from .grpo import RULE, PhaseFlops, RewardSystem, TrainLogits, grpo_step_flops, learning_components, \
+    prompt_groups, rollout_components, uniform_step_flops
+from .lora import LoRA
+from .shapes import ModelShape
+
+#: Phases recorded in a ledger but never charged to the budget.
+UNCOUNTED_PHASES = ("recompute", "eval", "warmstart", "overrun")
+BUDGET_STOP = "budget"
+
+
+class BudgetExceededError(AccountingError):
+    """Charging a record would take the counted total past the budget."""
+
+
+# -- the rules ------------------------------------------------------------------------------
+def is_counted(key: str) -> bool:
+    """Whether a ``phase/component`` key (or a bare phase) is charged to the budget."""
+    return key.partition("/")[0] not in UNCOUNTED_PHASES
+
+
+def counted(components: dict[str, int]) -> int:
+    """FLOPs of ``phase/component`` entries the budget is charged: every phase but
+    :data:`UNCOUNTED_PHASES`."""
+    return sum(int(v) for k, v in components.items() if is_counted(k))
+
+
+def is_budget(budget: Any) -> bool:
+    """Whether ``budget`` is a FLOP budget: a finite number > 0."""
+    try:
+        value = float(budget)
+    except (TypeError, ValueError):
+        return False
+    return math.isfinite(value) and value > 0
+
+
+def check_budget(budget: Any, name: str = "budget") -> float:
+    """``budget`` as a float when it is a finite FLOP count > 0; else ``AccountingError``
+    saying so (``name`` is the setting's name in the message)."""
+    if not is_budget(budget):
+        raise AccountingError(f"{name} must be > 0 and finite (a FLOP count), got {budget!r}")
+    return float(budget)
+
+
+def fits(spent: float, flops: float, budget: float | None) -> bool:
+    """Whether ``flops`` more FLOPs fit a budget of which ``spent`` is spent
+    (``spent + flops <= budget``); ``None``: no budget, everything fits."""
+    return budget is None or spent + flops <= budget
+
+
+def steps_bought(budget: float, step_flops: float, max_steps: int | None = None) -> int:
+    """``floor(budget / step_flops)`` whole steps (0 when not even one fits), at most
+    ``max_steps`` when given."""
+    if not step_flops > 0:
+        raise AccountingError(f"a step must cost > 0 FLOPs, got {step_flops!r}")
+    n = int(budget // step_flops)
+    return min(n, max_steps) if max_steps else n
+
+
+def run_steps(budget: float, step_bound: float, max_steps: int | None = None, *, run: str | None = None) -> int:
+    """The steps a run's budget buys at ``step_bound`` FLOPs a step (an engine's lr
+    schedule length): :func:`steps_in_budget`, at most ``max_steps``; the refusal of a
+    budget smaller than one step names ``run``."""
+    try:
+        n = steps_in_budget(budget, step_bound)
+    except AccountingError as e:
+        raise AccountingError(f"run {run!r}: {e}" if run is not None else str(e)) from None
+    return min(n, max_steps) if max_steps else n
+
+
+def steps_in_budget(budget: float, step_flops: float) -> int:
+    """floor(budget / step_flops): whole steps that fit. Raises when not even one fits,
+    saying what one step costs."""
+    check_budget(budget)
+    n = steps_bought(budget, step_flops)
+    if n < 1:
+        raise AccountingError(
+            f"budget {budget:.4g} FLOPs is smaller than one step ({step_flops:.4g} FLOPs); "
+            f"raise the budget to at least {step_flops:.4g} or shrink the step (prompts, group, lengths)"
+        )
+    return n
+
+
+# -- a step's shapes and settings ----------------------------------------------------------------------
+@dataclass(frozen=True)
+class StepPlan:
+    """What one GRPO step runs, minus its lengths: the settings every per-phase formula
+    needs (``race.accounting.grpo``), in one value.
+
+    ``share_prompt``: the rollout prefills each prompt once for its group. ``micro_batch``:
+    the learning passes share each prompt across its group, in micro-batches of this many
+    sequences (``prompt_groups``); ``None`` runs them unshared. The other fields are
+    ``grpo_step_flops``'s arguments of the same names."""
+
+    shape: ModelShape
+    num_generations: int
+    lora: LoRA | None = None
+    num_iterations: int = 1
+    beta: float = 0.0
+    needs_old_logprobs: bool | None = None
+    recompute: bool = False
+    recompute_early_stop: bool = True
+    inputs_require_grad: bool = False
+    train_logits: TrainLogits = "completion"
+    share_prompt: bool = False
+    micro_batch: int | None = None
+    reward: RewardSystem = RULE
+    conventions: "Conventions | str | None" = None
+
+    def prompt_groups(self, n: int) -> list[int] | None:
+        """The prompt segments of the learning passes over ``n`` sequences (None: unshared)."""
+        return prompt_groups(n, self.num_generations, self.micro_batch) if self.micro_batch else None
+
+    def rollout(self, prompt_lens: Sequence[int], completion_lens: Sequence[int]) -> dict[str, int]:
+        """``rollout/*`` FLOPs (one prompt length per prompt when ``share_prompt``, else per sequence)."""
+        return rollout_components(self.shape, prompt_lens, completion_lens, lora=self.lora,
+                                  share_prompt=self.share_prompt, conventions=self.conventions)
+
+    def learning(self, seq_lens: Sequence[int], completion_lens: Sequence[int]) -> dict[str, int]:
+        """Old/reference log-prob, update and recompute FLOPs over whole sequences."""
+        return learning_components(self.shape, seq_lens, completion_lens, lora=self.lora,
+                                   prompt_groups=self.prompt_groups(len(seq_lens)),
+                                   num_iterations=self.num_iterations, beta=self.beta,
+                                   needs_old_logprobs=self.needs_old_logprobs, train_logits=self.train_logits,
+                                   recompute=self.recompute, recompute_early_stop=self.recompute_early_stop,
+                                   inputs_require_grad=self.inputs_require_grad, conventions=self.conventions)
+
+    def bound(self, prompts: int, prompt_len: int, completion_len: int) -> int:
+        """Upper bound of a step's counted policy FLOPs (rollout and learning passes, the
+        reward model's apart): ``prompts`` prompts at ``prompt_len`` tokens, every
+        completion at ``completion_len``, no group dropped."""
+        n = prompts * self.num_generations
+        comps = self.rollout([prompt_len] * (prompts if self.share_prompt else n), [completion_len] * n)
+        comps.update(self.learning([prompt_len + completion_len] * n, [completion_len] * n))
+        return counted(comps)
+
+    def step(self, prompt_lens: Sequence[int], completion_lens: Sequence[int], **reward_lens: Any) -> PhaseFlops:
+        """``grpo_step_flops`` of this plan (``reward_lens``: ``reward_seq_lens``,
+        ``reward_head_positions``, ``judge_completion_lens``)."""
+        plens, clens = list(prompt_lens), list(completion_lens)
+        return grpo_step_flops(self.shape, plens, clens, num_generations=self.num_generations,
+                               lora=self.lora, num_iterations=self.num_iterations, beta=self.beta,
+                               needs_old_logprobs=self.needs_old_logprobs, reward=self.reward,
+                               share_prompt=self.share_prompt, recompute=self.recompute,
+                               recompute_early_stop=self.recompute_early_stop, train_logits=self.train_logits,
+                               inputs_require_grad=self.inputs_require_grad,
+                               prompt_groups=self.prompt_groups(len(clens)),
+                               conventions=self.conventions, **reward_lens)
+
+    def uniform(self, prompts: int, prompt_len: int, completion_len: int, **reward_lens: Any) -> PhaseFlops:
+        """:meth:`step` with every prompt at ``prompt_len`` and every completion at
+        ``completion_len`` (the step's upper bound when those are the maxima)."""
+        n = prompts * self.num_generations
+        return uniform_step_flops(self.shape, prompts=prompts, num_generations=self.num_generations,
+                                  prompt_len=prompt_len, completion_len=completion_len, lora=self.lora,
+                                  num_iterations=self.num_iterations, beta=self.beta,
+                                  needs_old_logprobs=self.needs_old_logprobs, reward=self.reward,
+                                  share_prompt=self.share_prompt, recompute=self.recompute,
+                                  recompute_early_stop=self.recompute_early_stop, train_logits=self.train_logits,
+                                  inputs_require_grad=self.inputs_require_grad,
+                                  prompt_groups=self.prompt_groups(n) if n > 0 else None,
+                                  conventions=self.conventions, **reward_lens)
+
+
+# -- the stop ---------------------------------------------------------------------------------
+class BudgetGuard:
+    """The budget decisions of one run over its ledger (a ``FlopLedger``: ``total``,
+    ``budget``, ``add_components``, ``record_overrun``). See the module docstring.
+
+    ``stop_reason`` is ``"budget"`` once the guard has stopped the run, else ``None``."""
+
+    def __init__(self, ledger: Any) -> None:
+        self.ledger = ledger
+        self.stop_reason: str | None = None
+
+    @property
+    def budget(self) -> float | None:
+        return self.ledger.budget
+
+    def fits(self, flops: float) -> bool:
+        """Whether ``flops`` more counted FLOPs fit what is left of the budget."""
+        return fits(self.ledger.total, flops, self.ledger.budget)
+
+    def steps_bought(self, step_bound: float, max_steps: int | None = None, *, run: str | None = None) -> int:
+        """Steps the (whole) budget buys at ``step_bound`` FLOPs a step, at most
+        ``max_steps``; refuses a budget smaller than one step (naming ``run``)."""
+        if self.budget is None:
+            raise AccountingError("no budget: steps_bought needs a ledger with a budget")
+        return run_steps(self.budget, step_bound, max_steps, run=run)
+
+    def _stop(self) -> bool:
+        self.stop_reason = BUDGET_STOP
+        return False
+
+    def may_start(self, step_bound: float) -> bool:
+        """Before a step: True when a step costing up to ``step_bound`` fits; False stops
+        the run (a clean budget stop)."""
+        return True if self.fits(step_bound) else self._stop()
+
+    def may_continue(self, step: int, ran: dict[str, int], to_run: dict[str, int] | None = None, *,
+                     tokens: dict[str, int] | None = None, seconds: dict[str, float] | None = None) -> bool:
+        """A step's exact cost is known before its last phases run: ``ran`` executed,
+        ``to_run`` would. True when both fit; else ``ran`` is recorded as uncounted
+        ``overrun`` and the run stops (False)."""
+        if self.fits(counted(ran) + counted(to_run or {})):
+            return True
+        self.ledger.record_overrun(step, ran, tokens=tokens, seconds=seconds)
+        return self._stop()
+
+    def charge(self, step: int, components: dict[str, int], *, tokens: dict[str, int] | None = None,
+               seconds: dict[str, float] | None = None) -> int:
+        """Charge a step's ``phase/component`` FLOPs. Returns 0; or, when the budget cannot
+        take them (a bound was low), records them as uncounted ``overrun``, stops the run
+        and returns the FLOPs recorded."""
+        try:
+            if not self.fits(counted(components)):
+                raise BudgetExceededError("the step does not fit")
+            self.ledger.add_components(step, components, tokens=tokens, seconds=seconds)
+            return 0
+        except BudgetExceededError:
+            over = self.ledger.record_overrun(step, components, tokens=tokens, seconds=seconds)
+            self._stop()
+            return int(over)
+
+    def stop_after(self, overrun: int, next_bound: Callable[[], float], control: Any = None) -> bool:
+        """After a step was charged (``overrun``: what :meth:`charge` returned): True when
+        the run stops, because the step overran or the next step's bound
+        (``next_bound()``, called only when needed) does not fit. ``control`` (a
+        transformers ``TrainerControl``) gets ``should_training_stop`` set."""
+        stop = bool(overrun) or not self.fits(next_bound())
+        if stop:
+            self._stop()
+            if control is not None:
+                control.should_training_stop = True
+        return stop
+
+
+__all__ = ["BUDGET_STOP", "BudgetExceededError", "BudgetGuard", "StepPlan", "UNCOUNTED_PHASES", "check_budget",
+           "counted", "fits", "is_budget", "is_counted", "run_steps", "steps_bought", "steps_in_budget"]
