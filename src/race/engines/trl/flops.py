@@ -189,14 +189,21 @@ class TrlStepPlan:
     compact_head: bool = False  # fused head on Triton devices: completion tokens only
     pad_to_multiple_of: int | None = None
     vllm_is_correction: bool = False  # use_vllm with importance-sampling correction: old log-probs every generation
+    num_processes: int = 1  # data-parallel ranks: TRL's generation batch is global
+    tool_iterations: int = 0  # tool-calling turns after the first (0: no tools)
 
     def __post_init__(self) -> None:
-        if self.per_device_train_batch_size < 1 or self.gradient_accumulation_steps < 1:
-            raise AccountingError("per_device_train_batch_size and gradient_accumulation_steps must be >= 1")
-        if self.generation_batch_size % self.num_generations:
+        if self.per_device_train_batch_size < 1 or self.gradient_accumulation_steps < 1 or self.num_processes < 1:
+            raise AccountingError("per_device_train_batch_size, gradient_accumulation_steps and num_processes must "
+                                  "be >= 1")
+        if self.tool_iterations < 0:
+            raise AccountingError(f"tool_iterations must be >= 0, got {self.tool_iterations}")
+        # TRL (grpo_config.py) requires full prompt groups in the GLOBAL generation batch only: one rank may hold
+        # part of a group (8 GPUs, per-device 4, G=16 is valid)
+        if self.global_generation_batch_size % self.num_generations:
             raise AccountingError(
-                f"generation batch {self.generation_batch_size} (per_device_train_batch_size x steps_per_generation) "
-                f"is not a multiple of num_generations={self.num_generations}")
+                f"global generation batch {self.global_generation_batch_size} (per_device_train_batch_size x "
+                f"num_processes x steps_per_generation) is not a multiple of num_generations={self.num_generations}")
 
     @classmethod
     def from_args(cls, args: Any, *, compact_head: bool = False) -> "TrlStepPlan":
@@ -208,7 +215,8 @@ class TrlStepPlan:
                    steps_per_generation=int(args.steps_per_generation or args.gradient_accumulation_steps),
                    num_iterations=int(args.num_iterations), beta=float(args.beta), compact_head=compact_head,
                    pad_to_multiple_of=pad, vllm_is_correction=bool(getattr(args, "use_vllm", False)) and bool(
-                       getattr(args, "vllm_importance_sampling_correction", False)))
+                       getattr(args, "vllm_importance_sampling_correction", False)),
+                   num_processes=int(getattr(args, "world_size", 1) or 1))
 
     @property
     def generate_every(self) -> int:
@@ -217,7 +225,13 @@ class TrlStepPlan:
 
     @property
     def generation_batch_size(self) -> int:
+        """Rows one rank generates at a time."""
         return self.per_device_train_batch_size * self.steps_per_generation
+
+    @property
+    def global_generation_batch_size(self) -> int:
+        """Rows all ranks generate together (TRL's ``generation_batch_size``)."""
+        return self.generation_batch_size * self.num_processes
 
     @property
     def needs_old_logprobs(self) -> bool:
