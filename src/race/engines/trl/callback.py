@@ -326,10 +326,12 @@ class RaceFlopCallback(TrainerCallback):
         if over:  # the bound was low: the FLOPs are on record, uncounted (overrun); stop on every rank
             self.overrun_flops += over
             control.should_training_stop = True
+            _keep_work(args, control)
             self.stop_reason = "budget"
             return
         if self.ledger.would_exceed(self.ledgers.global_bound(self.next_step_bound(state))):
             control.should_training_stop = True
+            _keep_work(args, control)
             self.stop_reason = "budget"
 
     def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any) -> None:
@@ -370,6 +372,16 @@ class RaceFlopCallback(TrainerCallback):
             num_generations=self.plan.num_generations, extra=extra, **meta)
         card.conventions_text = f"{card.conventions_text}; {TRL_CONVENTIONS_NOTE}"
         return card
+
+
+def _keep_work(args: Any, control: Any) -> None:
+    """A budget stop ends training like TRL's own ``max_steps`` stop does
+    (``DefaultFlowCallback``): it saves a checkpoint and evaluates, when the run saves and
+    evaluates at all, so the steps since the last checkpoint are not lost."""
+    if str(getattr(args, "save_strategy", "no")).lower().rsplit(".", 1)[-1] != "no":
+        control.should_save = True
+    if str(getattr(args, "eval_strategy", "no")).lower().rsplit(".", 1)[-1] != "no":
+        control.should_evaluate = True
 
 
 def add_race_accounting(trainer: Any, budget_flops: float | None = None, output_dir: str | Path | None = None,
