@@ -3,8 +3,6 @@ an evaluation, as TRL's own ``max_steps`` stop does)."""
 
 from __future__ import annotations
 
-
-
 PROMPTS = ["Q:1+2\nA:", "Q:12+30-4\nA:"]
 
 
