@@ -85,12 +85,22 @@ class RaceFlopCallback(TrainerCallback):
         model_name: the name the report card shows.
         report_card: write ``report_card.{json,md,tex}`` when training ends.
         card_extra: more entries for the report card's ``extra``.
+        sync_calls: synchronize the device around every hooked model call (exact per-phase
+            seconds, two synchronizes per call, each decode step included); ``False`` times
+            whole generations and steps only (see ``race.engines.trl.hooks``). Default: on,
+            off under ``torch_compile=True``.
+        peak_flops: one device's peak FLOP/s for the ``race/mfu/*`` logs (default: the
+            table in ``race.engines.trl.utilisation`` for the policy's device and dtype; on
+            a device not in it MFU is omitted, with a one-time note).
     """
 
     def __init__(self, budget_flops: float | None = None, output_dir: str | Path | None = None, *,
                  conventions: Any = "race", max_prompt_length: int | None = None,
                  reward_step_bound: RewardBound | None = None, model_name: str | None = None,
-                 report_card: bool = True, card_extra: dict[str, Any] | None = None) -> None:
+                 report_card: bool = True, card_extra: dict[str, Any] | None = None, sync_calls: bool | None = None,
+                 peak_flops: float | None = None) -> None:
+        if peak_flops is not None and not peak_flops > 0:
+            raise AccountingError(f"peak_flops must be > 0 (one device's peak FLOP/s), got {peak_flops!r}")
         if budget_flops is not None and not budget_flops > 0:
             raise AccountingError(f"budget_flops must be > 0, got {budget_flops!r}")
         self.budget_flops = budget_flops
@@ -101,8 +111,11 @@ class RaceFlopCallback(TrainerCallback):
         self.model_name = model_name
         self.write_card = report_card
         self.card_extra = dict(card_extra or {})
-        self.tracker = FlopTracker()
-        self.reward_models = RewardModelMeter(self.conventions)
+        self.sync_calls = sync_calls
+        self.peak_flops = peak_flops
+        self.tracker = FlopTracker(sync=sync_calls is not False)
+        self.reward_models = RewardModelMeter(self.conventions, clock=lambda device: self.tracker.clock(device))
+        self.micro_steps = 0  # training_step calls seen (on_substep_end + on_step_end), TRL's _step
         self.watch: GenerationWatch | None = None
         self.ledgers: RunLedgers | None = None
         self.ledger: FlopLedger | None = None  # the global ledger (the run's, on one process)
@@ -133,6 +146,7 @@ class RaceFlopCallback(TrainerCallback):
 
         internals.check_trl(trainer)
         self._trainer = weakref.ref(trainer)
+        self.micro_steps = 0
         self._models = [(trainer.model, "policy")]
         ref = getattr(trainer, "ref_model", None)
         if ref is not None:
@@ -155,13 +169,17 @@ class RaceFlopCallback(TrainerCallback):
             bypass = vllm or bool(getattr(args, "use_transformers_continuous_batching", False))
             lora = lora_of(self._models[0][0], model_shape(self._models[0][0])) is not None
             self.watch = GenerationWatch(self.tracker, lora=lora and not vllm, bypass=bypass,
-                                         device=next(self._models[0][0].parameters()).device)
+                                         device=self._policy_device)
             self._undo.append(internals.wrap_generation(trainer, self.watch.single_turn))
             rollout_func = getattr(trainer, "rollout_func", None)
             if rollout_func is not None:
                 trainer.rollout_func = self.watch.wrap_rollout_func(rollout_func)
                 self._undo.append(lambda: setattr(trainer, "rollout_func", rollout_func))
         self._attached = True
+
+    def _policy_device(self) -> Any:
+        """The policy's device now (the trainer may move it after attach: read it late)."""
+        return next(self._models[0][0].parameters()).device
 
     def _uninstall(self) -> None:
         if self._attached:
@@ -207,14 +225,14 @@ class RaceFlopCallback(TrainerCallback):
         return step_bound(self, micro_step, buffered=buffered)
 
     def next_step_bound(self, state: Any) -> int:
-        """``step_bound`` of the next optimizer step, reading TRL's own micro-step counter
-        and generation buffer when the trainer is attached (they restart on resume)."""
+        """``step_bound`` of the next optimizer step: the micro-step counted from the
+        callback events (``training_step`` calls, as TRL's own counter, which restarts with
+        the trainer on resume) and TRL's generation buffer when the trainer is attached."""
         assert self.plan is not None
         trainer = self._trainer() if self._trainer is not None else None
-        micro = internals.micro_step(trainer) if trainer is not None else None
-        if micro is not None:
-            return self.step_bound(micro, buffered=internals.has_buffered_batch(trainer))
-        return self.step_bound(int(state.global_step) * self.plan.gradient_accumulation_steps)
+        if trainer is not None:
+            return self.step_bound(self.micro_steps, buffered=internals.has_buffered_batch(trainer))
+        return self.step_bound(self.micro_steps)
 
     # -- TrainerCallback events ---------------------------------------------------------------
     def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, processing_class: Any = None,
@@ -229,7 +247,9 @@ class RaceFlopCallback(TrainerCallback):
                 raise AccountingError("RaceFlopCallback got no model: use add_race_accounting(trainer, ...)")
             self._models = [(model, "policy")]
         policy = self._models[0][0]
-        self._device = next(policy.parameters()).device
+        self._device = None  # read at each step begin: accelerate may move the model after this
+        if self.sync_calls is None:
+            self.tracker.sync = not bool(getattr(args, "torch_compile", False))
         self.shape = model_shape(policy)
         self.lora = lora_of(policy, self.shape)
         peft_ref = hasattr(policy, "peft_config") and "ref" in getattr(policy, "peft_config", {})
@@ -279,6 +299,7 @@ class RaceFlopCallback(TrainerCallback):
     def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self._flush_outside(int(state.global_step))
         self._in_step = True
+        self._device = self._policy_device()
         self._t_step = device_clock(self._device)
 
     def _flush_outside(self, step: int) -> None:
@@ -300,6 +321,7 @@ class RaceFlopCallback(TrainerCallback):
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         assert self.ledger is not None and self.shape is not None and self.plan is not None
+        self.micro_steps += 1
         self._in_step = False
         now = device_clock(self._device)
         wall = now - (self._t_step or now)
@@ -333,6 +355,9 @@ class RaceFlopCallback(TrainerCallback):
             control.should_training_stop = True
             _keep_work(args, control)
             self.stop_reason = "budget"
+
+    def on_substep_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.micro_steps += 1  # a training_step call that did not end an optimizer step
 
     def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any) -> None:
         """Add the ledger's values (:func:`race.accounting.log_values`) to TRL's ``logs`` and

@@ -102,12 +102,17 @@ class GenerationWatch:
         lora: whether the generator runs the policy's LoRA adapter (not under vLLM).
         bypass: the run is known to generate outside ``model.generate`` (vLLM,
             continuous batching): the hooks are paused during generation.
-        device: the policy's device (synchronized for the timing).
+        device: the policy's device (synchronized for the timing), or a function that
+            returns it (read at each generation: the model may move after attach).
     """
 
     def __init__(self, tracker: Any, *, lora: bool, bypass: bool, device: Any = None) -> None:
-        self.tracker, self.lora, self.bypass, self.device = tracker, lora, bypass, device
+        self.tracker, self.lora, self.bypass, self._device = tracker, lora, bypass, device
         self.charged_rows = 0  # rows charged from token ids so far (0: every rollout was measured)
+
+    @property
+    def device(self) -> Any:
+        return self._device() if callable(self._device) else self._device
 
     def _run(self, fn: Callable[[], Any], prompt_ids_of: Callable[[Any], Any],
              completion_ids_of: Callable[[Any], Any]) -> Any:
