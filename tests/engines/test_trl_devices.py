@@ -173,3 +173,46 @@ def test_micro_steps_come_from_callback_events(tiny_model_dir, tmp_path):
     # generation every steps_per_generation x num_iterations = 2 micro-steps: one per optimizer step
     assert len(cb.tracker.generations) == 3
     assert cb.next_step_bound(trainer.state) == cb.step_bound(6, buffered=True)
+
+
+@pytest.mark.parametrize("impl", ["no_reentrant", "reentrant"])
+def test_fsdp_checkpoint_wrapper_is_seen_as_checkpointing(impl):
+    """accelerate's FSDP ``activation_checkpointing`` wraps each decoder layer in torch's
+    ``CheckpointWrapper`` (no HF ``gradient_checkpointing`` flag): the recompute is recorded,
+    and the ledger's update + recompute equal FlopCounterMode's count of the same
+    forward+backward (``torch`` conventions)."""
+    import functools
+
+    import torch
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
+        CheckpointImpl,
+        apply_activation_checkpointing,
+        checkpoint_wrapper,
+    )
+
+    from race.engines.trl.flops import calls_components
+    from race.engines.trl.hooks import FlopTracker, _decoder_layers
+    from race.measure import Counter
+    from race.models.family import build_tiny_model
+    from race.models.refs import model_shape
+
+    lm = build_tiny_model("tiny-xs", seed=0)
+    lm.config._attn_implementation = "eager"
+    kind = CheckpointImpl.NO_REENTRANT if impl == "no_reentrant" else CheckpointImpl.REENTRANT
+    layer_type = type(_decoder_layers(lm)[0])
+    apply_activation_checkpointing(lm, checkpoint_wrapper_fn=functools.partial(checkpoint_wrapper, checkpoint_impl=kind),
+                                   check_fn=lambda m: isinstance(m, layer_type))
+    assert type(_decoder_layers(lm)[0]).__name__ == "CheckpointWrapper"
+    lm.train()
+    tracker = FlopTracker()
+    tracker.attach(lm)
+    ids = torch.randint(3, 20, (2, 9), generator=torch.Generator().manual_seed(0))
+    with Counter() as c:
+        lm(input_ids=ids, use_cache=False).logits.float().sum().backward()
+    (call,) = tracker.drain()
+    n_layers = len(_decoder_layers(lm))
+    assert call.recompute == ("early_stop" if impl == "no_reentrant" else "full")
+    assert call.recompute_layers == n_layers
+    comps = calls_components(model_shape(lm), [call], lora=None, conventions="torch")
+    assert comps["recompute/forward"] > 0
+    assert sum(comps.values()) == c.total

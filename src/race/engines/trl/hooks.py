@@ -50,13 +50,17 @@ def _eager(fn: Any) -> Any:
 
 
 def _checkpoint_wrapper_impl(module: Any) -> str | None:
-    """``"early_stop"`` / ``"full"`` when ``module`` is torch's ``CheckpointWrapper`` (what
-    accelerate's FSDP ``activation_checkpointing`` wraps each decoder layer in), else None."""
+    """``"early_stop"`` / ``"full"`` when decoder layer ``module`` is (or wraps) torch's
+    ``CheckpointWrapper`` (what accelerate's FSDP ``activation_checkpointing`` wraps each
+    decoder layer in: non-reentrant), else None."""
     try:
         from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import CheckpointImpl, CheckpointWrapper
     except ImportError:  # pragma: no cover - torch without distributed
         return None
-    if not isinstance(module, CheckpointWrapper):
+    # FSDP1 wraps first, then checkpoints the wrapped layer (FSDP(CheckpointWrapper(layer))); an
+    # offload_wrapper holds a CheckpointWrapper: find the first one inside the layer
+    module = next((m for m in module.modules() if isinstance(m, CheckpointWrapper)), None)
+    if module is None:
         return None
     if getattr(module, "checkpoint_impl", None) == CheckpointImpl.REENTRANT:
         return "full"
