@@ -32,3 +32,76 @@ def test_mfu_and_friends_follow_their_formulas():
     assert tokens_per_second(300, 1.5) == pytest.approx(200.0)
     assert gpu_hours(1800, 4) == pytest.approx(2.0)
     assert imbalance([1, 1]) == 1.0 and imbalance([3, 1]) == pytest.approx(1.5) and imbalance([0, 0]) == 1.0
+
+
+def _expected(records, world: int, peak: float | None) -> dict:
+    """What the ledger's records up to a log entry imply, recomputed here from the raw records."""
+    from collections import defaultdict
+
+    flops, tokens, seconds = defaultdict(int), defaultdict(int), defaultdict(float)
+    for r in records:
+        if r.counted:
+            flops[r.phase] += r.flops
+            tokens[r.phase] += r.tokens
+            seconds[r.phase] += r.seconds
+    out = {}
+    for ph in flops:
+        if seconds[ph] > 0:
+            out[f"race/tokens_per_s/{ph}"] = tokens[ph] / seconds[ph]
+            if peak:
+                out[f"race/mfu/{ph}"] = flops[ph] / (seconds[ph] * world * peak)
+    out["race/gpu_hours"] = world * sum(r.seconds for r in records) / 3600
+    out["race/flops_spent"] = sum(r.flops for r in records if r.counted or r.phase == "overrun")
+    return out
+
+
+def _run(model_dir, out, **kw):
+    import torch
+    from datasets import Dataset
+    from trl import GRPOConfig, GRPOTrainer
+
+    from race.engines.trl_callback import add_race_accounting
+    from race.models import load_policy
+
+    torch.manual_seed(0)
+    model, tok = load_policy(str(model_dir), device="cpu", attn_implementation="eager")
+    args = GRPOConfig(output_dir=str(out), use_cpu=True, bf16=False, per_device_train_batch_size=4,
+                      num_generations=4, max_completion_length=4, max_steps=2, report_to="none", disable_tqdm=True,
+                      save_strategy="no", activation_checkpointing=False, seed=0, logging_steps=1)
+    trainer = GRPOTrainer(model=model, reward_funcs=lambda completions, **k: [float(len(c)) for c in completions],
+                          args=args, train_dataset=Dataset.from_dict({"prompt": ["Q:1+2\nA:", "Q:12+30-4\nA:"] * 4}),
+                          processing_class=tok)
+    cb = add_race_accounting(trainer, budget_flops=1e13, **kw)
+    trainer.train()
+    return trainer, cb
+
+
+def test_utilisation_keys_reach_the_log_history_and_equal_the_ledger(tiny_model_dir, tmp_path):
+    trainer, cb = _run(tiny_model_dir, tmp_path, peak_flops=2e12)  # a user-given peak (a CPU has none in the table)
+    steps = [h for h in trainer.state.log_history if "loss" in h]
+    assert [h["step"] for h in steps] == [1, 2]
+    for h in steps:
+        want = _expected([r for r in cb.ledger if r.step <= h["step"]], 1, 2e12)
+        assert {"race/mfu/rollout", "race/mfu/update", "race/tokens_per_s/rollout", "race/tokens_per_s/update"} <= set(want)
+        for k, v in want.items():
+            assert h[k] == pytest.approx(v, rel=1e-9, abs=0), k
+        assert not {k for k in h if k.startswith(("race/mfu/", "race/tokens_per_s/"))} - set(want)
+        assert 0 < h["race/mfu/update"] and h["race/gpu_hours"] > 0
+        assert h["race/imbalance/flops"] == h["race/imbalance/seconds"] == 1.0  # one process
+        assert h["race/flops_spent"] == h["race/flops"]  # nothing overran
+    # TRL's own total_flos is the ledger's counted total (train metrics and checkpoints carry it)
+    assert trainer.state.total_flos == float(cb.ledger.total) > 0
+    final = trainer.state.log_history[-1]
+    assert final["total_flos"] == float(cb.ledger.total)
+
+
+def test_mfu_without_a_peak_is_omitted_with_one_note(tiny_model_dir, tmp_path, caplog):
+    import logging
+
+    with caplog.at_level(logging.WARNING, logger="race.engines.trl.callback"):
+        trainer, cb = _run(tiny_model_dir, tmp_path)
+    notes = [r.getMessage() for r in caplog.records if "race/mfu/* not logged" in r.getMessage()]
+    assert len(notes) == 1 and "no peak FLOP/s for device 'cpu' at fp32" in notes[0] and "peak_flops=" in notes[0]
+    steps = [h for h in trainer.state.log_history if "loss" in h]
+    assert steps and not any(k.startswith("race/mfu/") for h in steps for k in h)
+    assert all("race/tokens_per_s/update" in h and "race/gpu_hours" in h for h in steps)

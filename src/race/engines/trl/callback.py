@@ -60,6 +60,7 @@ from race.engines.trl.distributed import RunLedgers
 from race.engines.trl.hooks import FlopTracker, _compact_head, bound_prompt_length, causal_lm, lora_of
 from race.engines.trl.reward_models import RewardModelMeter
 from race.engines.trl.rollouts import ROLLOUT_NOTE, GenerationWatch
+from race.engines.trl.usage import WEIGHT_SYNC, device_peak, utilisation_values
 from race.models.refs import model_shape
 from race.models.timing import device_clock
 
@@ -138,6 +139,9 @@ class RaceFlopCallback(TrainerCallback):
         self._reward_seen = 0  # largest counted FLOPs of one charge() call (the bound without reward_step_bound)
         self._warned_bound = False
         self.overrun_flops = 0  # FLOPs of a step the budget could not take (recorded uncounted)
+        self.rollout_location = "policy"  # policy (hooked generate) | vllm_colocate | vllm_server | ...
+        self._peak: float | None = None
+        self._peak_read = False
 
     # -- wiring -------------------------------------------------------------------------
     def attach(self, trainer: Any) -> "RaceFlopCallback":
@@ -166,16 +170,44 @@ class RaceFlopCallback(TrainerCallback):
         if trainer is not None:
             args = trainer.args
             vllm = bool(getattr(trainer, "use_vllm", getattr(args, "use_vllm", False)))
-            bypass = vllm or bool(getattr(args, "use_transformers_continuous_batching", False))
+            batching = bool(getattr(args, "use_transformers_continuous_batching", False))
+            bypass = vllm or batching
             lora = lora_of(self._models[0][0], model_shape(self._models[0][0])) is not None
             self.watch = GenerationWatch(self.tracker, lora=lora and not vllm, bypass=bypass,
-                                         device=self._policy_device)
+                                         device=self._policy_device, executed=vllm)
             self._undo.append(internals.wrap_generation(trainer, self.watch.single_turn))
             rollout_func = getattr(trainer, "rollout_func", None)
+            if vllm:
+                mode = str(getattr(trainer, "vllm_mode", getattr(args, "vllm_mode", "server")))
+                self.rollout_location = f"vllm_{mode}"
+                self._time_weight_sync(getattr(trainer, "vllm_generation", None))
+            elif batching:
+                self.rollout_location = "continuous_batching"
+            if rollout_func is not None:
+                self.rollout_location = f"rollout_func ({self.rollout_location})"
             if rollout_func is not None:
                 trainer.rollout_func = self.watch.wrap_rollout_func(rollout_func)
                 self._undo.append(lambda: setattr(trainer, "rollout_func", rollout_func))
         self._attached = True
+
+    def _time_weight_sync(self, generation: Any) -> None:
+        """Time ``vllm_generation.sync_weights()`` apart from the rollouts (``rollout/weight_sync``)."""
+        original = getattr(generation, "sync_weights", None)
+        if original is None:
+            return
+        had = "sync_weights" in getattr(generation, "__dict__", {})
+
+        def sync_weights(*args: Any, **kwargs: Any) -> Any:
+            device = self._policy_device()
+            t0 = device_clock(device)
+            try:
+                return original(*args, **kwargs)
+            finally:
+                self.tracker.weight_sync_seconds += device_clock(device) - t0
+
+        generation.sync_weights = sync_weights
+        self._undo.append(lambda: setattr(generation, "sync_weights", original) if had else
+                          generation.__dict__.pop("sync_weights", None))
 
     def _policy_device(self) -> Any:
         """The policy's device now (the trainer may move it after attach: read it late)."""
@@ -266,6 +298,8 @@ class RaceFlopCallback(TrainerCallback):
             self.plan = replace(self.plan, vllm_is_correction=bool(
                 getattr(trainer, "vllm_importance_sampling_correction", False)))
         self._max_completion = int(args.max_completion_length)
+        if self.watch is not None:
+            self.watch.num_generations = self.plan.num_generations
         if self.max_prompt_length is None:
             self.max_prompt_length = self._dataset_prompt_bound(train_dataloader, processing_class, args)
         out = self.output_dir or Path(args.output_dir)
@@ -333,6 +367,10 @@ class RaceFlopCallback(TrainerCallback):
             extra = max(0.0, self.tracker.generate_seconds - roll)
             seconds["rollout/decode"] = seconds.get("rollout/decode", 0.0) + extra
         self.tracker.generate_seconds = 0.0
+        if self.tracker.weight_sync_seconds:  # seconds only: the sync moves weights, it runs no model FLOPs
+            comps[WEIGHT_SYNC] = 0
+            seconds[WEIGHT_SYNC] = self.tracker.weight_sync_seconds
+            self.tracker.weight_sync_seconds = 0.0
         for c, t, s in [*self._pending, self.reward_models.drain()]:
             for k, v in c.items():
                 comps[k] = comps.get(k, 0) + int(v)
@@ -345,6 +383,7 @@ class RaceFlopCallback(TrainerCallback):
             seconds["update/backward"] = max(0.0, wall - sum(seconds.values()))
         assert self.ledgers is not None
         over = self.ledgers.commit(int(state.global_step), comps, tokens, seconds)
+        state.total_flos = float(self.ledger.total)  # saved with each checkpoint: the ledger's counted total
         if over:  # the bound was low: the FLOPs are on record, uncounted (overrun); stop on every rank
             self.overrun_flops += over
             control.should_training_stop = True
@@ -365,12 +404,44 @@ class RaceFlopCallback(TrainerCallback):
         if self.ledger is None or logs is None:
             return
         values = log_values(self.ledger)
+        assert self.ledgers is not None
+        values.update(utilisation_values(self.ledger, world=self.ledgers.world, peak=self._device_peak(args),
+                                         rank_flops=self.ledgers.rank_flops, rank_seconds=self.ledgers.rank_seconds,
+                                         remote_rollout=self.rollout_location.endswith("vllm_server")))
+        state.total_flos = float(self.ledger.total)  # TRL's total_flos (train metrics, checkpoints): the ledger's
+        trainer = self._trainer() if self._trainer is not None else None
+        if trainer is not None and hasattr(trainer, "current_flos"):
+            trainer.current_flos = 0  # transformers' own estimate would be added to it at the end
         logs.update(values)
         hist = getattr(state, "log_history", None)
         # Trainer.log appended {**logs, "step": ...} just before on_log: the same value objects
         if hist and hist[-1].get("step") == state.global_step and all(
                 hist[-1].get(k, hist) is v for k, v in logs.items() if k not in values):
             hist[-1].update(values)
+
+    def _device_peak(self, args: Any) -> float | None:
+        """One device's peak FLOP/s for the MFU logs: ``peak_flops`` if given, else the
+        table's for the policy's device and dtype, read once (after the trainer placed the
+        model); without one MFU is omitted, with a one-time note."""
+        if self.peak_flops is not None or self._peak_read:
+            return self.peak_flops if self.peak_flops is not None else self._peak
+        from race.engines.trl.utilisation import dtype_name
+
+        self._peak_read = True
+        param = next(self._models[0][0].parameters())
+        dtype = "bf16" if getattr(args, "bf16", False) else "fp16" if getattr(args, "fp16", False) else \
+            dtype_name(param.dtype)
+        if dtype == "fp32" and getattr(args, "tf32", None):
+            dtype = "tf32"
+        self._peak, name = device_peak(param.device, dtype)
+        if self._peak is None:
+            import logging
+
+            logging.getLogger(__name__).warning(
+                "race/mfu/* not logged: no peak FLOP/s for device %r at %s in race.engines.trl.utilisation."
+                "PEAK_FLOPS; pass peak_flops=<one device's FLOP/s> to add_race_accounting / RaceFlopCallback",
+                name, dtype)
+        return self._peak
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if self.ledger is not None:
@@ -389,6 +460,7 @@ class RaceFlopCallback(TrainerCallback):
                                      f"continuous batching or rollout_func), {ROLLOUT_NOTE}")
         if self.ledgers is not None and self.ledgers.world > 1:
             extra["processes"] = self.ledgers.world
+        extra["rollout_location"] = self.rollout_location
         extra.update({**self.card_extra, **meta.pop("extra", {})})
         card = ReportCard.from_ledger(
             self.ledger, conventions=self.conventions, model=meta.pop("model", self.model_name or self.shape.name),

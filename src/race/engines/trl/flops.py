@@ -146,6 +146,9 @@ def calls_components(shape: ModelShape, calls: Iterable[ModelCall], *, lora: LoR
         if c.phase == "rollout":
             add(f"rollout/{c.component}", fwd)
             continue
+        if c.phase == "executed":  # what vLLM executed of a charged rollout (race.engines.trl.rollouts)
+            add(f"executed/rollout_{c.component}", fwd)
+            continue
         add(f"{c.phase}/forward", fwd)
         if c.phase != "update":
             continue
@@ -165,7 +168,8 @@ def calls_tokens_seconds(calls: Iterable[ModelCall]) -> tuple[dict[str, int], di
     tokens: dict[str, int] = {}
     seconds: dict[str, float] = {}
     for c in calls:
-        k = f"rollout/{c.component}" if c.phase == "rollout" else f"{c.phase}/forward"
+        k = {"rollout": f"rollout/{c.component}", "executed": f"executed/rollout_{c.component}"}.get(
+            c.phase, f"{c.phase}/forward")
         tokens[k] = tokens.get(k, 0) + c.tokens
         seconds[k] = seconds.get(k, 0.0) + c.seconds
     return tokens, seconds

@@ -175,6 +175,7 @@ class FlopTracker:
         self._gen_depth = 0
         self._gen_first = False
         self.generate_seconds = 0.0
+        self.weight_sync_seconds = 0.0  # vLLM weight syncs (timed by the callback), kept apart from rollouts
         self.last_generation: tuple[int, int, int] | None = None  # (rows, padded prompt, generated width)
         self.generations: list[tuple[int, int, int]] = []  # every generation seen, in order
         self._gen_shape: list[int] | None = None
