@@ -111,3 +111,9 @@ def test_per_device_batch_below_num_generations_runs_on_two_ranks(tiny_model_dir
     for step in glob:
         assert glob[step] == {k: r0[step].get(k, 0) + r1[step].get(k, 0) for k in set(r0[step]) | set(r1[step])}
     assert ranks[0]["global_total"] == ranks[0]["rank_total"] + ranks[1]["rank_total"] > 0
+    # the utilisation logs: per-rank imbalance of the ranks' counted FLOPs, two devices' GPU-hours
+    totals = [r["rank_total"] for r in ranks]
+    for r in ranks:
+        last = [h for h in r["log_history"] if "loss" in h][-1]
+        assert last["race/imbalance/flops"] == pytest.approx(max(totals) / (sum(totals) / 2), rel=1e-12)
+        assert last["race/gpu_hours"] > 0 and r["total_flos"] == float(ranks[0]["global_total"])

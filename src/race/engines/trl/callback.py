@@ -297,6 +297,10 @@ class RaceFlopCallback(TrainerCallback):
         if trainer is not None and getattr(trainer, "use_vllm", False):  # TRL's own flags win over args
             self.plan = replace(self.plan, vllm_is_correction=bool(
                 getattr(trainer, "vllm_importance_sampling_correction", False)))
+        if trainer is not None and getattr(trainer, "tools", None):  # TRL's tool loop: up to k more turns
+            turns = getattr(trainer, "max_tool_calling_iterations", None)
+            turns = int(args.max_completion_length) if turns is None else min(int(turns), int(args.max_completion_length))
+            self.plan = replace(self.plan, tool_iterations=turns)  # each turn adds >= 1 token: at most T turns
         self._max_completion = int(args.max_completion_length)
         if self.watch is not None:
             self.watch.num_generations = self.plan.num_generations
@@ -328,7 +332,15 @@ class RaceFlopCallback(TrainerCallback):
             raise AccountingError("cannot read the training prompts to bound a step: pass "
                                   "max_prompt_length=... (the longest prompt in tokens)") from None
         tok = getattr(tokenizer, "tokenizer", tokenizer)
-        return bound_prompt_length(tok, list(prompts), chat_template_kwargs=getattr(args, "chat_template_kwargs", None))
+        trainer = self._trainer() if self._trainer is not None else None
+        if getattr(trainer, "environment_factories", None) is not None:
+            warnings.warn("environment_factory: each environment's reset() observation is appended to its prompt, "
+                          "which the step bound cannot read in advance; pass max_prompt_length=<longest prompt with "
+                          "its observation, in tokens> (a step that still overruns ends training as a budget stop)",
+                          stacklevel=3)
+        return bound_prompt_length(tok, list(prompts), chat_template_kwargs=getattr(args, "chat_template_kwargs", None),
+                                   tools=getattr(trainer, "tools", None) or None,
+                                   chat_template=getattr(trainer, "chat_template", None))
 
     def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self._flush_outside(int(state.global_step))

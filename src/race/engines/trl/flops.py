@@ -256,12 +256,25 @@ def generation_components(shape: ModelShape, plan: TrlStepPlan, *, n_seqs: int, 
                           reference_lora: bool = False) -> dict[str, int]:
     """Counted FLOPs of one TRL generation of ``n_seqs`` rows at these padded lengths:
     rollout (no shared prefix), old-policy log-probs (if the plan needs them) and reference
-    log-probs (if beta != 0; adapter off unless ``reference_lora``)."""
+    log-probs (if beta != 0; adapter off unless ``reference_lora``).
+
+    With tools (``plan.tool_iterations`` = k > 0) TRL's tool loop (``_tool_call_loop``)
+    re-generates each row that called a tool, up to k more times, from its whole history:
+    prompt + completion + tool result, which TRL keeps within ``prompt + completion_len``
+    tokens (longer results are dropped), decoding up to ``completion_len`` new tokens
+    (truncated afterwards). Each turn is bounded as a rollout of every row at prompt length
+    ``P + T`` and completion ``T``; the log-prob and update passes still see at most
+    ``P + T`` tokens a row."""
     conv = resolve(conventions)
     P = _round_up(prompt_len, plan.pad_to_multiple_of)
     T = _round_up(completion_len, plan.pad_to_multiple_of)
     comps = rollout_components(shape, [P] * n_seqs, [completion_len] * n_seqs, lora=lora, share_prompt=False,
                                conventions=conv)
+    if plan.tool_iterations:
+        turn = rollout_components(shape, [P + T] * n_seqs, [completion_len] * n_seqs, lora=lora, share_prompt=False,
+                                  conventions=conv)
+        for k, v in turn.items():
+            comps[k] = comps.get(k, 0) + plan.tool_iterations * v
     S = P + T
     work = sequence_work([S] * n_seqs, plan.head_positions(S, T), conv)
     if plan.needs_old_logprobs:

@@ -335,13 +335,19 @@ class FlopTracker:
         self.calls.append(call)
 
 
-def bound_prompt_length(tokenizer: Any, prompts: Sequence[Any], *, chat_template_kwargs: dict | None = None) -> int:
-    """Longest tokenised prompt, tokenised as TRL does (chat template for conversational
-    prompts, plain ``tokenizer(text=...)`` otherwise)."""
+def bound_prompt_length(tokenizer: Any, prompts: Sequence[Any], *, chat_template_kwargs: dict | None = None,
+                        tools: Sequence[Any] | None = None, chat_template: str | None = None) -> int:
+    """Longest tokenised prompt, tokenised as TRL does (``_tokenize_prompts``: the chat
+    template for conversational prompts, with the trainer's ``tools`` (all of them: an
+    environment's subset renders no longer) and its ``chat_template``; plain
+    ``tokenizer(text=...)`` otherwise)."""
     longest = 0
+    extra = {"tools": list(tools)} if tools else {}
+    if chat_template is not None:
+        extra["chat_template"] = chat_template
     for p in prompts:
         if isinstance(p, list):
-            ids = tokenizer.apply_chat_template(p, add_generation_prompt=True, tokenize=True,
+            ids = tokenizer.apply_chat_template(p, add_generation_prompt=True, tokenize=True, **extra,
                                                 **(chat_template_kwargs or {}))
             if isinstance(ids, dict) or hasattr(ids, "keys"):
                 ids = ids["input_ids"]
