@@ -54,11 +54,11 @@ def test_keep_work_follows_the_run_s_save_and_eval_strategies():
     from transformers import TrainerControl
     from transformers.trainer_utils import IntervalStrategy, SaveStrategy
 
-    from race.engines.trl.callback import _keep_work
+    from race.engines.trl.wiring import keep_work
 
     for save, ev, want in ((SaveStrategy.NO, IntervalStrategy.NO, (False, False)),
                            (SaveStrategy.STEPS, IntervalStrategy.NO, (True, False)),
                            ("epoch", "steps", (True, True)), ("no", IntervalStrategy.EPOCH, (False, True))):
         control = TrainerControl()
-        _keep_work(types.SimpleNamespace(save_strategy=save, eval_strategy=ev), control)
+        keep_work(types.SimpleNamespace(save_strategy=save, eval_strategy=ev), control)
         assert (control.should_save, control.should_evaluate) == want, (save, ev)

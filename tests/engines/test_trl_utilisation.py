@@ -98,7 +98,7 @@ def test_utilisation_keys_reach_the_log_history_and_equal_the_ledger(tiny_model_
 def test_mfu_without_a_peak_is_omitted_with_one_note(tiny_model_dir, tmp_path, caplog):
     import logging
 
-    with caplog.at_level(logging.WARNING, logger="race.engines.trl.callback"):
+    with caplog.at_level(logging.WARNING, logger="race.engines.trl.wiring"):
         trainer, cb = _run(tiny_model_dir, tmp_path)
     notes = [r.getMessage() for r in caplog.records if "race/mfu/* not logged" in r.getMessage()]
     assert len(notes) == 1 and "no peak FLOP/s for device 'cpu' at fp32" in notes[0] and "peak_flops=" in notes[0]

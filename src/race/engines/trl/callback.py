@@ -37,13 +37,15 @@ TRL's logs carry the ledger too: each ``on_log`` adds ``race/flops``, ``race/flo
 ``state.log_history``, so whatever ``report_to`` reports shows them. ``add_race_accounting``
 places the callback before the reporting callbacks (W&B, TensorBoard, ...); passed in
 ``callbacks=[...]`` it runs after them, and only the log history and later callbacks see
-the values.
+the values, with the utilisation keys of ``race.engines.trl.usage`` (per-phase MFU and
+tokens/s, GPU-hours, FLOPs spent with overruns, per-rank imbalance); TRL's
+``state.total_flos`` is the ledger's counted total. A budget stop saves a checkpoint and
+evaluates, as TRL's ``max_steps`` stop does. Timing and devices: ``race.engines.trl.hooks``.
 """
 
 from __future__ import annotations
 
 import warnings
-from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -53,14 +55,14 @@ from race.accounting import AccountingError, FlopLedger, LoRA, ModelShape, Repor
 from race.accounting.conventions import resolve
 from race.accounting.ledger import UNCOUNTED_PHASES
 from race.engines.trl import internals
-from race.engines.trl.flops import TRL_CONVENTIONS_NOTE, TRL_EXECUTION_NOTE, TrlStepPlan, calls_components, \
-    calls_tokens_seconds
+from race.engines.trl.flops import TrlStepPlan, calls_components, calls_tokens_seconds
 from race.engines.trl.bounds import step_bound
 from race.engines.trl.distributed import RunLedgers
-from race.engines.trl.hooks import FlopTracker, _compact_head, bound_prompt_length, causal_lm, lora_of
+from race.engines.trl.hooks import FlopTracker, _compact_head, causal_lm, lora_of
 from race.engines.trl.reward_models import RewardModelMeter
-from race.engines.trl.rollouts import ROLLOUT_NOTE, GenerationWatch
-from race.engines.trl.usage import WEIGHT_SYNC, device_peak, utilisation_values
+from race.engines.trl.rollouts import GenerationWatch
+from race.engines.trl import wiring
+from race.engines.trl.usage import WEIGHT_SYNC
 from race.models.refs import model_shape
 from race.models.timing import device_clock
 
@@ -86,13 +88,11 @@ class RaceFlopCallback(TrainerCallback):
         model_name: the name the report card shows.
         report_card: write ``report_card.{json,md,tex}`` when training ends.
         card_extra: more entries for the report card's ``extra``.
-        sync_calls: synchronize the device around every hooked model call (exact per-phase
-            seconds, two synchronizes per call, each decode step included); ``False`` times
-            whole generations and steps only (see ``race.engines.trl.hooks``). Default: on,
-            off under ``torch_compile=True``.
-        peak_flops: one device's peak FLOP/s for the ``race/mfu/*`` logs (default: the
-            table in ``race.engines.trl.utilisation`` for the policy's device and dtype; on
-            a device not in it MFU is omitted, with a one-time note).
+        sync_calls: synchronize around every hooked call (exact per-phase seconds); ``False``
+            times whole generations and steps only (``race.engines.trl.hooks``). Default:
+            on, off under ``torch_compile=True``.
+        peak_flops: one device's peak FLOP/s for ``race/mfu/*`` (default: the table of
+            ``race.engines.trl.utilisation``; no entry: MFU omitted, noted once).
     """
 
     def __init__(self, budget_flops: float | None = None, output_dir: str | Path | None = None, *,
@@ -112,8 +112,7 @@ class RaceFlopCallback(TrainerCallback):
         self.model_name = model_name
         self.write_card = report_card
         self.card_extra = dict(card_extra or {})
-        self.sync_calls = sync_calls
-        self.peak_flops = peak_flops
+        self.sync_calls, self.peak_flops = sync_calls, peak_flops
         self.tracker = FlopTracker(sync=sync_calls is not False)
         self.reward_models = RewardModelMeter(self.conventions, clock=lambda device: self.tracker.clock(device))
         self.micro_steps = 0  # training_step calls seen (on_substep_end + on_step_end), TRL's _step
@@ -126,13 +125,11 @@ class RaceFlopCallback(TrainerCallback):
         self.stop_reason: str | None = None
         self.reference_lora = False
         self._models: list[tuple[Any, str]] = []
-        self._attached = False
+        self._attached = self._has_ref_model = False
         self._undo: list[Callable[[], None]] = []
-        self._has_ref_model = False
         self._pending: list[tuple[dict[str, int], dict[str, int], dict[str, float]]] = []
         self._outside: dict[str, int] = {}  # charges between steps (TRL's evaluation): uncounted eval
-        self._in_step = False
-        self._t_step: float | None = None
+        self._in_step, self._t_step = False, None
         self._device: Any = None  # the policy's: per-phase seconds synchronize it when it is CUDA
         self._max_completion = 0
         self._trainer: Any = None
@@ -140,10 +137,9 @@ class RaceFlopCallback(TrainerCallback):
         self._warned_bound = False
         self.overrun_flops = 0  # FLOPs of a step the budget could not take (recorded uncounted)
         self.rollout_location = "policy"  # policy (hooked generate) | vllm_colocate | vllm_server | ...
-        self._peak: float | None = None
+        self._peak: float | None = None  # the table's peak (wiring.utilisation_logs), read once
         self._peak_read = False
 
-    # -- wiring -------------------------------------------------------------------------
     def attach(self, trainer: Any) -> "RaceFlopCallback":
         """Hook the trainer's policy and, when TRL keeps one, its reference model."""
         import weakref
@@ -170,47 +166,21 @@ class RaceFlopCallback(TrainerCallback):
         if trainer is not None:
             args = trainer.args
             vllm = bool(getattr(trainer, "use_vllm", getattr(args, "use_vllm", False)))
-            batching = bool(getattr(args, "use_transformers_continuous_batching", False))
-            bypass = vllm or batching
+            bypass = vllm or bool(getattr(args, "use_transformers_continuous_batching", False))
             lora = lora_of(self._models[0][0], model_shape(self._models[0][0])) is not None
-            self.watch = GenerationWatch(self.tracker, lora=lora and not vllm, bypass=bypass,
-                                         device=self._policy_device, executed=vllm)
+            self.watch = GenerationWatch(self.tracker, lora=lora and not vllm, bypass=bypass, executed=vllm,
+                                         device=self._policy_device)
             self._undo.append(internals.wrap_generation(trainer, self.watch.single_turn))
             rollout_func = getattr(trainer, "rollout_func", None)
-            if vllm:
-                mode = str(getattr(trainer, "vllm_mode", getattr(args, "vllm_mode", "server")))
-                self.rollout_location = f"vllm_{mode}"
-                self._time_weight_sync(getattr(trainer, "vllm_generation", None))
-            elif batching:
-                self.rollout_location = "continuous_batching"
-            if rollout_func is not None:
-                self.rollout_location = f"rollout_func ({self.rollout_location})"
+            self.rollout_location = wiring.rollout_location(trainer, args)
+            sync = getattr(trainer, "vllm_generation", None) if vllm else None  # timed apart: rollout/weight_sync
+            self._undo += [u for u in [wiring.time_weight_sync(sync, self.tracker, self._policy_device)] if u]
             if rollout_func is not None:
                 trainer.rollout_func = self.watch.wrap_rollout_func(rollout_func)
                 self._undo.append(lambda: setattr(trainer, "rollout_func", rollout_func))
         self._attached = True
 
-    def _time_weight_sync(self, generation: Any) -> None:
-        """Time ``vllm_generation.sync_weights()`` apart from the rollouts (``rollout/weight_sync``)."""
-        original = getattr(generation, "sync_weights", None)
-        if original is None:
-            return
-        had = "sync_weights" in getattr(generation, "__dict__", {})
-
-        def sync_weights(*args: Any, **kwargs: Any) -> Any:
-            device = self._policy_device()
-            t0 = device_clock(device)
-            try:
-                return original(*args, **kwargs)
-            finally:
-                self.tracker.weight_sync_seconds += device_clock(device) - t0
-
-        generation.sync_weights = sync_weights
-        self._undo.append(lambda: setattr(generation, "sync_weights", original) if had else
-                          generation.__dict__.pop("sync_weights", None))
-
-    def _policy_device(self) -> Any:
-        """The policy's device now (the trainer may move it after attach: read it late)."""
+    def _policy_device(self) -> Any:  # now: the trainer may move the model after attach
         return next(self._models[0][0].parameters()).device
 
     def _uninstall(self) -> None:
@@ -294,18 +264,12 @@ class RaceFlopCallback(TrainerCallback):
         self._install()
         self.plan = TrlStepPlan.from_args(args, compact_head=_compact_head(causal_lm(policy)))
         trainer = self._trainer() if self._trainer is not None else None
-        if trainer is not None and getattr(trainer, "use_vllm", False):  # TRL's own flags win over args
-            self.plan = replace(self.plan, vllm_is_correction=bool(
-                getattr(trainer, "vllm_importance_sampling_correction", False)))
-        if trainer is not None and getattr(trainer, "tools", None):  # TRL's tool loop: up to k more turns
-            turns = getattr(trainer, "max_tool_calling_iterations", None)
-            turns = int(args.max_completion_length) if turns is None else min(int(turns), int(args.max_completion_length))
-            self.plan = replace(self.plan, tool_iterations=turns)  # each turn adds >= 1 token: at most T turns
+        self.plan = wiring.trainer_plan(self.plan, trainer, args)  # vLLM's IS correction, the tool loop
         self._max_completion = int(args.max_completion_length)
         if self.watch is not None:
             self.watch.num_generations = self.plan.num_generations
         if self.max_prompt_length is None:
-            self.max_prompt_length = self._dataset_prompt_bound(train_dataloader, processing_class, args)
+            self.max_prompt_length = wiring.dataset_prompt_bound(trainer, train_dataloader, processing_class, args)
         out = self.output_dir or Path(args.output_dir)
         out.mkdir(parents=True, exist_ok=True)
         self.output_dir = out
@@ -323,24 +287,6 @@ class RaceFlopCallback(TrainerCallback):
                 f"budget {self.budget_flops:.4g} FLOPs ({self.ledger.remaining:.4g} left) is smaller than one TRL "
                 f"step ({bound:.4g} FLOPs at the maximum lengths); raise the budget or shrink the step "
                 "(batch, num_generations, max_completion_length)")
-
-    def _dataset_prompt_bound(self, loader: Any, tokenizer: Any, args: Any) -> int:
-        ds = getattr(loader, "dataset", None)
-        try:
-            prompts = ds["prompt"]  # type: ignore[index]
-        except Exception:
-            raise AccountingError("cannot read the training prompts to bound a step: pass "
-                                  "max_prompt_length=... (the longest prompt in tokens)") from None
-        tok = getattr(tokenizer, "tokenizer", tokenizer)
-        trainer = self._trainer() if self._trainer is not None else None
-        if getattr(trainer, "environment_factories", None) is not None:
-            warnings.warn("environment_factory: each environment's reset() observation is appended to its prompt, "
-                          "which the step bound cannot read in advance; pass max_prompt_length=<longest prompt with "
-                          "its observation, in tokens> (a step that still overruns ends training as a budget stop)",
-                          stacklevel=3)
-        return bound_prompt_length(tok, list(prompts), chat_template_kwargs=getattr(args, "chat_template_kwargs", None),
-                                   tools=getattr(trainer, "tools", None) or None,
-                                   chat_template=getattr(trainer, "chat_template", None))
 
     def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self._flush_outside(int(state.global_step))
@@ -399,12 +345,12 @@ class RaceFlopCallback(TrainerCallback):
         if over:  # the bound was low: the FLOPs are on record, uncounted (overrun); stop on every rank
             self.overrun_flops += over
             control.should_training_stop = True
-            _keep_work(args, control)
+            wiring.keep_work(args, control)
             self.stop_reason = "budget"
             return
         if self.ledger.would_exceed(self.ledgers.global_bound(self.next_step_bound(state))):
             control.should_training_stop = True
-            _keep_work(args, control)
+            wiring.keep_work(args, control)
             self.stop_reason = "budget"
 
     def on_substep_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
@@ -415,45 +361,13 @@ class RaceFlopCallback(TrainerCallback):
         to the history entry the trainer just appended for them."""
         if self.ledger is None or logs is None:
             return
-        values = log_values(self.ledger)
-        assert self.ledgers is not None
-        values.update(utilisation_values(self.ledger, world=self.ledgers.world, peak=self._device_peak(args),
-                                         rank_flops=self.ledgers.rank_flops, rank_seconds=self.ledgers.rank_seconds,
-                                         remote_rollout=self.rollout_location.endswith("vllm_server")))
-        state.total_flos = float(self.ledger.total)  # TRL's total_flos (train metrics, checkpoints): the ledger's
-        trainer = self._trainer() if self._trainer is not None else None
-        if trainer is not None and hasattr(trainer, "current_flos"):
-            trainer.current_flos = 0  # transformers' own estimate would be added to it at the end
+        values = {**log_values(self.ledger), **wiring.utilisation_logs(self, args, state)}
         logs.update(values)
         hist = getattr(state, "log_history", None)
         # Trainer.log appended {**logs, "step": ...} just before on_log: the same value objects
         if hist and hist[-1].get("step") == state.global_step and all(
                 hist[-1].get(k, hist) is v for k, v in logs.items() if k not in values):
             hist[-1].update(values)
-
-    def _device_peak(self, args: Any) -> float | None:
-        """One device's peak FLOP/s for the MFU logs: ``peak_flops`` if given, else the
-        table's for the policy's device and dtype, read once (after the trainer placed the
-        model); without one MFU is omitted, with a one-time note."""
-        if self.peak_flops is not None or self._peak_read:
-            return self.peak_flops if self.peak_flops is not None else self._peak
-        from race.engines.trl.utilisation import dtype_name
-
-        self._peak_read = True
-        param = next(self._models[0][0].parameters())
-        dtype = "bf16" if getattr(args, "bf16", False) else "fp16" if getattr(args, "fp16", False) else \
-            dtype_name(param.dtype)
-        if dtype == "fp32" and getattr(args, "tf32", None):
-            dtype = "tf32"
-        self._peak, name = device_peak(param.device, dtype)
-        if self._peak is None:
-            import logging
-
-            logging.getLogger(__name__).warning(
-                "race/mfu/* not logged: no peak FLOP/s for device %r at %s in race.engines.trl.utilisation."
-                "PEAK_FLOPS; pass peak_flops=<one device's FLOP/s> to add_race_accounting / RaceFlopCallback",
-                name, dtype)
-        return self._peak
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if self.ledger is not None:
@@ -464,33 +378,7 @@ class RaceFlopCallback(TrainerCallback):
 
     def report_card(self, **meta: Any) -> ReportCard:
         """The run's compute report card from the ledger so far."""
-        if self.ledger is None or self.shape is None or self.plan is None:
-            raise AccountingError("no ledger yet: the report card exists once training has begun")
-        extra: dict[str, Any] = {"engine": "trl", "trl_execution": TRL_EXECUTION_NOTE}
-        if self.watch is not None and self.watch.charged_rows:
-            extra["trl_rollouts"] = (f"{self.watch.charged_rows} rows generated outside the hooked model (vLLM, "
-                                     f"continuous batching or rollout_func), {ROLLOUT_NOTE}")
-        if self.ledgers is not None and self.ledgers.world > 1:
-            extra["processes"] = self.ledgers.world
-        extra["rollout_location"] = self.rollout_location
-        extra.update({**self.card_extra, **meta.pop("extra", {})})
-        card = ReportCard.from_ledger(
-            self.ledger, conventions=self.conventions, model=meta.pop("model", self.model_name or self.shape.name),
-            model_params=meta.pop("model_params", self.shape.num_params()),
-            lora_rank=self.lora.rank if self.lora is not None else None,
-            num_generations=self.plan.num_generations, extra=extra, **meta)
-        card.conventions_text = f"{card.conventions_text}; {TRL_CONVENTIONS_NOTE}"
-        return card
-
-
-def _keep_work(args: Any, control: Any) -> None:
-    """A budget stop ends training like TRL's own ``max_steps`` stop does
-    (``DefaultFlowCallback``): it saves a checkpoint and evaluates, when the run saves and
-    evaluates at all, so the steps since the last checkpoint are not lost."""
-    if str(getattr(args, "save_strategy", "no")).lower().rsplit(".", 1)[-1] != "no":
-        control.should_save = True
-    if str(getattr(args, "eval_strategy", "no")).lower().rsplit(".", 1)[-1] != "no":
-        control.should_evaluate = True
+        return wiring.report_card(self, meta)
 
 
 def add_race_accounting(trainer: Any, budget_flops: float | None = None, output_dir: str | Path | None = None,

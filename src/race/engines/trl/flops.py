@@ -258,13 +258,10 @@ def generation_components(shape: ModelShape, plan: TrlStepPlan, *, n_seqs: int, 
     rollout (no shared prefix), old-policy log-probs (if the plan needs them) and reference
     log-probs (if beta != 0; adapter off unless ``reference_lora``).
 
-    With tools (``plan.tool_iterations`` = k > 0) TRL's tool loop (``_tool_call_loop``)
-    re-generates each row that called a tool, up to k more times, from its whole history:
-    prompt + completion + tool result, which TRL keeps within ``prompt + completion_len``
-    tokens (longer results are dropped), decoding up to ``completion_len`` new tokens
-    (truncated afterwards). Each turn is bounded as a rollout of every row at prompt length
-    ``P + T`` and completion ``T``; the log-prob and update passes still see at most
-    ``P + T`` tokens a row."""
+    With tools (``plan.tool_iterations`` = k) TRL's ``_tool_call_loop`` re-generates each
+    row that called a tool up to k more times from its history (kept within ``P + T``
+    tokens), decoding up to ``T`` tokens: each turn is bounded as a rollout of every row at
+    prompt ``P + T``, completion ``T`` (log-prob and update passes: still ``P + T``)."""
     conv = resolve(conventions)
     P = _round_up(prompt_len, plan.pad_to_multiple_of)
     T = _round_up(completion_len, plan.pad_to_multiple_of)
