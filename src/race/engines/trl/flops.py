@@ -197,11 +197,10 @@ class TrlStepPlan:
     tool_iterations: int = 0  # tool-calling turns after the first (0: no tools)
 
     def __post_init__(self) -> None:
-        if self.per_device_train_batch_size < 1 or self.gradient_accumulation_steps < 1 or self.num_processes < 1:
+        if min(self.per_device_train_batch_size, self.gradient_accumulation_steps, self.num_processes) < 1 or \
+                self.tool_iterations < 0:
             raise AccountingError("per_device_train_batch_size, gradient_accumulation_steps and num_processes must "
-                                  "be >= 1")
-        if self.tool_iterations < 0:
-            raise AccountingError(f"tool_iterations must be >= 0, got {self.tool_iterations}")
+                                  f"be >= 1 and tool_iterations >= 0, got {self}")
         # TRL (grpo_config.py) requires full prompt groups in the GLOBAL generation batch only: one rank may hold
         # part of a group (8 GPUs, per-device 4, G=16 is valid)
         if self.global_generation_batch_size % self.num_generations:
@@ -228,13 +227,11 @@ class TrlStepPlan:
         return self.steps_per_generation * self.num_iterations
 
     @property
-    def generation_batch_size(self) -> int:
-        """Rows one rank generates at a time."""
+    def generation_batch_size(self) -> int:  # rows one rank generates at a time
         return self.per_device_train_batch_size * self.steps_per_generation
 
     @property
-    def global_generation_batch_size(self) -> int:
-        """Rows all ranks generate together (TRL's ``generation_batch_size``)."""
+    def global_generation_batch_size(self) -> int:  # all ranks together: TRL's generation_batch_size
         return self.generation_batch_size * self.num_processes
 
     @property
@@ -258,10 +255,9 @@ def generation_components(shape: ModelShape, plan: TrlStepPlan, *, n_seqs: int, 
     rollout (no shared prefix), old-policy log-probs (if the plan needs them) and reference
     log-probs (if beta != 0; adapter off unless ``reference_lora``).
 
-    With tools (``plan.tool_iterations`` = k) TRL's ``_tool_call_loop`` re-generates each
-    row that called a tool up to k more times from its history (kept within ``P + T``
-    tokens), decoding up to ``T`` tokens: each turn is bounded as a rollout of every row at
-    prompt ``P + T``, completion ``T`` (log-prob and update passes: still ``P + T``)."""
+    Tools (``plan.tool_iterations`` = k): TRL's ``_tool_call_loop`` re-generates a row up to k
+    more times from its history (within ``P + T`` tokens), decoding up to ``T``: each turn is
+    bounded as every row at prompt ``P + T``, completion ``T`` (log-prob passes: ``P + T``)."""
     conv = resolve(conventions)
     P = _round_up(prompt_len, plan.pad_to_multiple_of)
     T = _round_up(completion_len, plan.pad_to_multiple_of)
