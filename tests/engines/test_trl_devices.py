@@ -216,3 +216,43 @@ def test_fsdp_checkpoint_wrapper_is_seen_as_checkpointing(impl):
     comps = calls_components(model_shape(lm), [call], lora=None, conventions="torch")
     assert comps["recompute/forward"] > 0
     assert sum(comps.values()) == c.total
+
+
+def test_torch_compile_run_keeps_the_ledger_and_drops_the_per_call_sync(tiny_model_dir, tmp_path):
+    """``torch_compile=True`` (the eager backend on CPU): TRL trains the compiled model, the
+    ledger is the eager run's record for record, and the per-call synchronize is off by
+    default (``sync_calls=None``); ``sync_calls=True`` turns it back on."""
+    import warnings
+
+    import torch
+    from datasets import Dataset
+    from trl import GRPOConfig, GRPOTrainer
+
+    from race.engines.trl_callback import add_race_accounting
+    from race.models import load_policy
+
+    def run(compiled: bool, **kw):
+        torch.manual_seed(0)
+        torch._dynamo.reset()
+        model, tok = load_policy(str(tiny_model_dir), device="cpu", attn_implementation="eager")
+        args = GRPOConfig(output_dir=str(tmp_path / str(compiled)), use_cpu=True, bf16=False,
+                          per_device_train_batch_size=4, num_generations=4, max_completion_length=4, max_steps=2,
+                          report_to="none", disable_tqdm=True, save_strategy="no", activation_checkpointing=False,
+                          seed=0, **({"torch_compile": True, "torch_compile_backend": "eager"} if compiled else {}))
+        trainer = GRPOTrainer(model=model, reward_funcs=lambda completions, **k: [float(len(c)) for c in completions],
+                              args=args, train_dataset=Dataset.from_dict({"prompt": ["Q:1+2\nA:", "Q:12+30-4\nA:"] * 4}),
+                              processing_class=tok)
+        cb = add_race_accounting(trainer, budget_flops=1e13, **kw)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            trainer.train()
+        return trainer, cb, {(r.step, r.key): r.flops for r in cb.ledger}
+
+    eager_trainer, eager_cb, eager = run(False)
+    trainer, cb, compiled = run(True)
+    assert type(trainer.model_wrapped).__name__ == "OptimizedModule" != type(eager_trainer.model_wrapped).__name__
+    assert eager_cb.tracker.sync and not cb.tracker.sync
+    assert compiled == eager and eager[(1, "update/forward")] > 0
+    _, forced, _ = run(True, sync_calls=True)
+    assert forced.tracker.sync
+    torch._dynamo.reset()
