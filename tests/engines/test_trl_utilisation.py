@@ -105,3 +105,29 @@ def test_mfu_without_a_peak_is_omitted_with_one_note(tiny_model_dir, tmp_path, c
     steps = [h for h in trainer.state.log_history if "loss" in h]
     assert steps and not any(k.startswith("race/mfu/") for h in steps for k in h)
     assert all("race/tokens_per_s/update" in h and "race/gpu_hours" in h for h in steps)
+
+
+def test_utilisation_values_from_a_ledger_by_hand():
+    """The rules of race.engines.trl.usage on a ledger written by hand: executed prefill in
+    place of the charged one for rollout MFU, weight-sync seconds outside the rollout's,
+    overrun in the spent total, no rollout MFU for a vLLM server, imbalance over ranks."""
+    from race.accounting import FlopLedger
+    from race.engines.trl.usage import utilisation_values
+
+    led = FlopLedger(budget=1e6)
+    led.add_components(1, {"rollout/prefill": 4000, "rollout/decode": 1000, "rollout/weight_sync": 0,
+                           "executed/rollout_prefill": 1000, "update/forward": 2000, "update/backward": 4000},
+                       tokens={"rollout/prefill": 40, "rollout/decode": 10, "update/forward": 50},
+                       seconds={"rollout/prefill": 1.0, "rollout/decode": 1.0, "rollout/weight_sync": 3.0,
+                                "update/forward": 0.5, "update/backward": 1.5})
+    led.record_overrun(2, {"update/forward": 500})
+    v = utilisation_values(led, world=2, peak=100.0, rank_flops=[7000, 4000], rank_seconds=[5.0, 5.0])
+    assert v["race/mfu/rollout"] == pytest.approx((1000 + 1000) / (2.0 * 2 * 100.0))  # executed prefill + decode
+    assert v["race/tokens_per_s/rollout"] == pytest.approx(50 / 2.0)  # the 3 s of weight sync left out
+    assert v["race/mfu/update"] == pytest.approx(6000 / (2.0 * 2 * 100.0))
+    assert v["race/seconds/weight_sync"] == 3.0 and v["race/gpu_hours"] == pytest.approx(2 * 7.0 / 3600)
+    assert v["race/flops_spent"] == 11000 + 500 == led.total + 500
+    assert v["race/imbalance/flops"] == pytest.approx(7000 / 5500) and v["race/imbalance/seconds"] == 1.0
+    server = utilisation_values(led, world=2, peak=100.0, remote_rollout=True)
+    assert "race/mfu/rollout" not in server and "race/mfu/update" in server
+    assert not any(k.startswith("race/mfu/") for k in utilisation_values(led, peak=None))
