@@ -8,6 +8,10 @@ import types
 import pytest
 
 
+def _gen(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
+    return [[7] * len(p) for p in prompt_ids], None
+
+
 def test_check_trl_refuses_old_versions_and_missing_internals():
     from race.accounting import AccountingError
     from race.engines.trl.internals import check_trl
@@ -15,13 +19,64 @@ def test_check_trl_refuses_old_versions_and_missing_internals():
     with pytest.raises(AccountingError, match=r"needs trl >= 1\.16.*found trl 1\.15\.2: upgrade trl"):
         check_trl(version="1.15.2")
     check_trl(version="1.16.0")
-    check_trl(version="1.17.0.dev0")  # newer: accepted when the internals are there
-    ok = types.SimpleNamespace(_step=0, _buffered_inputs=None, _generate_single_turn=lambda *a: None)
-    check_trl(ok, version="2.0.0")
+    ok = types.SimpleNamespace(_buffered_inputs=None, _generate_single_turn=types.MethodType(_gen, object()))
+    with pytest.warns(UserWarning, match=r"tested with trl 1\.16; found trl 2\.0\.0.*pin trl==1\.16\.\*"):
+        check_trl(ok, version="2.0.0")  # newer: accepted when the internals are there, with a warning
     lacking = types.SimpleNamespace(_step=0)
     with pytest.raises(AccountingError, match=r"trl 2\.0\.0: GRPOTrainer has no _buffered_inputs, "
                                               r"_generate_single_turn.*install trl==1\.16\.\*"):
         check_trl(lacking, version="2.0.0")
+
+
+def test_check_trl_reads_signatures_and_warns_once_per_untested_version():
+    """``_generate_single_turn`` changed its parameters between TRL releases: one that takes
+    others is refused (hasattr alone would accept it); ``_step`` is not needed any more (the
+    micro-steps come from callback events)."""
+    import warnings
+
+    from race.accounting import AccountingError
+    from race.engines.trl.internals import check_trl
+
+    def old_style(self, prompts, images, num_generations):  # an earlier TRL's parameters
+        return [], None
+
+    changed = types.SimpleNamespace(_buffered_inputs=None, _generate_single_turn=types.MethodType(old_style, object()))
+    with pytest.raises(AccountingError, match=r"_generate_single_turn\('prompts', 'images', 'num_generations'\) "
+                                              r"does not take \(prompt_ids, images, multimodal_fields, "
+                                              r"num_generations, \.\.\.\).*install trl==1\.16\.\*"):
+        check_trl(changed, version="1.16.0")
+    class Base:
+        _buffered_inputs = None
+        _generate_single_turn = _gen
+
+    class PassThrough(Base):  # a user's override that passes everything on: the base's parameters count
+        def _generate_single_turn(self, *args, **kwargs):
+            return super()._generate_single_turn(*args, **kwargs)
+
+    check_trl(PassThrough(), version="1.16.0")
+    Base._generate_single_turn = old_style
+    with pytest.raises(AccountingError, match="does not take"):
+        check_trl(PassThrough(), version="1.16.0")
+    no_step = types.SimpleNamespace(_buffered_inputs=None, _generate_single_turn=types.MethodType(_gen, object()))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        check_trl(no_step, version="1.16.3")  # the tested minor version: no warning, no _step needed
+    with pytest.warns(UserWarning, match="1.17.0.dev0"):
+        check_trl(version="1.17.0.dev0")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        check_trl(version="1.17.0.dev0")  # once per version
+
+
+def test_real_trainer_signature_is_accepted():
+    import inspect
+
+    from trl import GRPOTrainer
+
+    from race.engines.trl.internals import GENERATION_PARAMS
+
+    params = list(inspect.signature(GRPOTrainer._generate_single_turn).parameters)
+    assert tuple(params[1:1 + len(GENERATION_PARAMS)]) == GENERATION_PARAMS
 
 
 def test_private_reads_and_the_generation_wrapper():

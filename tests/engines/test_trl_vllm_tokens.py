@@ -150,6 +150,10 @@ def test_vllm_stand_in_charges_exactly_what_the_measured_path_charges(tiny_model
         m, a = dict(measured[step]), dict(analytic[step])
         # vLLM's importance-sampling correction makes TRL run old-policy log-probs every generation
         assert "old_logprobs/forward" not in m and a.pop("old_logprobs/forward")[0] > 0
+        # vLLM prefills each prompt once for its G=4 rows: recorded as executed (uncounted) beside the charge
+        executed = a.pop("executed/rollout_prefill")
+        assert 4 * executed[0] == a["rollout/prefill"][0] and 4 * executed[1] == a["rollout/prefill"][1], step
+        assert a.pop("rollout/weight_sync") == (0, 0)  # seconds only (TRL synced the weights before generating)
         assert a == m, step
         assert m["rollout/prefill"][0] > 0 and m["rollout/decode"][1] > 0
     assert cb_vllm.plan.needs_old_logprobs and not cb_hook.plan.needs_old_logprobs
@@ -255,3 +259,72 @@ def test_vllm_rollouts_of_a_lora_policy_carry_no_adapter_flops(tiny_model_dir, t
     dense = rollout_components(cb.shape, [len(p) for p in p_ids], c_lens)
     assert {k: keys[k] for k in dense} == dense
     assert dense != rollout_components(cb.shape, [len(p) for p in p_ids], c_lens, lora=cb.lora)
+
+
+def test_vllm_server_records_executed_prefill_location_and_weight_sync_apart(tiny_model_dir, tmp_path, monkeypatch):
+    """Server mode (stand-in): the counted rollout/prefill charges every row (the budget's
+    bound), executed/rollout_prefill (uncounted) each prompt once for its G rows; the
+    weight sync's seconds are kept apart from the rollout's; the card says where rollouts
+    ran, and no rollout MFU is logged for the training ranks. A controlled clock: only the
+    stand-in's sync (5 s) and generation (2 s) advance it."""
+    import types
+
+    import torch
+    from datasets import Dataset
+    from trl import GRPOConfig, GRPOTrainer
+
+    import race.models.timing as timing
+    from race.engines.trl_callback import add_race_accounting
+    from race.models import load_policy
+
+    clock = [0.0]
+    monkeypatch.setattr(timing, "time", types.SimpleNamespace(perf_counter=lambda: clock[0]))
+
+    class Server(_FakeVLLM):
+        syncs = 0
+
+        def sync_weights(self):
+            self.syncs += 1
+            clock[0] += 5.0
+
+        def generate(self, *a, **kw):
+            clock[0] += 2.0
+            return super().generate(*a, **kw)
+
+    torch.manual_seed(0)
+    model, tok = load_policy(str(tiny_model_dir), device="cpu", attn_implementation="eager")
+    args = GRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, per_device_train_batch_size=8,
+                      num_generations=4, max_completion_length=T_MAX, max_steps=2, report_to="none",
+                      disable_tqdm=True, save_strategy="no", activation_checkpointing=False, shuffle_dataset=False,
+                      seed=0, logging_steps=1)
+    trainer = GRPOTrainer(model=model, reward_funcs=lambda completions, **k: [float(len(c) % 3) for c in completions],
+                          args=args, train_dataset=Dataset.from_dict({"prompt": PROMPTS * 4}), processing_class=tok)
+    trainer.use_vllm, trainer.vllm_generation, trainer._last_loaded_step = True, Server(tok.eos_token_id), -1
+    trainer.vllm_mode, trainer.vllm_importance_sampling_correction = "server", False
+    cb = add_race_accounting(trainer, budget_flops=1e13, peak_flops=1e12)
+    trainer.train()
+    assert trainer.vllm_generation.syncs == 2 and cb.rollout_location == "vllm_server"
+    for step in (1, 2):
+        rec = {r.key: r for r in cb.ledger if r.step == step}
+        charged, executed = rec["rollout/prefill"], rec["executed/rollout_prefill"]
+        assert charged.counted and not executed.counted
+        assert charged.flops == 4 * executed.flops > 0 and charged.tokens == 4 * executed.tokens  # G=4 rows a prompt
+        assert rec["rollout/weight_sync"].seconds == 5.0 and rec["rollout/weight_sync"].flops == 0
+        assert rec["rollout/decode"].seconds == 2.0  # the generation alone
+    assert cb.ledger.total == sum(r.flops for r in cb.ledger if r.counted)
+    assert cb.report_card().extra["rollout_location"] == "vllm_server"
+    logs = [h for h in trainer.state.log_history if "loss" in h]
+    assert logs[-1]["race/seconds/weight_sync"] == 10.0
+    assert logs[-1]["race/tokens_per_s/rollout"] == pytest.approx(
+        sum(r.tokens for r in cb.ledger if r.phase == "rollout") / 4.0)  # 2 s of generation per step
+    assert not any("race/mfu/rollout" in h for h in logs)  # the server's GPUs ran the rollouts
+
+
+def test_prompt_runs_take_each_prompt_once_per_group():
+    from race.engines.trl.rollouts import prompt_runs
+
+    a, b = [1, 2], [3]
+    assert prompt_runs([a, a, a, a, b, b, b, b], 4) == [0, 4]
+    assert prompt_runs([a] * 8, 4) == [0, 4]  # two groups of the same prompt: two prefills
+    assert prompt_runs([a, a, b], 4) == [0, 2]  # a rank holding part of a group
+    assert prompt_runs([a, a], 1) == [0, 1]  # the tool loop: every row its own history

@@ -6,7 +6,7 @@ callback:
 
 - **what counts** (:func:`counted`): a ``phase/component`` FLOP count is charged to the
   budget unless its phase is one of :data:`UNCOUNTED_PHASES` (``recompute`` hardware
-  FLOPs, ``eval``, ``warmstart``, ``overrun``). The ledger marks its records with the same
+  FLOPs, ``eval``, ``warmstart``, ``overrun``, ``executed``). The ledger marks its records with the same
   rule (``LedgerRecord.counted``).
 - **a budget** (:func:`check_budget`): a finite number of FLOPs > 0.
 - **whether FLOPs fit** (:func:`fits`): ``spent + flops <= budget``; no budget fits anything.
@@ -37,7 +37,7 @@ from .lora import LoRA
 from .shapes import ModelShape
 
 #: Phases recorded in a ledger but never charged to the budget.
-UNCOUNTED_PHASES = ("recompute", "eval", "warmstart", "overrun")
+UNCOUNTED_PHASES = ("recompute", "eval", "warmstart", "overrun", "executed")
 BUDGET_STOP = "budget"
 
 
@@ -195,6 +195,19 @@ class StepPlan:
 
 
 # -- the stop ---------------------------------------------------------------------------------
+def record_overrun_step(ledger, step: int, components: dict[str, int], *, tokens: dict[str, int] | None = None,
+                        seconds: dict[str, float] | None = None) -> int:
+    """Record a step the budget could not take: its FLOPs as uncounted ``overrun``, except
+    its ``executed/*`` records (what part of a charge really ran, never charged), which
+    are kept as they are. Returns the FLOPs recorded as ``overrun``."""
+    kept = {k: v for k, v in components.items() if k.startswith("executed/")}
+    over = ledger.record_overrun(step, {k: v for k, v in components.items() if k not in kept}, tokens=tokens,
+                                 seconds=seconds)
+    if kept:
+        ledger.add_components(step, kept, tokens=tokens)
+    return int(over)
+
+
 class BudgetGuard:
     """The budget decisions of one run over its ledger (a ``FlopLedger``: ``total``,
     ``budget``, ``add_components``, ``record_overrun``). See the module docstring.
@@ -250,7 +263,7 @@ class BudgetGuard:
             self.ledger.add_components(step, components, tokens=tokens, seconds=seconds)
             return 0
         except BudgetExceededError:
-            over = self.ledger.record_overrun(step, components, tokens=tokens, seconds=seconds)
+            over = record_overrun_step(self.ledger, step, components, tokens=tokens, seconds=seconds)
             self._stop()
             return int(over)
 
@@ -268,4 +281,4 @@ class BudgetGuard:
 
 
 __all__ = ["BUDGET_STOP", "BudgetExceededError", "BudgetGuard", "StepPlan", "UNCOUNTED_PHASES", "check_budget",
-           "counted", "fits", "is_budget", "is_counted", "run_steps", "steps_bought", "steps_in_budget"]
+           "counted", "fits", "is_budget", "is_counted", "record_overrun_step", "run_steps", "steps_bought", "steps_in_budget"]

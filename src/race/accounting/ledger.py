@@ -6,7 +6,10 @@ drops it (with a warning and a truncation of the file, so later appends stay cle
 malformed line anywhere else is corruption and raises: it is never silently mixed in.
 
 ``counted`` records are charged to the budget; ``recompute`` (hardware FLOPs), ``eval``,
-``warmstart`` and ``overrun`` records are kept apart and never charged. ``overrun`` holds
+``warmstart``, ``overrun`` and ``executed`` records are kept apart and never charged.
+``executed`` holds what a generator really executed where the counted record charges more
+(vLLM prefills each prompt once for its G samples; ``rollout/prefill`` charges every row,
+the budget's bound): ``executed/rollout_prefill`` beside the counted ``rollout/prefill``. ``overrun`` holds
 what a step executed that the budget could not take (its bound was low): the run stops
 there (a clean ``budget`` stop), the ledger's counted total stays within the budget, and
 the FLOPs are still on record (:meth:`FlopLedger.record_overrun`).

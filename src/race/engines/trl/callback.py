@@ -8,42 +8,39 @@ Two lines give a TRL run RACE's ledger, the budget stop and the compute report c
     add_race_accounting(trainer, budget_flops=2e15)      # ledger.jsonl + report card in args.output_dir
     trainer.train()
 
-or pass ``RaceFlopCallback(budget_flops=...)`` in ``callbacks=[...]`` (then the reference
-model of a full fine-tuning run with ``beta != 0`` is not visible to the callback: use
-``add_race_accounting``, which attaches it).
+or pass ``RaceFlopCallback(budget_flops=...)`` in ``callbacks=[...]`` (then the reference model of a
+full fine-tuning run with ``beta != 0`` is not visible to the callback: use ``add_race_accounting``,
+which attaches it).
 
-What it records: every call of the policy (and reference) model, turned into
-``phase/component`` FLOPs as ``race.engines.trl.flops`` describes, one ledger record per
-key per optimizer step (``step`` = ``state.global_step``). Rollouts that bypass the hooked
-model (vLLM colocate or server, continuous batching, a ``rollout_func``) are charged from
-the token ids they return (``race.engines.trl.rollouts``); reward models passed as modules
-in ``reward_funcs`` from their shape (``race.engines.trl.reward_models``). With several
-processes each rank keeps its own ledger and the budget is charged and decided globally
-(``race.engines.trl.distributed``). Calls outside training steps
-(TRL's own evaluation) go to the uncounted ``eval`` phase. Before each step it bounds the
-step's counted FLOPs from the maximum lengths (the longest prompt of the dataset,
-``max_completion_length``) and stops training when the bound does not fit the budget, so
-the counted total never exceeds it. FLOPs your reward FUNCTIONS spend on models are not
-visible to the hooks: report them with :meth:`RaceFlopCallback.charge` and bound them with
-``reward_step_bound`` (without it the bound takes the largest reward charge seen so far per
-generation, and warns once). Should a step still cost more than the budget has left (its
-bound was low), its FLOPs go to the uncounted ``overrun`` phase and training stops with
-``stop_reason = "budget"``: the counted total stays within the budget (TRL has applied that
-step's update by then; the ledger says so).
+What it records: every call of the policy (and reference) model, turned into ``phase/component``
+FLOPs as ``race.engines.trl.flops`` describes, one ledger record per key per optimizer step
+(``step`` = ``state.global_step``). Rollouts that bypass the hooked model (vLLM colocate or server,
+continuous batching, a ``rollout_func``) are charged from the token ids they return
+(``race.engines.trl.rollouts``); reward models passed as modules in ``reward_funcs`` from their
+shape (``race.engines.trl.reward_models``). With several processes each rank keeps its own ledger
+and the budget is charged and decided globally (``race.engines.trl.distributed``). Calls outside
+training steps (TRL's own evaluation) go to the uncounted ``eval`` phase. Before each step it bounds
+the step's counted FLOPs from the maximum lengths (the longest prompt of the dataset,
+``max_completion_length``) and stops training when the bound does not fit the budget, so the counted
+total never exceeds it. FLOPs your reward FUNCTIONS spend on models are not visible to the hooks:
+report them with :meth:`RaceFlopCallback.charge` and bound them with ``reward_step_bound`` (without
+it the bound takes the largest reward charge seen so far per generation, and warns once). Should a
+step still cost more than the budget has left (its bound was low), its FLOPs go to the uncounted
+``overrun`` phase and training stops with ``stop_reason = "budget"``: the counted total stays within
+the budget (TRL has applied that step's update; the ledger says so).
 
 TRL's logs carry the ledger too: each ``on_log`` adds ``race/flops``, ``race/flops/<phase>``,
 ``race/budget_fraction`` and ``race/split/{search,learning,feedback}``
 (:func:`race.accounting.log_values`) to the ``logs`` dict and to the trainer's
-``state.log_history``, so whatever ``report_to`` reports shows them. ``add_race_accounting``
-places the callback before the reporting callbacks (W&B, TensorBoard, ...); passed in
-``callbacks=[...]`` it runs after them, and only the log history and later callbacks see
-the values.
-"""
+``state.log_history``, so whatever ``report_to`` reports shows them. ``add_race_accounting`` places
+the callback before the reporting callbacks (W&B, TensorBoard, ...; passed in ``callbacks=[...]``
+only the log history and later callbacks see the values), with the utilisation keys of
+``race.engines.trl.usage``; ``state.total_flos`` is the ledger's counted total. A budget stop saves
+and evaluates as TRL's ``max_steps`` stop does. Timing and devices: ``race.engines.trl.hooks``."""
 
 from __future__ import annotations
 
 import warnings
-from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -53,15 +50,15 @@ from race.accounting import AccountingError, BudgetGuard, FlopLedger, LoRA, Mode
     counted, log_values
 from race.accounting.conventions import resolve
 from race.accounting.guard import is_counted
-from race.engines.trl import internals
-from race.engines.trl.flops import TRL_CONVENTIONS_NOTE, TRL_EXECUTION_NOTE, TrlStepPlan, calls_components, \
-    calls_tokens_seconds
+from race.engines.trl import internals, wiring
+from race.engines.trl.flops import TrlStepPlan, calls_components, calls_tokens_seconds
 from race.engines.trl.bounds import step_bound
 from race.engines.trl.distributed import RunLedgers
-from race.engines.trl.hooks import FlopTracker, bound_prompt_length, causal_lm, lora_of
+from race.engines.trl.hooks import FlopTracker, causal_lm, lora_of
 from race.engines.trl.internals import compact_head
 from race.engines.trl.reward_models import RewardModelMeter
-from race.engines.trl.rollouts import ROLLOUT_NOTE, GenerationWatch
+from race.engines.trl.rollouts import GenerationWatch
+from race.engines.trl.usage import WEIGHT_SYNC
 from race.models.refs import model_shape
 from race.models.timing import device_clock
 
@@ -87,12 +84,20 @@ class RaceFlopCallback(TrainerCallback):
         model_name: the name the report card shows.
         report_card: write ``report_card.{json,md,tex}`` when training ends.
         card_extra: more entries for the report card's ``extra``.
+        sync_calls: synchronize around every hooked call (exact per-phase seconds); ``False``
+            times whole generations and steps only (``race.engines.trl.hooks``). Default:
+            on, off under ``torch_compile=True``.
+        peak_flops: one device's peak FLOP/s for ``race/mfu/*`` (default: the table of
+            ``race.engines.trl.utilisation``; no entry: MFU omitted, noted once).
     """
 
     def __init__(self, budget_flops: float | None = None, output_dir: str | Path | None = None, *,
                  conventions: Any = "race", max_prompt_length: int | None = None,
                  reward_step_bound: RewardBound | None = None, model_name: str | None = None,
-                 report_card: bool = True, card_extra: dict[str, Any] | None = None) -> None:
+                 report_card: bool = True, card_extra: dict[str, Any] | None = None, sync_calls: bool | None = None,
+                 peak_flops: float | None = None) -> None:
+        if peak_flops is not None and not peak_flops > 0:
+            raise AccountingError(f"peak_flops must be > 0 (one device's peak FLOP/s), got {peak_flops!r}")
         if budget_flops is not None:
             check_budget(budget_flops, "budget_flops")
         self.budget_flops = budget_flops
@@ -103,8 +108,10 @@ class RaceFlopCallback(TrainerCallback):
         self.model_name = model_name
         self.write_card = report_card
         self.card_extra = dict(card_extra or {})
-        self.tracker = FlopTracker()
-        self.reward_models = RewardModelMeter(self.conventions)
+        self.sync_calls, self.peak_flops = sync_calls, peak_flops
+        self.tracker = FlopTracker(sync=sync_calls is not False)
+        self.reward_models = RewardModelMeter(self.conventions, clock=lambda device: self.tracker.clock(device))
+        self.micro_steps = 0  # training_step calls seen (on_substep_end + on_step_end), TRL's _step
         self.watch: GenerationWatch | None = None
         self.ledgers: RunLedgers | None = None
         self.ledger: FlopLedger | None = None  # the global ledger (the run's, on one process)
@@ -115,27 +122,27 @@ class RaceFlopCallback(TrainerCallback):
         self.stop_reason: str | None = None
         self.reference_lora = False
         self._models: list[tuple[Any, str]] = []
-        self._attached = False
+        self._attached = self._has_ref_model = False
         self._undo: list[Callable[[], None]] = []
-        self._has_ref_model = False
         self._pending: list[tuple[dict[str, int], dict[str, int], dict[str, float]]] = []
         self._outside: dict[str, int] = {}  # charges between steps (TRL's evaluation): uncounted eval
-        self._in_step = False
-        self._t_step: float | None = None
+        self._in_step, self._t_step = False, None
         self._device: Any = None  # the policy's: per-phase seconds synchronize it when it is CUDA
-        self._max_completion = 0
-        self._trainer: Any = None
+        self._max_completion, self._trainer = 0, None
         self._reward_seen = 0  # largest counted FLOPs of one charge() call (the bound without reward_step_bound)
         self._warned_bound = False
         self.overrun_flops = 0  # FLOPs of a step the budget could not take (recorded uncounted)
+        self.rollout_location = "policy"  # policy (hooked generate) | vllm_colocate | vllm_server | ...
+        self._peak: float | None = None  # the table's peak (wiring.utilisation_logs), read once
+        self._peak_read = False
 
-    # -- wiring -------------------------------------------------------------------------
     def attach(self, trainer: Any) -> "RaceFlopCallback":
         """Hook the trainer's policy and, when TRL keeps one, its reference model."""
         import weakref
 
         internals.check_trl(trainer)
         self._trainer = weakref.ref(trainer)
+        self.micro_steps = 0
         self._models = [(trainer.model, "policy")]
         ref = getattr(trainer, "ref_model", None)
         if ref is not None:
@@ -157,14 +164,20 @@ class RaceFlopCallback(TrainerCallback):
             vllm = bool(getattr(trainer, "use_vllm", getattr(args, "use_vllm", False)))
             bypass = vllm or bool(getattr(args, "use_transformers_continuous_batching", False))
             lora = lora_of(self._models[0][0], model_shape(self._models[0][0])) is not None
-            self.watch = GenerationWatch(self.tracker, lora=lora and not vllm, bypass=bypass,
-                                         device=next(self._models[0][0].parameters()).device)
+            self.watch = GenerationWatch(self.tracker, lora=lora and not vllm, bypass=bypass, executed=vllm,
+                                         device=self._policy_device)
             self._undo.append(internals.wrap_generation(trainer, self.watch.single_turn))
             rollout_func = getattr(trainer, "rollout_func", None)
+            self.rollout_location = wiring.rollout_location(trainer, args)
+            sync = getattr(trainer, "vllm_generation", None) if vllm else None  # timed apart: rollout/weight_sync
+            self._undo += [u for u in [wiring.time_weight_sync(sync, self.tracker, self._policy_device)] if u]
             if rollout_func is not None:
                 trainer.rollout_func = self.watch.wrap_rollout_func(rollout_func)
                 self._undo.append(lambda: setattr(trainer, "rollout_func", rollout_func))
         self._attached = True
+
+    def _policy_device(self) -> Any:  # now: the trainer may move the model after attach
+        return next(self._models[0][0].parameters()).device
 
     def _uninstall(self) -> None:
         if self._attached:
@@ -216,14 +229,14 @@ class RaceFlopCallback(TrainerCallback):
                           reward_models=self.reward_models, buffered=buffered)
 
     def next_step_bound(self, state: Any) -> int:
-        """``step_bound`` of the next optimizer step, reading TRL's own micro-step counter
-        and generation buffer when the trainer is attached (they restart on resume)."""
+        """``step_bound`` of the next optimizer step: the micro-step counted from the
+        callback events (``training_step`` calls, as TRL's own counter, which restarts with
+        the trainer on resume) and TRL's generation buffer when the trainer is attached."""
         assert self.plan is not None
         trainer = self._trainer() if self._trainer is not None else None
-        micro = internals.micro_step(trainer) if trainer is not None else None
-        if micro is not None:
-            return self.step_bound(micro, buffered=internals.has_buffered_batch(trainer))
-        return self.step_bound(int(state.global_step) * self.plan.gradient_accumulation_steps)
+        if trainer is not None:
+            return self.step_bound(self.micro_steps, buffered=internals.has_buffered_batch(trainer))
+        return self.step_bound(self.micro_steps)
 
     # -- TrainerCallback events ---------------------------------------------------------------
     def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, processing_class: Any = None,
@@ -238,7 +251,9 @@ class RaceFlopCallback(TrainerCallback):
                 raise AccountingError("RaceFlopCallback got no model: use add_race_accounting(trainer, ...)")
             self._models = [(model, "policy")]
         policy = self._models[0][0]
-        self._device = next(policy.parameters()).device
+        self._device = None  # read at each step begin: accelerate may move the model after this
+        if self.sync_calls is None:
+            self.tracker.sync = not bool(getattr(args, "torch_compile", False))
         self.shape = model_shape(policy)
         self.lora = lora_of(policy, self.shape)
         peft_ref = hasattr(policy, "peft_config") and "ref" in getattr(policy, "peft_config", {})
@@ -251,12 +266,12 @@ class RaceFlopCallback(TrainerCallback):
         self._install()
         self.plan = TrlStepPlan.from_args(args, compact_head=compact_head(causal_lm(policy)))
         trainer = self._trainer() if self._trainer is not None else None
-        if trainer is not None and getattr(trainer, "use_vllm", False):  # TRL's own flags win over args
-            self.plan = replace(self.plan, vllm_is_correction=bool(
-                getattr(trainer, "vllm_importance_sampling_correction", False)))
+        self.plan = wiring.trainer_plan(self.plan, trainer, args)  # vLLM's IS correction, the tool loop
         self._max_completion = int(args.max_completion_length)
+        if self.watch is not None:
+            self.watch.num_generations = self.plan.num_generations
         if self.max_prompt_length is None:
-            self.max_prompt_length = self._dataset_prompt_bound(train_dataloader, processing_class, args)
+            self.max_prompt_length = wiring.dataset_prompt_bound(trainer, train_dataloader, processing_class, args)
         out = self.output_dir or Path(args.output_dir)
         out.mkdir(parents=True, exist_ok=True)
         self.output_dir = out
@@ -276,19 +291,10 @@ class RaceFlopCallback(TrainerCallback):
                 f"step ({bound:.4g} FLOPs at the maximum lengths); raise the budget or shrink the step "
                 "(batch, num_generations, max_completion_length)")
 
-    def _dataset_prompt_bound(self, loader: Any, tokenizer: Any, args: Any) -> int:
-        ds = getattr(loader, "dataset", None)
-        try:
-            prompts = ds["prompt"]  # type: ignore[index]
-        except Exception:
-            raise AccountingError("cannot read the training prompts to bound a step: pass "
-                                  "max_prompt_length=... (the longest prompt in tokens)") from None
-        tok = getattr(tokenizer, "tokenizer", tokenizer)
-        return bound_prompt_length(tok, list(prompts), chat_template_kwargs=getattr(args, "chat_template_kwargs", None))
-
     def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self._flush_outside(int(state.global_step))
         self._in_step = True
+        self._device = self._policy_device()
         self._t_step = device_clock(self._device)
 
     def _flush_outside(self, step: int) -> None:
@@ -310,6 +316,7 @@ class RaceFlopCallback(TrainerCallback):
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         assert self.ledger is not None and self.shape is not None and self.plan is not None
+        self.micro_steps += 1
         self._in_step = False
         now = device_clock(self._device)
         wall = now - (self._t_step or now)
@@ -321,6 +328,10 @@ class RaceFlopCallback(TrainerCallback):
             extra = max(0.0, self.tracker.generate_seconds - roll)
             seconds["rollout/decode"] = seconds.get("rollout/decode", 0.0) + extra
         self.tracker.generate_seconds = 0.0
+        if self.tracker.weight_sync_seconds:  # seconds only: the sync moves weights, it runs no model FLOPs
+            comps[WEIGHT_SYNC] = 0
+            seconds[WEIGHT_SYNC] = self.tracker.weight_sync_seconds
+            self.tracker.weight_sync_seconds = 0.0
         for c, t, s in [*self._pending, self.reward_models.drain()]:
             for k, v in c.items():
                 comps[k] = comps.get(k, 0) + int(v)
@@ -334,18 +345,23 @@ class RaceFlopCallback(TrainerCallback):
         assert self.ledgers is not None
         assert self.guard is not None
         # an overrun (the bound was low: the FLOPs are on record, uncounted) stops on every rank, as does a
-        # next step whose bound does not fit
+        # next step whose bound does not fit; a budget stop saves and evaluates as TRL's max_steps stop does
         over = self.ledgers.commit(int(state.global_step), comps, tokens, seconds, self.guard)
+        state.total_flos = float(self.ledger.total)  # saved with each checkpoint: the ledger's counted total
         self.overrun_flops += over
         if self.guard.stop_after(over, lambda: self.ledgers.global_bound(self.next_step_bound(state)), control):
+            wiring.keep_work(args, control)
             self.stop_reason = self.guard.stop_reason
+
+    def on_substep_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.micro_steps += 1  # a training_step call that did not end an optimizer step
 
     def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any) -> None:
         """Add the ledger's values (:func:`race.accounting.log_values`) to TRL's ``logs`` and
         to the history entry the trainer just appended for them."""
         if self.ledger is None or logs is None:
             return
-        values = log_values(self.ledger)
+        values = {**log_values(self.ledger), **wiring.utilisation_logs(self, args, state)}
         logs.update(values)
         hist = getattr(state, "log_history", None)
         # Trainer.log appended {**logs, "step": ...} just before on_log: the same value objects
@@ -362,22 +378,7 @@ class RaceFlopCallback(TrainerCallback):
 
     def report_card(self, **meta: Any) -> ReportCard:
         """The run's compute report card from the ledger so far."""
-        if self.ledger is None or self.shape is None or self.plan is None:
-            raise AccountingError("no ledger yet: the report card exists once training has begun")
-        extra: dict[str, Any] = {"engine": "trl", "trl_execution": TRL_EXECUTION_NOTE}
-        if self.watch is not None and self.watch.charged_rows:
-            extra["trl_rollouts"] = (f"{self.watch.charged_rows} rows generated outside the hooked model (vLLM, "
-                                     f"continuous batching or rollout_func), {ROLLOUT_NOTE}")
-        if self.ledgers is not None and self.ledgers.world > 1:
-            extra["processes"] = self.ledgers.world
-        extra.update({**self.card_extra, **meta.pop("extra", {})})
-        card = ReportCard.from_ledger(
-            self.ledger, conventions=self.conventions, model=meta.pop("model", self.model_name or self.shape.name),
-            model_params=meta.pop("model_params", self.shape.num_params()),
-            lora_rank=self.lora.rank if self.lora is not None else None,
-            num_generations=self.plan.num_generations, extra=extra, **meta)
-        card.conventions_text = f"{card.conventions_text}; {TRL_CONVENTIONS_NOTE}"
-        return card
+        return wiring.report_card(self, meta)
 
 
 def add_race_accounting(trainer: Any, budget_flops: float | None = None, output_dir: str | Path | None = None,

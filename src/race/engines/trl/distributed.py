@@ -20,6 +20,7 @@ from typing import Any
 
 from race.accounting import BudgetGuard, FlopLedger
 from race.accounting.errors import AccountingError
+from race.accounting.guard import counted, record_overrun_step
 
 Step = tuple[dict[str, int], dict[str, int], dict[str, float]]
 
@@ -58,6 +59,8 @@ class RunLedgers:
     def __init__(self, out: Path, budget: float | None, *, resume_step: int, args: Any = None) -> None:
         self.rank, self.world = world(args)
         self.rank_ledger: FlopLedger | None = None
+        self.rank_flops = [0] * self.world  # counted FLOPs per rank since this (re)start: the imbalance logs
+        self.rank_seconds = [0.0] * self.world
         if self.world == 1:
             self.ledger = FlopLedger(out / "ledger.jsonl", budget=budget)
             self.ledger.truncate_after(resume_step)  # a resumed run drops what came after its checkpoint
@@ -77,25 +80,34 @@ class RunLedgers:
     def is_main(self) -> bool:
         return self.rank == 0
 
-    def _gather(self, part: Step) -> Step:
+    def _gather(self, part: Step, parts_out: list | None = None) -> Step:
         if self.world == 1:
+            if parts_out is not None:
+                parts_out.append(part)
             return part
         import torch.distributed as dist
 
         parts: list[Any] = [None] * self.world
         dist.all_gather_object(parts, part)
+        if parts_out is not None:
+            parts_out.extend(parts)
         return _merge(parts)
 
     def commit(self, step: int, comps: dict[str, int], tokens: dict[str, int], seconds: dict[str, float],
                guard: BudgetGuard | None = None) -> int:
         """Charge one optimizer step (every rank's share) through ``guard`` (default: a
         guard over the global ledger). Returns 0, or the FLOPs recorded as ``overrun`` when
-        the budget could not take the step (the same on every rank)."""
-        g = self._gather((comps, tokens, seconds))
+        the budget could not take the step (the same on every rank); ``executed/*`` records
+        (never charged) stay as they are."""
+        parts: list[Step] = []
+        g = self._gather((comps, tokens, seconds), parts)
+        for r, (c, _, s) in enumerate(parts):
+            self.rank_flops[r] += counted(c)
+            self.rank_seconds[r] += sum(s.values())
         over = (guard or BudgetGuard(self.ledger)).charge(step, g[0], tokens=g[1], seconds=g[2])
         if over:
             if self.rank_ledger is not None:
-                self.rank_ledger.record_overrun(step, comps, tokens=tokens, seconds=seconds)
+                record_overrun_step(self.rank_ledger, step, comps, tokens=tokens, seconds=seconds)
             return over
         if self.rank_ledger is not None:
             self.rank_ledger.add_components(step, comps, tokens=tokens, seconds=seconds)

@@ -147,6 +147,9 @@ def calls_components(shape: ModelShape, calls: Iterable[ModelCall], *, lora: LoR
         if c.phase == "rollout":
             add(f"rollout/{c.component}", fwd)
             continue
+        if c.phase == "executed":  # what vLLM executed of a charged rollout (race.engines.trl.rollouts)
+            add(f"executed/rollout_{c.component}", fwd)
+            continue
         add(f"{c.phase}/forward", fwd)
         if c.phase != "update":
             continue
@@ -166,7 +169,8 @@ def calls_tokens_seconds(calls: Iterable[ModelCall]) -> tuple[dict[str, int], di
     tokens: dict[str, int] = {}
     seconds: dict[str, float] = {}
     for c in calls:
-        k = f"rollout/{c.component}" if c.phase == "rollout" else f"{c.phase}/forward"
+        k = {"rollout": f"rollout/{c.component}", "executed": f"executed/rollout_{c.component}"}.get(
+            c.phase, f"{c.phase}/forward")
         tokens[k] = tokens.get(k, 0) + c.tokens
         seconds[k] = seconds.get(k, 0.0) + c.seconds
     return tokens, seconds
@@ -191,14 +195,20 @@ class TrlStepPlan:
     compact_head: bool = False  # fused head on Triton devices: completion tokens only
     pad_to_multiple_of: int | None = None
     vllm_is_correction: bool = False  # use_vllm with importance-sampling correction: old log-probs every generation
+    num_processes: int = 1  # data-parallel ranks: TRL's generation batch is global
+    tool_iterations: int = 0  # tool-calling turns after the first (0: no tools)
 
     def __post_init__(self) -> None:
-        if self.per_device_train_batch_size < 1 or self.gradient_accumulation_steps < 1:
-            raise AccountingError("per_device_train_batch_size and gradient_accumulation_steps must be >= 1")
-        if self.generation_batch_size % self.num_generations:
+        if min(self.per_device_train_batch_size, self.gradient_accumulation_steps, self.num_processes) < 1 or \
+                self.tool_iterations < 0:
+            raise AccountingError("per_device_train_batch_size, gradient_accumulation_steps and num_processes must "
+                                  f"be >= 1 and tool_iterations >= 0, got {self}")
+        # TRL (grpo_config.py) requires full prompt groups in the GLOBAL generation batch only: one rank may hold
+        # part of a group (8 GPUs, per-device 4, G=16 is valid)
+        if self.global_generation_batch_size % self.num_generations:
             raise AccountingError(
-                f"generation batch {self.generation_batch_size} (per_device_train_batch_size x steps_per_generation) "
-                f"is not a multiple of num_generations={self.num_generations}")
+                f"global generation batch {self.global_generation_batch_size} (per_device_train_batch_size x "
+                f"num_processes x steps_per_generation) is not a multiple of num_generations={self.num_generations}")
 
     @classmethod
     def from_args(cls, args: Any, *, compact_head: bool = False) -> "TrlStepPlan":
@@ -210,7 +220,8 @@ class TrlStepPlan:
                    steps_per_generation=int(args.steps_per_generation or args.gradient_accumulation_steps),
                    num_iterations=int(args.num_iterations), beta=float(args.beta), compact_head=compact_head,
                    pad_to_multiple_of=pad, vllm_is_correction=bool(getattr(args, "use_vllm", False)) and bool(
-                       getattr(args, "vllm_importance_sampling_correction", False)))
+                       getattr(args, "vllm_importance_sampling_correction", False)),
+                   num_processes=int(getattr(args, "world_size", 1) or 1))
 
     @property
     def generate_every(self) -> int:
@@ -218,8 +229,12 @@ class TrlStepPlan:
         return self.steps_per_generation * self.num_iterations
 
     @property
-    def generation_batch_size(self) -> int:
+    def generation_batch_size(self) -> int:  # rows one rank generates at a time
         return self.per_device_train_batch_size * self.steps_per_generation
+
+    @property
+    def global_generation_batch_size(self) -> int:  # all ranks together: TRL's generation_batch_size
+        return self.generation_batch_size * self.num_processes
 
     @property
     def needs_old_logprobs(self) -> bool:
@@ -240,12 +255,21 @@ def generation_components(shape: ModelShape, plan: TrlStepPlan, *, n_seqs: int, 
                           reference_lora: bool = False) -> dict[str, int]:
     """Counted FLOPs of one TRL generation of ``n_seqs`` rows at these padded lengths:
     rollout (no shared prefix), old-policy log-probs (if the plan needs them) and reference
-    log-probs (if beta != 0; adapter off unless ``reference_lora``)."""
+    log-probs (if beta != 0; adapter off unless ``reference_lora``).
+
+    Tools (``plan.tool_iterations`` = k): TRL's ``_tool_call_loop`` re-generates a row up to k
+    more times from its history (within ``P + T`` tokens), decoding up to ``T``: each turn is
+    bounded as every row at prompt ``P + T``, completion ``T`` (log-prob passes: ``P + T``)."""
     conv = resolve(conventions)
     P = round_up(prompt_len, plan.pad_to_multiple_of)
     T = round_up(completion_len, plan.pad_to_multiple_of)
     comps = rollout_components(shape, [P] * n_seqs, [completion_len] * n_seqs, lora=lora, share_prompt=False,
                                conventions=conv)
+    if plan.tool_iterations:
+        turn = rollout_components(shape, [P + T] * n_seqs, [completion_len] * n_seqs, lora=lora, share_prompt=False,
+                                  conventions=conv)
+        for k, v in turn.items():
+            comps[k] = comps.get(k, 0) + plan.tool_iterations * v
     S = P + T
     work = sequence_work([S] * n_seqs, plan.head_positions(S, T), conv)
     if plan.needs_old_logprobs:

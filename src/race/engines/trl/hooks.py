@@ -8,6 +8,23 @@ base model: PEFT's wrappers call it through ``__call__``, and TRL's fused forwar
 there), a pre-hook on the first decoder layer (does its input require grad?) and a thin
 wrapper around the causal LM's ``generate`` (which calls belong to a rollout). They are
 removed by ``detach()``.
+
+Devices: a hook reads the model's device at its FIRST call, not at attach: under ZeRO-1/2
+and FSDP the trainer keeps the model on the CPU until ``accelerate.prepare`` moves it, and a
+device read at attach would never synchronize the GPU (per-phase seconds would be
+kernel-launch times).
+
+Synchronizing: with ``sync=True`` (default) every hooked call reads the clock after
+``torch.cuda.synchronize`` (exact per-phase seconds; two synchronizes per call, each decode
+step included). ``sync=False`` times only whole generations (synchronized) and leaves the
+per-call seconds at 0 (the caller books the rest of the step as a whole).
+
+``torch.compile``: the two hooks at the causal LM's entry and exit run under
+``torch.compiler.disable``, so dynamo never traces the ledger's Python there (its clock, a
+synchronize, its counters): the graph breaks at the LM's boundary, where it broke anyway at
+the clock, and the LM's body stays one graph (the layer-0 hook only reads
+``requires_grad`` and is traced). The compact head's kept-token count stays a device tensor
+until ``drain()`` (no ``int(tensor)`` per call).
 """
 
 from __future__ import annotations
@@ -22,6 +39,38 @@ from race.engines.trl.flops import ModelCall
 from race.engines.trl.internals import FUSED_HEAD_KWARG
 from race.engines.trl.internals import compact_head as _compact_head
 from race.models.timing import device_clock
+
+
+def _eager(fn: Any) -> Any:
+    """``fn`` outside any ``torch.compile`` graph (see module docstring)."""
+    import torch
+
+    disable = getattr(getattr(torch, "compiler", None), "disable", None)
+    return disable(fn) if disable is not None else fn
+
+
+def _checkpoint_wrapper_impl(module: Any) -> str | None:
+    """``"early_stop"`` / ``"full"`` when decoder layer ``module`` is (or wraps) torch's
+    ``CheckpointWrapper`` (what accelerate's FSDP ``activation_checkpointing`` wraps each
+    decoder layer in: non-reentrant), else None."""
+    try:
+        from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import CheckpointImpl, CheckpointWrapper
+    except ImportError:  # pragma: no cover - torch without distributed
+        return None
+    # FSDP1 wraps first, then checkpoints the wrapped layer (FSDP(CheckpointWrapper(layer))); an
+    # offload_wrapper holds a CheckpointWrapper: find the first one inside the layer
+    module = next((m for m in module.modules() if isinstance(m, CheckpointWrapper)), None)
+    if module is None:
+        return None
+    if getattr(module, "checkpoint_impl", None) == CheckpointImpl.REENTRANT:
+        return "full"
+    fn = getattr(module, "checkpoint_fn", None)
+    kw = dict(getattr(fn, "keywords", None) or {})
+    if kw.get("use_reentrant") or kw.get("early_stop") is False:
+        return "full"
+    import torch.utils.checkpoint as cp
+
+    return "full" if getattr(cp, "_checkpoint_early_stop", None) is False else "early_stop"
 
 
 def causal_lm(model: Any) -> Any:
@@ -90,6 +139,11 @@ def lora_of(model: Any, shape: ModelShape) -> LoRA | None:
 def _checkpointing(layers: Any) -> tuple[str | None, int]:
     """How the decoder layers are checkpointed right now: (None | "early_stop" | "full",
     number of checkpointed layers; ``every_n_layers`` checkpoints only some)."""
+    wrapped = [_checkpoint_wrapper_impl(m) for m in layers]
+    if any(wrapped):  # accelerate's FSDP activation checkpointing: CheckpointWrapper around each layer
+        on_w = [w for w, m in zip(wrapped, layers) if w is not None and m.training]
+        if on_w:
+            return ("full" if "full" in on_w else "early_stop"), len(on_w)
     on = [m for m in layers if getattr(m, "gradient_checkpointing", False) and m.training]
     if not on:
         return None, 0
@@ -111,7 +165,8 @@ class FlopTracker:
     """Records every call of the hooked models (see module docstring). ``drain()`` hands
     the calls recorded since the last drain to the caller."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, sync: bool = True) -> None:
+        self.sync = sync  # synchronize the device around every hooked call (see module docstring)
         self.calls: list[ModelCall] = []
         self._handles: list[Any] = []
         self._patched: list[tuple[Any, Any]] = []
@@ -120,6 +175,7 @@ class FlopTracker:
         self._gen_depth = 0
         self._gen_first = False
         self.generate_seconds = 0.0
+        self.weight_sync_seconds = 0.0  # vLLM weight syncs (timed by the callback), kept apart from rollouts
         self.last_generation: tuple[int, int, int] | None = None  # (rows, padded prompt, generated width)
         self.generations: list[tuple[int, int, int]] = []  # every generation seen, in order
         self._gen_shape: list[int] | None = None
@@ -134,12 +190,11 @@ class FlopTracker:
         layers = _decoder_layers(lm)
         loras = _lora_layers(model)
         probe = loras[0] if loras else None
-        device = next(lm.parameters()).device
-        state = {"role": role, "lm": lm, "layers": layers, "probe": probe, "device": device}
+        state = {"role": role, "lm": lm, "layers": layers, "probe": probe, "device": None}  # device: at first call
         self._handles.append(lm.register_forward_pre_hook(
-            lambda mod, args, kwargs: self._pre(state, args, kwargs), with_kwargs=True))
-        self._handles.append(lm.register_forward_hook(lambda mod, args, out: self._post(), always_call=True))
-        self._handles.append(layers[0].register_forward_pre_hook(
+            _eager(lambda mod, args, kwargs: self._pre(state, args, kwargs)), with_kwargs=True))
+        self._handles.append(lm.register_forward_hook(_eager(lambda mod, args, out: self._post()), always_call=True))
+        self._handles.append(layers[0].register_forward_pre_hook(  # traceable: no graph break inside the model
             lambda mod, args, kwargs: self._layer0(args, kwargs), with_kwargs=True))
         had = "generate" in lm.__dict__
         original = lm.__dict__.get("generate")
@@ -149,6 +204,7 @@ class FlopTracker:
             self._gen_depth += 1
             self._gen_first = True
             self._gen_shape = None
+            device = self.device_of(state)
             t0 = device_clock(device)
             try:
                 return bound(*args, **kwargs)
@@ -162,6 +218,17 @@ class FlopTracker:
 
         object.__setattr__(lm, "generate", generate)
         self._patched.append((lm, original if had else None))
+
+    @staticmethod
+    def device_of(state: dict[str, Any]) -> Any:
+        """The hooked model's device, read at its first call (see module docstring)."""
+        if state["device"] is None:
+            state["device"] = next(state["lm"].parameters()).device
+        return state["device"]
+
+    def clock(self, device: Any) -> float:
+        """A per-call clock reading: synchronized when ``sync`` is on."""
+        return device_clock(device) if self.sync else 0.0
 
     def detach(self) -> None:
         for h in self._handles:
@@ -189,7 +256,8 @@ class FlopTracker:
 
     def drain(self) -> list[ModelCall]:
         out, self.calls = self.calls, []
-        return out
+        return [replace(c, head_positions=int(c.head_positions)) if not isinstance(c.head_positions, int) else c
+                for c in out]
 
     # -- hooks -------------------------------------------------------------------------
     def _pre(self, st: dict[str, Any], args: tuple, kwargs: dict[str, Any]) -> None:
@@ -213,7 +281,7 @@ class FlopTracker:
             labels = shift if shift is not None else kwargs.get("labels")
             if _compact_head(lm):
                 kept = labels if shift is not None else labels[:, 1:]
-                head = int((kept != -100).sum())
+                head = (kept != -100).sum()  # a device tensor: read in drain(), not here (no sync per call)
             else:
                 head = B * (n if shift is not None else n - 1)
         else:
@@ -246,8 +314,8 @@ class FlopTracker:
         call = ModelCall(phase=phase, component=comp, batch=B, new_tokens=n, cached=cached, head_positions=head,
                          lora=lora_on and st["role"] == "policy", fused_head=fused and phase == "update",
                          recompute=recompute, recompute_layers=n_ckpt)
-        self._open.append({"skip": False, "t0": device_clock(st["device"]), "device": st["device"], "irg": None,
-                           "call": call})
+        device = self.device_of(st)
+        self._open.append({"skip": False, "t0": self.clock(device), "device": device, "irg": None, "call": call})
 
     def _layer0(self, args: tuple, kwargs: dict[str, Any]) -> None:
         if not self._open or self._open[-1].get("skip") or self._open[-1]["irg"] is not None:
@@ -263,17 +331,23 @@ class FlopTracker:
             return
         call: ModelCall = st["call"]
         call = replace(call, inputs_require_grad=bool(st["irg"]) and call.phase == "update",
-                       seconds=device_clock(st["device"]) - st["t0"])
+                       seconds=self.clock(st["device"]) - st["t0"])
         self.calls.append(call)
 
 
-def bound_prompt_length(tokenizer: Any, prompts: Sequence[Any], *, chat_template_kwargs: dict | None = None) -> int:
-    """Longest tokenised prompt, tokenised as TRL does (chat template for conversational
-    prompts, plain ``tokenizer(text=...)`` otherwise)."""
+def bound_prompt_length(tokenizer: Any, prompts: Sequence[Any], *, chat_template_kwargs: dict | None = None,
+                        tools: Sequence[Any] | None = None, chat_template: str | None = None) -> int:
+    """Longest tokenised prompt, tokenised as TRL does (``_tokenize_prompts``: the chat
+    template for conversational prompts, with the trainer's ``tools`` (all of them: an
+    environment's subset renders no longer) and its ``chat_template``; plain
+    ``tokenizer(text=...)`` otherwise)."""
     longest = 0
+    extra = {"tools": list(tools)} if tools else {}
+    if chat_template is not None:
+        extra["chat_template"] = chat_template
     for p in prompts:
         if isinstance(p, list):
-            ids = tokenizer.apply_chat_template(p, add_generation_prompt=True, tokenize=True,
+            ids = tokenizer.apply_chat_template(p, add_generation_prompt=True, tokenize=True, **extra,
                                                 **(chat_template_kwargs or {}))
             if isinstance(ids, dict) or hasattr(ids, "keys"):
                 ids = ids["input_ids"]

@@ -23,11 +23,25 @@ from race.accounting.errors import AccountingError
 from race.models.timing import device_clock
 
 
-def reward_model_shape(model: Any) -> ModelShape:
-    """``ModelShape`` of a sequence-classification reward model: backbone from its config,
-    scoring head from its ``score`` / ``classifier`` module."""
+def unwrap(model: Any) -> Any:
+    """The model inside a distributed wrapper: TRL passes a reward model through
+    ``prepare_deepspeed`` (a ``DeepSpeedEngine``, whose ``config`` is DeepSpeed's own dict)
+    or accelerate (DDP, FSDP): each keeps the wrapped model in ``.module``."""
     import torch
 
+    seen = 0
+    while isinstance(getattr(model, "module", None), torch.nn.Module) and seen < 8:
+        model, seen = model.module, seen + 1
+    return model
+
+
+def reward_model_shape(model: Any) -> ModelShape:
+    """``ModelShape`` of a sequence-classification reward model (unwrapped first, see
+    :func:`unwrap`): backbone from its config, scoring head from its ``score`` /
+    ``classifier`` module."""
+    import torch
+
+    model = unwrap(model)
     head = getattr(model, "score", None) or getattr(model, "classifier", None)
     linears = [m for m in head.modules() if isinstance(m, torch.nn.Linear)] if head is not None else []
     if not linears:
@@ -50,8 +64,9 @@ class RewardModelMeter:
     """Forward hooks on the reward models in ``reward_funcs``; ``drain()`` returns the
     ``reward/*`` FLOPs, tokens and seconds since the last drain."""
 
-    def __init__(self, conventions: Conventions) -> None:
+    def __init__(self, conventions: Conventions, clock: Any = device_clock) -> None:
         self.conventions = conventions
+        self.clock = clock  # device -> seconds (synchronizing or not, see FlopTracker.sync)
         self.systems: list[RewardSystem] = []
         self._handles: list[Any] = []
         self._open: list[tuple[float, Any]] = []
@@ -70,18 +85,18 @@ class RewardModelMeter:
             if not isinstance(f, torch.nn.Module):
                 continue
             i = len(self.systems)
-            self.systems.append(RewardSystem("orm", reward_model_shape(f), type(f).__name__))
-            device = next(f.parameters()).device
-            self._handles.append(f.register_forward_pre_hook(
-                lambda mod, args, kwargs, i=i, device=device: self._pre(i, device, args, kwargs), with_kwargs=True))
-            self._handles.append(f.register_forward_hook(lambda mod, args, out: self._post(), always_call=True))
+            inner = unwrap(f)  # the model TRL's call reaches through the wrapper's forward
+            self.systems.append(RewardSystem("orm", reward_model_shape(inner), type(inner).__name__))
+            self._handles.append(inner.register_forward_pre_hook(
+                lambda mod, args, kwargs, i=i: self._pre(i, mod, args, kwargs), with_kwargs=True))
+            self._handles.append(inner.register_forward_hook(lambda mod, args, out: self._post(), always_call=True))
 
     def detach(self) -> None:
         for h in self._handles:
             h.remove()
         self._handles.clear()
 
-    def _pre(self, i: int, device: Any, args: tuple, kwargs: dict) -> None:
+    def _pre(self, i: int, module: Any, args: tuple, kwargs: dict) -> None:
         ids = kwargs.get("input_ids", args[0] if args else None)
         if ids is None:
             raise AccountingError("a reward model call without input_ids: cannot charge it")
@@ -91,12 +106,13 @@ class RewardModelMeter:
             self._comps[k] = self._comps.get(k, 0) + int(v)
         self._tokens["reward/forward"] = self._tokens.get("reward/forward", 0) + B * n
         self._longest[i] = max(self._longest.get(i, 0), n)
-        self._open.append((device_clock(device), device))
+        device = ids.device  # read at the call: the model may have moved since attach
+        self._open.append((self.clock(device), device))
 
     def _post(self) -> None:
         if self._open:
             t0, device = self._open.pop()
-            self._seconds["reward/forward"] = self._seconds.get("reward/forward", 0.0) + device_clock(device) - t0
+            self._seconds["reward/forward"] = self._seconds.get("reward/forward", 0.0) + self.clock(device) - t0
 
     def drain(self) -> tuple[dict[str, int], dict[str, int], dict[str, float]]:
         out = (self._comps, self._tokens, self._seconds)

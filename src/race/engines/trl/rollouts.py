@@ -20,7 +20,17 @@ adapter FLOPs; continuous batching runs the PEFT model itself, adapter on.
 ``rollout`` call in the tracker (the generation bypassed ``model.generate``), whatever the
 hooks saw during it (a paged continuous-batching forward is no training pass) is dropped
 and the generated rows are charged as :class:`RolloutBlock` records. Seconds: the call's
-wall time, under ``rollout/decode``.
+wall time, under ``rollout/decode``, less the vLLM weight sync inside it (TRL syncs the
+weights at the first generation of a step; the callback books that time as
+``rollout/weight_sync``, no FLOPs).
+
+Charged and executed prefill (vLLM): the counted ``rollout/prefill`` charges every row (the
+budget's bound: safe). vLLM executes less: in server mode TRL sends each prompt once with
+``n=G``; in colocate mode every row is sent and vLLM's prefix cache (reset at each weight
+sync) serves the repeats. With ``executed=True`` the watch also records the prefill of each
+run of identical consecutive prompts once (at most ``num_generations`` rows per run) as the
+uncounted ``executed/rollout_prefill``: what ran (colocate: an estimate, the cache works in
+whole blocks; a group split across ranks is counted on each rank that holds part of it).
 """
 
 from __future__ import annotations
@@ -94,6 +104,20 @@ def rollout_blocks(prompt_ids: Sequence[Sequence[int]], completion_ids: Sequence
     return [RolloutBlock("prefill", plens, clens, lora), RolloutBlock("decode", plens, clens, lora, seconds)]
 
 
+def prompt_runs(prompt_ids: Sequence[Sequence[int]], num_generations: int) -> list[int]:
+    """Index of the first row of each run of identical consecutive prompts, a run holding
+    at most ``num_generations`` rows (TRL lays out each prompt's G rows side by side)."""
+    firsts: list[int] = []
+    run = 0
+    for i, p in enumerate(prompt_ids):
+        if i and run < num_generations and list(p) == list(prompt_ids[i - 1]):
+            run += 1
+            continue
+        firsts.append(i)
+        run = 1
+    return firsts
+
+
 class GenerationWatch:
     """Charges generation that bypasses the hooked model (see module docstring).
 
@@ -102,29 +126,43 @@ class GenerationWatch:
         lora: whether the generator runs the policy's LoRA adapter (not under vLLM).
         bypass: the run is known to generate outside ``model.generate`` (vLLM,
             continuous batching): the hooks are paused during generation.
-        device: the policy's device (synchronized for the timing).
+        device: the policy's device (synchronized for the timing), or a function that
+            returns it (read at each generation: the model may move after attach).
     """
 
-    def __init__(self, tracker: Any, *, lora: bool, bypass: bool, device: Any = None) -> None:
-        self.tracker, self.lora, self.bypass, self.device = tracker, lora, bypass, device
+    def __init__(self, tracker: Any, *, lora: bool, bypass: bool, device: Any = None, executed: bool = False,
+                 num_generations: int = 1) -> None:
+        self.tracker, self.lora, self.bypass, self._device = tracker, lora, bypass, device
+        self.executed, self.num_generations = executed, num_generations
         self.charged_rows = 0  # rows charged from token ids so far (0: every rollout was measured)
 
+    @property
+    def device(self) -> Any:
+        return self._device() if callable(self._device) else self._device
+
     def _run(self, fn: Callable[[], Any], prompt_ids_of: Callable[[Any], Any],
-             completion_ids_of: Callable[[Any], Any]) -> Any:
+             completion_ids_of: Callable[[Any], Any], num_generations: int | None = None) -> Any:
         tr = self.tracker
         if tr.is_paused:
             return fn()
         start = len(tr.calls)
-        t0 = device_clock(self.device)
+        synced = tr.weight_sync_seconds
+        device = self.device
+        t0 = device_clock(device)
         with tr.paused() if self.bypass else contextlib.nullcontext():
             out = fn()
-        seconds = device_clock(self.device) - t0
+        seconds = max(0.0, device_clock(device) - t0 - (tr.weight_sync_seconds - synced))
         if any(c.phase == "rollout" for c in tr.calls[start:]):
             return out  # generation ran through the hooked model.generate: measured
         del tr.calls[start:]
         prompts, completions = prompt_ids_of(out), completion_ids_of(out)
         blocks = rollout_blocks(prompts, completions, lora=self.lora, seconds=seconds)
         tr.calls.extend(blocks)
+        if self.executed and blocks:
+            firsts = prompt_runs(prompts, num_generations or self.num_generations)
+            tr.calls.append(RolloutBlock("prefill", tuple(len(prompts[i]) for i in firsts),
+                                         tuple(blocks[0].completion_lens[i] for i in firsts), self.lora,
+                                         phase="executed"))
         if blocks:
             shape = (len(prompts), max(blocks[0].prompt_lens), max(blocks[0].completion_lens))
             tr.last_generation = shape
@@ -137,7 +175,9 @@ class GenerationWatch:
         ``_generate_single_turn(prompt_ids, images, multimodal_fields, num_generations, ...)``
         returns ``(completion_ids, logprobs)``."""
         prompt_ids = args[0] if args else kwargs["prompt_ids"]
-        return self._run(lambda: original(*args, **kwargs), lambda out: prompt_ids, lambda out: out[0])
+        n = args[3] if len(args) > 3 else kwargs.get("num_generations", 1)
+        return self._run(lambda: original(*args, **kwargs), lambda out: prompt_ids, lambda out: out[0],
+                         num_generations=int(n or 1))
 
     def wrap_rollout_func(self, rollout_func: Callable[..., Any]) -> Callable[..., Any]:
         """A ``rollout_func(prompts, trainer)`` (TRL's public hook) whose returned
@@ -151,4 +191,4 @@ class GenerationWatch:
         return watched
 
 
-__all__ = ["GenerationWatch", "ROLLOUT_NOTE", "RolloutBlock", "rollout_blocks"]
+__all__ = ["GenerationWatch", "ROLLOUT_NOTE", "RolloutBlock", "prompt_runs", "rollout_blocks"]
