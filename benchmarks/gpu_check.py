@@ -74,15 +74,16 @@ def missing_imports() -> list[str]:
 
 
 def environment() -> dict[str, Any]:
+    """Versions from package metadata (importing vLLM or DeepSpeed would cost seconds) and
+    the GPU."""
+    import importlib.metadata as md
+
     env: dict[str, Any] = {"python": platform.python_version(), "platform": platform.platform()}
-    for mod in ("torch", "transformers", "trl", "peft", "accelerate", "datasets", "vllm", "deepspeed", "triton"):
-        if importlib.util.find_spec(mod) is None:
-            env[mod] = None
-            continue
+    for dist in ("torch", "transformers", "trl", "peft", "accelerate", "datasets", "vllm", "deepspeed", "triton"):
         try:
-            env[mod] = str(__import__(mod).__version__)
-        except Exception as e:  # a broken install is worth seeing in the JSON
-            env[mod] = f"import failed: {type(e).__name__}: {e}"
+            env[dist] = md.version(dist)
+        except md.PackageNotFoundError:
+            env[dist] = None
     try:
         import torch
 
@@ -96,8 +97,11 @@ def environment() -> dict[str, Any]:
     return env
 
 
-def run_checks(ctx: Ctx, checks: list[Check], max_seconds: float, t0: float) -> list[dict[str, Any]]:
-    """Run each check in order, isolating failures, under the global time guard."""
+def run_checks(ctx: Ctx, checks: list[Check], max_seconds: float, t0: float,
+               on_result: Callable[[list[dict[str, Any]]], None] | None = None) -> list[dict[str, Any]]:
+    """Run each check in order, isolating failures, under the global time guard;
+    ``on_result(results so far)`` after each (the JSON is rewritten, so a killed run
+    leaves what it finished)."""
     results: list[dict[str, Any]] = []
     only = set(ctx.args.only.split(",")) if ctx.args.only else None
     for i, (name, fn, est_full, est_reduced) in enumerate(checks, 1):
@@ -111,6 +115,8 @@ def run_checks(ctx: Ctx, checks: list[Check], max_seconds: float, t0: float) -> 
                                                 f"--max-seconds {max_seconds:.0f}")
             print(f"[{i}/{len(checks)}] NOT RUN: {name}: {row['reason']}", flush=True)
             results.append(row)
+            if on_result:
+                on_result(results)
             continue
         print(f"[{i}/{len(checks)}] {name} ... (t={elapsed:.0f} s)", flush=True)
         start = time.perf_counter()
@@ -133,6 +139,8 @@ def run_checks(ctx: Ctx, checks: list[Check], max_seconds: float, t0: float) -> 
         print(f"    {word}: {name} ({row['seconds']:.1f} s){': ' + note if note else ''}", flush=True)
         results.append(row)
         _free(ctx)
+        if on_result:
+            on_result(results)
     return results
 
 
@@ -169,6 +177,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--out", type=Path, help="write the pass/fail JSON here")
     p.add_argument("--reduced", action="store_true", help="tiny shapes in fp32 (automatic without CUDA)")
+    p.add_argument("--full", action="store_true", help="full (0.5B) shapes even without CUDA (slow on a CPU)")
     p.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto")
     p.add_argument("--max-seconds", type=float, default=420.0,
                    help="start no check that would end past this many seconds (default 420)")
@@ -207,7 +216,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.device == "cuda" and not torch.cuda.is_available():
         print("gpu_check: --device cuda but torch.cuda.is_available() is False", file=sys.stderr)
         return 2
-    reduced = args.reduced or not cuda
+    if args.reduced and args.full:
+        print("gpu_check: --reduced and --full exclude each other", file=sys.stderr)
+        return 2
+    reduced = args.reduced or not (cuda or args.full)
     device = "cuda" if cuda else "cpu"
     dtype = "bfloat16" if cuda and not reduced else "float32"
     if not cuda:
@@ -216,19 +228,26 @@ def main(argv: list[str] | None = None) -> int:
     print(f"gpu_check: {'reduced' if reduced else 'full'} run on {device} ({env.get('gpu', platform.processor())}), "
           f"{dtype}; torch {env['torch']}, transformers {env['transformers']}, trl {env['trl']}, peft {env['peft']}",
           flush=True)
+    sizes = Sizes.of(reduced)
+
+    def report(results: list[dict[str, Any]], done: bool = False) -> dict[str, Any]:
+        out = {"summary": summary(results), "finished": done, "mode": "reduced" if reduced else "full",
+               "device": device, "dtype": dtype, "sizes": sizes.__dict__, "tolerance": TOLERANCE,
+               "seconds": round(time.perf_counter() - t0, 1), "environment": env, "checks": results}
+        if args.out:
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.write_text(json.dumps(out, indent=2, default=str))
+        return out
+
     with tempfile.TemporaryDirectory(prefix="race-gpu-check-") as tmp:
-        ctx = Ctx(reduced=reduced, device=device, dtype=dtype, sizes=Sizes.of(reduced), work=Path(tmp), args=args)
-        results = run_checks(ctx, checks, args.max_seconds, t0)
-    out = {"summary": summary(results), "mode": "reduced" if reduced else "full", "device": device, "dtype": dtype,
-           "sizes": ctx.sizes.__dict__, "tolerance": TOLERANCE, "seconds": round(time.perf_counter() - t0, 1),
-           "environment": env, "checks": results}
+        ctx = Ctx(reduced=reduced, device=device, dtype=dtype, sizes=sizes, work=Path(tmp), args=args)
+        results = run_checks(ctx, checks, args.max_seconds, t0, on_result=report)
+    out = report(results, done=True)
     print_table(results)
     s = out["summary"]
     print(f"\n{s['passed']} passed, {s['failed']} failed, {s['not_tested']} not tested, {s['not_run']} not run "
           f"in {out['seconds']:.0f} s", flush=True)
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(out, indent=2, default=str))
         print(f"wrote {args.out}")
     return 0 if s["ok"] else 1
 

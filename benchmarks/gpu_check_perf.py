@@ -16,7 +16,7 @@ import time
 from typing import Any
 
 from gpu_check_base import Ctx, NotTested
-from gpu_check_trl import dataset, grpo_args, lora_config, reward
+from gpu_check_trl import dataset, grpo_args, lora_config, quiet, reward
 
 #: dense peak FLOP/s (no sparsity), used when race.engines.trl.utilisation is absent
 _PEAKS = (("H200", {"bfloat16": 989.4e12, "float16": 989.4e12, "float32": 66.9e12}),
@@ -41,9 +41,21 @@ def _mfu(flops: float, seconds: float, peak: float) -> float:
 
 
 try:  # the project's table when this tree has it (issue 24), else the local one above
-    from race.engines.trl.utilisation import mfu, peak_flops  # type: ignore[import-not-found]
+    from race.engines.trl.utilisation import mfu, peak_flops as _project_peak  # type: ignore[import-not-found]
 except ImportError:
-    peak_flops, mfu = _peak_flops, _mfu
+    _project_peak, mfu = None, _mfu
+
+
+def peak_flops(device_name: str, dtype: str) -> tuple[float | None, str]:
+    """(peak FLOP/s, where it came from): the project's table, else the local one."""
+    if _project_peak is not None:
+        try:
+            got = _project_peak(device_name, dtype)
+        except Exception:  # a table that refuses this device/dtype: use the local one
+            got = None
+        if got:
+            return float(got), "race.engines.trl.utilisation"
+    return _peak_flops(device_name, dtype), "gpu_check_perf (local table)"
 
 
 class Probe:
@@ -111,8 +123,8 @@ def timed_run(ctx: Ctx, name: str, *, race: bool, move: bool = False, steps: int
     model, tok = ctx.load_policy()
     args = grpo_args(ctx, ctx.work / name / "trl", max_steps=n, beta=0.0, gradient_checkpointing=True,
                      generation_kwargs={"min_new_tokens": s.completion}, **grpo)
-    trainer = GRPOTrainer(model=model, reward_funcs=reward, args=args, train_dataset=dataset(),
-                          processing_class=tok, peft_config=lora_config())
+    trainer = quiet(GRPOTrainer(model=model, reward_funcs=reward, args=args, train_dataset=dataset(),
+                                processing_class=tok, peft_config=lora_config()))
     cb = None
     if move:
         trainer.model.to("cpu")
@@ -202,7 +214,8 @@ def _mfu_table(ctx: Ctx, run: dict[str, Any]) -> tuple[dict[str, Any], str, floa
     import torch
 
     name = torch.cuda.get_device_name(0) if ctx.cuda else "cpu"
-    peak = peak_flops(name, ctx.dtype)
+    peak, source = peak_flops(name, ctx.dtype)
+    name = f"{name} ({source})" if peak else name
     _, phases = _step_phases(run["cb"], _timed_steps(run))
     table = {}
     for ph, d in phases.items():

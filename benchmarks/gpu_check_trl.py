@@ -15,6 +15,7 @@ logits in its backward) belongs to the measured backward.
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -49,6 +50,14 @@ def grpo_args(ctx: Ctx, out: Path, **over: Any) -> Any:
                               disable_tqdm=True, gradient_checkpointing=False, dataloader_num_workers=0)
     kw.update(over)
     return GRPOConfig(**kw)
+
+
+def quiet(trainer: Any) -> Any:
+    """No per-step log dicts on stdout (the progress lines and the table stay readable)."""
+    from transformers.trainer_callback import PrinterCallback
+
+    trainer.remove_callback(PrinterCallback)
+    return trainer
 
 
 def lora_config() -> Any:
@@ -151,6 +160,14 @@ def compare(trainer: Any, cb: Any) -> dict[str, Any]:
     return {"steps": steps, "max_rel": worst, "unknown_keys": sorted(unknown), "n_steps": len(steps)}
 
 
+def eos_bias(vocab: int, p: float = 0.03) -> float:
+    """Logit bias that gives EOS a probability of about ``p`` per token in a random model
+    (near-uniform logits over ``vocab``): ``log(p * vocab / (1 - p))``. Some completions
+    end early and some are truncated, so the batches are ragged and
+    ``mask_truncated_completions`` masks some rows, not all."""
+    return math.log(p * vocab / (1 - p))
+
+
 def run_measured(ctx: Ctx, name: str, *, peft: bool, reward_funcs: Any = None, **grpo: Any) -> tuple[Any, Any]:
     """Train ``sizes.steps`` steps under the measuring trainer with RACE attached (torch
     conventions); returns (trainer, callback)."""
@@ -161,12 +178,14 @@ def run_measured(ctx: Ctx, name: str, *, peft: bool, reward_funcs: Any = None, *
     torch.manual_seed(0)
     model, tok = ctx.load_policy()
     out = ctx.work / name
+    grpo.setdefault("generation_kwargs", {"sequence_bias": [[[tok.eos_token_id], eos_bias(ctx.shape().vocab)]]})
     kw: dict[str, Any] = {}
     if reward_funcs is not None:
         kw["reward_processing_classes"] = [tok] * len(reward_funcs)
-    trainer = measured_trainer_class()(model=model, reward_funcs=reward_funcs or reward,
-                                       args=grpo_args(ctx, out / "trl", **grpo), train_dataset=dataset(),
-                                       processing_class=tok, peft_config=lora_config() if peft else None, **kw)
+    trainer = quiet(measured_trainer_class()(model=model, reward_funcs=reward_funcs or reward,
+                                             args=grpo_args(ctx, out / "trl", **grpo), train_dataset=dataset(),
+                                             processing_class=tok, peft_config=lora_config() if peft else None,
+                                             **kw))
     cb = add_race_accounting(trainer, budget_flops=1e21, output_dir=out / "race", conventions="torch")
     trainer.train()
     return trainer, cb
@@ -174,14 +193,10 @@ def run_measured(ctx: Ctx, name: str, *, peft: bool, reward_funcs: Any = None, *
 
 def verdict(trainer: Any, cb: Any, **extra: Any) -> dict[str, Any]:
     cmp = compare(trainer, cb)
-    ok = cmp["max_rel"] <= TOLERANCE and cmp["n_steps"] == ctx_steps(trainer) and not cmp["unknown_keys"]
+    ok = cmp["max_rel"] <= TOLERANCE and cmp["n_steps"] == trainer.state.global_step and not cmp["unknown_keys"]
     head = "compact (completion tokens, Triton)" if compact_head_in_use(trainer) else "every position but the last"
     return {"ok": ok, "headline": f"max rel. diff {cmp['max_rel']:.2e} over {cmp['n_steps']} steps; fused head: {head}",
             "fused_head": head, "ledger_total": cb.ledger.total, **cmp, **extra}
-
-
-def ctx_steps(trainer: Any) -> int:
-    return int(trainer.state.global_step)
 
 
 # -- the checks ------------------------------------------------------------------------------
