@@ -179,6 +179,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--reduced", action="store_true", help="tiny shapes in fp32 (automatic without CUDA)")
     p.add_argument("--full", action="store_true", help="full (0.5B) shapes even without CUDA (slow on a CPU)")
     p.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto")
+    p.add_argument("--dtype", choices=("auto", "bfloat16", "float32"), default="auto",
+                   help="auto: bfloat16 for the full run on CUDA, float32 otherwise")
     p.add_argument("--max-seconds", type=float, default=420.0,
                    help="start no check that would end past this many seconds (default 420)")
     p.add_argument("--max-overhead", type=float, default=1.25,
@@ -221,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     reduced = args.reduced or not (cuda or args.full)
     device = "cuda" if cuda else "cpu"
-    dtype = "bfloat16" if cuda and not reduced else "float32"
+    dtype = args.dtype if args.dtype != "auto" else "bfloat16" if cuda and not reduced else "float32"
     if not cuda:
         torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
     env = environment()

@@ -283,7 +283,10 @@ def _truncated_share(trainer: Any) -> float | None:
 def check_builtin_step(ctx: Ctx) -> dict[str, Any]:
     """The built-in engine's first step at the same shapes (LoRA r=16, G groups of
     ``batch/G`` prompts, torch conventions): ledger vs FlopCounterMode, rollout and
-    learning (log-prob passes, update, recompute) apart."""
+    learning (log-prob passes, update, recompute) apart. In float32 on every device: FLOPs
+    do not depend on the dtype, and the built-in engine's fast decoder refuses a bf16 base
+    with PEFT's fp32 adapters ("self and mat2 must have the same dtype"; found by this
+    script with --dtype bfloat16)."""
     from race.accounting import FlopLedger
     from race.engines.builtin import BuiltinEngine
     from race.measure import Counter
@@ -293,7 +296,7 @@ def check_builtin_step(ctx: Ctx) -> dict[str, Any]:
     cfg = run_config_from_dict(dict(
         engine="builtin", model=str(ctx.model_dir()), budget_flops=1e21, prompts_per_step=s.batch // s.group,
         num_generations=s.group, max_completion_length=s.completion, reward="random", learning_rate=1e-5, seed=0,
-        device=ctx.device, dtype=ctx.dtype, conventions="torch", lora={"r": 16}, gradient_checkpointing=True,
+        device=ctx.device, dtype="float32", conventions="torch", lora={"r": 16}, gradient_checkpointing=True,
         drop_zero_variance_groups=False, eval={"n_problems": 2, "n_hard_problems": 0, "n_pass_problems": 0}))
     eng = BuiltinEngine(cfg, ctx.work / "builtin")
     eng._setup()

@@ -32,13 +32,18 @@ def test_card_rebuilt_from_a_real_trl_run_equals_the_callbacks(tiny_model_dir, t
     out = tmp_path / "run"
     args = GRPOConfig(output_dir=str(out), use_cpu=True, bf16=False, per_device_train_batch_size=4,
                       num_generations=4, max_completion_length=4, max_steps=2, report_to="none", disable_tqdm=True,
-                      save_strategy="steps", save_steps=1, gradient_checkpointing=False, seed=0)
+                      save_strategy="steps", save_steps=1, gradient_checkpointing=False, seed=0, logging_steps=1)
     trainer = GRPOTrainer(model=model, reward_funcs=lambda completions, **k: [float(len(c)) for c in completions],
                           args=args, train_dataset=Dataset.from_dict({"prompt": ["Q:1+2\nA:", "Q:9-1\nA:"] * 4}),
                           processing_class=tok, peft_config=LoraConfig(r=4, lora_alpha=8, task_type="CAUSAL_LM"))
     cb = add_race_accounting(trainer, budget_flops=1e12, conventions="torch")
     trainer.train()
     original = json.loads((out / "report_card.json").read_text())
+    # the keys W&B gets (docs/trl.md's recipe): transformers' rewrite_logs prefixes train/
+    from transformers.integrations.integration_utils import rewrite_logs
+
+    logged = rewrite_logs(next(h for h in trainer.state.log_history if "race/flops" in h))
+    assert logged["train/race/flops"] > 0 and "train/race/flops/rollout" in logged
     assert (out / "checkpoint-2" / "adapter_config.json").exists()
     for f in CARD_FILES:  # as after a crash: the ledger is there, the card is not
         (out / f).unlink()
