@@ -185,6 +185,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="start no check that would end past this many seconds (default 420)")
     p.add_argument("--max-overhead", type=float, default=1.25,
                    help="full run: largest allowed median step-time ratio with/without RACE (default 1.25)")
+    p.add_argument("--layers", type=int, help="decoder layers of the policy (default: the shape's own)")
     p.add_argument("--compile", action="store_true", help="run the torch_compile check on the CPU too (slow)")
     p.add_argument("--only", help="comma-separated check names to run")
     p.add_argument("--list", action="store_true", help="list the checks and exit")
@@ -231,6 +232,8 @@ def main(argv: list[str] | None = None) -> int:
           f"{dtype}; torch {env['torch']}, transformers {env['transformers']}, trl {env['trl']}, peft {env['peft']}",
           flush=True)
     sizes = Sizes.of(reduced)
+    if args.layers:
+        sizes.layers = args.layers
 
     def report(results: list[dict[str, Any]], done: bool = False) -> dict[str, Any]:
         out = {"summary": summary(results), "finished": done, "mode": "reduced" if reduced else "full",
