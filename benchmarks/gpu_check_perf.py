@@ -311,7 +311,7 @@ def _vllm(mode: str) -> Any:
 def _launcher(what: str, mod: str | None) -> Any:
     return _not_tested(lambda ctx: (f"{mod} is not installed here" if mod and not _has(mod) else
                                     f"{what} needs `accelerate launch` with its config; this script is one process")
-                       + "; CPU tests cover the callback's wrapping logic only")
+                       + "; RACE's CPU tests launch only DDP over gloo (tests/engines/test_trl_ddp.py)")
 
 
 def _nccl(ctx: Ctx) -> str:
