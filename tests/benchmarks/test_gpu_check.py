@@ -1,0 +1,127 @@
+"""benchmarks/gpu_check.py in its reduced form (tiny shapes, CPU): the same checks the GPU run
+makes, as one subprocess, the way CI and the GPU box run it. Every check must pass or say why
+it was not tested; none may fail or be cut by the time guard."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "benchmarks" / "gpu_check.py"
+# checks that execute on a CPU and must pass there (the rest need CUDA, vLLM, DeepSpeed, ...)
+MUST_PASS = {"trl_lora_beta0_mask_on", "trl_lora_beta0_mask_off", "trl_full_beta0.04_mask_off",
+             "recompute_non_reentrant", "recompute_reentrant", "trl_reward_model", "builtin_measured_vs_analytic",
+             "overhead_with_without_race", "phase_seconds_vs_wall"}
+
+
+def _run(*args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
+    return subprocess.run([sys.executable, str(SCRIPT), *args], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=1800)
+
+
+@pytest.mark.slow
+def test_reduced_gpu_check_passes_or_says_why(tmp_path):
+    out = tmp_path / "gpu.json"
+    proc = _run("--reduced", "--max-seconds", "1500", "--out", str(out))
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    check_reduced_json(json.loads(out.read_text()), proc.stdout)
+
+
+def check_reduced_json(data: dict, stdout: str) -> None:
+    """What a reduced run's JSON and printout must show."""
+    assert data["mode"] == "reduced" and data["device"] == "cpu" and data["tolerance"] == 1e-3
+    checks = {c["name"]: c for c in data["checks"]}
+    assert not [c for c in checks.values() if c["status"] in ("failed", "not_run")], checks
+    assert {n for n, c in checks.items() if c["status"] == "passed"} == MUST_PASS
+    for c in checks.values():
+        if c["status"] == "not_tested":
+            assert len(c["reason"]) > 20, c
+            assert f"NOT TESTED: {c['name']}" in stdout
+    s = data["summary"]
+    assert s == {"passed": len(MUST_PASS), "failed": 0, "not_tested": len(checks) - len(MUST_PASS), "not_run": 0,
+                 "ok": True}
+    # the exactness checks compared real, non-zero counts step by step
+    for name in ("trl_lora_beta0_mask_on", "trl_lora_beta0_mask_off", "trl_full_beta0.04_mask_off",
+                 "trl_reward_model"):
+        d = checks[name]["detail"]
+        assert d["n_steps"] == 2 and d["max_rel"] <= 1e-3 and not d["unknown_keys"]
+        assert d["steps"]["1"]["measured"]["rollout"] > 0
+        assert all(st["measured"]["update/backward"] > 0 for st in d["steps"].values())
+    steps = checks["trl_lora_beta0_mask_off"]["detail"]["steps"]  # num_iterations=2: old log-probs at step 1
+    assert steps["1"]["ledger"]["old_logprobs"] > 0
+    steps = checks["trl_full_beta0.04_mask_off"]["detail"]["steps"]  # a reference model, one generation per 2 steps
+    assert steps["1"]["ledger"]["reference"] > 0 and steps["2"]["ledger"]["rollout"] == 0
+    assert all(st["measured"]["reward"] > 0 for st in checks["trl_reward_model"]["detail"]["steps"].values())
+    ratios = checks["phase_seconds_vs_wall"]["detail"]["ratios"]
+    assert len(ratios) == 3 and all(r <= 1.001 for r in ratios)
+
+
+def _driver():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("race_bench_gpu_check", SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_driver_isolates_failures_and_stops_at_the_time_guard(tmp_path, capsys):
+    """A check that raises is FAILED with its error and the next one runs; NotTested is
+    NOT TESTED with its reason; once a check's estimate would pass --max-seconds it and
+    the rest are NOT RUN; the summary is not ok."""
+    import time
+
+    gc = _driver()
+    ran = []
+
+    def good(ctx):
+        ran.append("good")
+        return {"ok": True, "headline": "fine"}
+
+    def bad(ctx):
+        ran.append("bad")
+        raise ZeroDivisionError("boom")
+
+    def skipped(ctx):
+        raise gc.NotTested("no such device here")
+
+    def off(ctx):
+        ran.append("off")
+        return {"ok": False, "why": "3 != 4"}
+
+    def costly(ctx):
+        ran.append("costly")
+        return {"ok": True}
+
+    args = gc.parse_args(["--reduced"])
+    ctx = gc.Ctx(reduced=True, device="cpu", dtype="float32", sizes=gc.Sizes.of(True), work=tmp_path, args=args)
+    checks = [("a", bad, 0, 0), ("b", good, 0, 0), ("c", skipped, 0, 0), ("d", off, 0, 0), ("e", costly, 0, 50),
+              ("f", good, 0, 0)]
+    rows = gc.run_checks(ctx, checks, max_seconds=30, t0=time.perf_counter())
+    assert ran == ["bad", "good", "off", "good"]
+    st = {r["name"]: r for r in rows}
+    assert [r["status"] for r in rows] == ["failed", "passed", "not_tested", "failed", "not_run", "passed"]
+    assert st["a"]["error"] == "ZeroDivisionError: boom" and "boom" in st["a"]["traceback"]
+    assert st["c"]["reason"] == "no such device here" and st["d"]["error"] == "3 != 4"
+    assert "time guard" in st["e"]["reason"] and "--max-seconds 30" in st["e"]["reason"]
+    assert gc.summary(rows) == {"passed": 2, "failed": 2, "not_tested": 1, "not_run": 1, "ok": False}
+    printed = capsys.readouterr().out
+    assert "NOT TESTED: c (" in printed and "NOT RUN: e" in printed and "FAILED: a" in printed
+    gc.print_table(rows)
+    assert "NOT_TESTED" in capsys.readouterr().out
+
+
+def test_missing_imports_are_named_before_anything_runs(tmp_path, monkeypatch):
+    gc = _driver()
+    monkeypatch.setitem(gc.NEEDED, "race_no_such_module_xyz", "race-no-such-package")
+    out = tmp_path / "gpu.json"
+    assert gc.main(["--out", str(out)]) == 2
+    data = json.loads(out.read_text())
+    assert data["missing_imports"] == ["race-no-such-package"] and "gpu_setup.sh" in data["summary"]["error"]
