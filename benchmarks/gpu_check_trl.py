@@ -287,7 +287,7 @@ def check_builtin_step(ctx: Ctx) -> dict[str, Any]:
     do not depend on the dtype, and the built-in engine's fast decoder refuses a bf16 base
     with PEFT's fp32 adapters ("self and mat2 must have the same dtype"; found by this
     script with --dtype bfloat16)."""
-    from race.accounting import FlopLedger
+    from race.accounting import BudgetGuard, FlopLedger
     from race.engines.builtin import BuiltinEngine
     from race.measure import Counter
     from race.spec import run_config_from_dict
@@ -301,6 +301,7 @@ def check_builtin_step(ctx: Ctx) -> dict[str, Any]:
     eng = BuiltinEngine(cfg, ctx.work / "builtin")
     eng._setup()
     eng.ledger = FlopLedger(budget=cfg.budget_flops)
+    eng.guard = BudgetGuard(eng.ledger)  # as BuiltinEngine.run sets them up
 
     class _Rows:
         def append(self, rows: list) -> None:
