@@ -186,3 +186,28 @@ def test_train_step_needs_something_trainable():
 def test_relative_errors():
     r = relative_errors({"a": 110, "b": 0, "c": 5}, {"a": 100, "b": 0, "d": 4})
     assert r == {"a": pytest.approx(0.1), "b": 0.0, "c": float("inf"), "d": -1.0}
+
+
+@pytest.mark.parametrize("op", ["addmm", "bmm"])  # baddbmm.dtype has no working meta kernel to run
+def test_overloads_with_an_extra_positional_argument_are_counted(op):
+    """The ``.dtype`` overloads (``out_dtype``, positional) reach the counter on CUDA in
+    bf16 runs; torch's own formulas take no extra positional argument and raise ("got
+    multiple values for argument 'out_shape'", seen on an H200 with torch 2.11). Meta
+    tensors run the overload on any machine; the count is the product's 2*m*k*n."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from race.measure import Counter
+
+    aten, bf = torch.ops.aten, dict(device="meta", dtype=torch.bfloat16)
+    if op == "addmm":
+        args, want = (torch.empty(3, **bf), torch.empty(4, 8, **bf), torch.empty(8, 3, **bf)), 2 * 4 * 8 * 3
+    else:
+        args, want = (torch.empty(2, 4, 8, **bf), torch.empty(2, 8, 3, **bf)), 2 * 2 * 4 * 8 * 3
+    overload = getattr(aten, op).dtype
+    with pytest.raises(TypeError):  # what torch's own formula does (addmm/bmm: "multiple values for 'out_shape'")
+        with FlopCounterMode(display=False):
+            overload(*args, torch.float32)
+    with Counter() as c:
+        overload(*args, torch.float32)
+    assert c.total == want

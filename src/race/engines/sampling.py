@@ -198,7 +198,7 @@ def _sample(model: Any, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, *, 
         if row_greedy is None and greedy:
             nxt = logits.argmax(-1)
         else:  # uniforms for every row, in the batch or not: the same draws whichever rows were dropped
-            u = torch.rand(B, 1, generator=generator, device=dev)
+            u = uniforms(B, generator, dev)
             nxt = draw(logits, temperature, u=u if live is None else u[live])
             if row_greedy is not None:
                 nxt = torch.where(row_greedy, logits.argmax(-1), nxt)
@@ -231,6 +231,14 @@ def _sample(model: Any, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, *, 
                    decoded=decoded if fast else None)
 
 
+def uniforms(rows: int, generator: torch.Generator | None, device: torch.device | str) -> torch.Tensor:
+    """(rows, 1) uniforms drawn on ``generator``'s own device (a CPU generator drives a
+    CUDA run: the same draws on every device, and torch refuses a CPU generator for a CUDA
+    tensor), then moved to ``device``."""
+    where = generator.device if generator is not None else device
+    return torch.rand(rows, 1, generator=generator, device=where).to(device)
+
+
 def draw(logits: torch.Tensor, temperature: float, generator: torch.Generator | None = None,
          u: torch.Tensor | None = None) -> torch.Tensor:
     """One token per row from ``softmax(logits / temperature)`` by inverting its CDF at a
@@ -241,7 +249,7 @@ def draw(logits: torch.Tensor, temperature: float, generator: torch.Generator | 
     probs = torch.softmax(logits.float() / temperature, dim=-1)
     cdf = probs.cumsum(-1)
     if u is None:
-        u = torch.rand(probs.shape[0], 1, generator=generator, device=probs.device)
+        u = uniforms(probs.shape[0], generator, probs.device)
     u = u * cdf[:, -1:]
     return torch.searchsorted(cdf, u, right=True).squeeze(1).clamp_(max=probs.shape[-1] - 1)
 

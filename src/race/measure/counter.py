@@ -14,7 +14,8 @@ What torch's counter sees, and what this module adds:
   computes dQ/dK/dV even where they are not needed; ``sdpa_backward="kernel"`` counts
   that (torch's own formula for the CUDA flash kernels: 2.5x forward).
 - In-place ``addmm_`` and ``baddbmm_`` count 0 in torch; they are registered with the
-  out-of-place formulas.
+  out-of-place formulas. ``addmm``/``bmm``/``baddbmm`` are registered too, with formulas that
+  accept any overload's extra positional arguments (torch's raise on ``out_dtype``, CUDA).
 
 Everything here needs torch; ``race.accounting`` stays standard library only.
 """
@@ -37,8 +38,17 @@ SdpaBackward = Literal["model", "kernel"]
 
 # -- formulas for the ops torch's counter does not see --------------------------------------
 def _addmm_inplace_flop(self_shape, a_shape, b_shape, *args, out_shape=None, **kwargs) -> int:
-    """``addmm_(self, a, b)``: the product a @ b, 2*m*k*n (the add is elementwise)."""
+    """``addmm(self, a, b)`` and ``addmm_``, any overload: the product a @ b, 2*m*k*n (the add
+    is elementwise). Also registered for ``addmm``: torch's formula takes no extra positional
+    argument, and the ``addmm.dtype`` overload (``out_dtype``) made the counter raise on CUDA."""
     return mm_flop(a_shape, b_shape)
+
+
+def _bmm_flop(a_shape, b_shape, *args, out_shape=None, **kwargs) -> int:
+    """``bmm(a, b)``, any overload: 2*b*m*k*n. torch's own formula takes no extra positional
+    argument, so an overload with one (``bmm.dtype``'s ``out_dtype``, seen on CUDA with
+    torch 2.11) made the counter raise."""
+    return bmm_flop(a_shape, b_shape)
 
 
 def _baddbmm_inplace_flop(self_shape, a_shape, b_shape, *args, out_shape=None, **kwargs) -> int:
@@ -96,7 +106,10 @@ def flop_formulas(sdpa_backward: SdpaBackward = "model") -> dict[Any, Callable[.
         raise ValueError(f"sdpa_backward must be 'model' or 'kernel', got {sdpa_backward!r}")
     bwd = _sdpa_cpu_backward_model_flop if sdpa_backward == "model" else _sdpa_cpu_backward_kernel_flop
     return {
+        aten.addmm: _addmm_inplace_flop,
         aten.addmm_: _addmm_inplace_flop,
+        aten.bmm: _bmm_flop,
+        aten.baddbmm: _baddbmm_inplace_flop,
         aten.baddbmm_: _baddbmm_inplace_flop,
         aten._scaled_dot_product_flash_attention_for_cpu: _sdpa_cpu_flop,
         aten._scaled_dot_product_flash_attention_for_cpu_backward: bwd,
