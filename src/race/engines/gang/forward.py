@@ -66,35 +66,46 @@ class GangDecoder:
     def __getattr__(self, name: str) -> Any:  # embed, norm_w, lm_head, heads, ... of the shared base
         return getattr(self.__dict__["base"], name)
 
-    def _proj(self, li: int, key: str, x: torch.Tensor, segs: list[Segment], bounds: list[tuple[int, int]],
-              add: torch.Tensor | None = None) -> list[torch.Tensor]:
-        """The base matmul over all rows, then each segment's member's adapters on its slice."""
+    def _proj(self, li: int, key: str, xs: list[torch.Tensor], segs: list[Segment],
+              adds: list[torch.Tensor] | None = None) -> list[list[torch.Tensor]]:
+        """Each segment's outputs of projection ``key`` at layer ``li`` for its 2-D input
+        ``xs[k]`` (plus ``adds[k]``, the residual): the base matmul once over the rows of
+        all segments whose inputs need a gradient alike (one group unless the members'
+        adapters differ where an input is still frozen: a row whose solo pass needs no
+        input gradient must not get one here), then each segment's member's adapters on
+        its own rows, as ``fast_decode._Proj`` adds them."""
         base = self.base.layers[li][key]
-        if add is not None and base.bias is None:
-            y = torch.addmm(add, x, base.weight.t())
-        else:
-            y = F.linear(x, base.weight, base.bias)
-            if add is not None:
-                y = y + add
-        outs = list(y.split(base.sizes, dim=-1)) if len(base.sizes) > 1 else [y]
-        if all(s.member is None or self.decs[s.member].layers[li][key].plain for s in segs):
-            return outs
-        parts: list[list[torch.Tensor]] = [[] for _ in outs]
-        for s, (lo, hi) in zip(segs, bounds):
-            mine = [o[lo:hi] for o in outs]
-            p = None if s.member is None else self.decs[s.member].layers[li][key]
-            if p is not None and not p.plain:
-                xs = x[lo:hi]
-                flat = [(i, ad) for i, ads in enumerate(p.adapters) for ad in ads]
-                if p.a_cat is not None:
-                    xas = F.linear(xs, p.a_cat).split([ad.a.shape[0] for _, ad in flat], dim=-1)
-                else:
-                    xas = [F.linear(F.dropout(xs, ad.dropout) if ad.dropout else xs, ad.a) for _, ad in flat]
-                for (i, ad), xa in zip(flat, xas):
-                    mine[i] = torch.addmm(mine[i], xa, (ad.b * ad.scale).t())
-            for i, t in enumerate(mine):
-                parts[i].append(t)
-        return [torch.cat(ps) if len(ps) > 1 else ps[0] for ps in parts]
+        groups: dict[bool, list[int]] = {}
+        for k, x in enumerate(xs):
+            groups.setdefault(bool(x.requires_grad), []).append(k)
+        out: list[list[torch.Tensor]] = [[] for _ in segs]
+        for idx in groups.values():
+            x = torch.cat([xs[k] for k in idx]) if len(idx) > 1 else xs[idx[0]]
+            add = None if adds is None else (torch.cat([adds[k] for k in idx]) if len(idx) > 1 else adds[idx[0]])
+            if add is not None and base.bias is None:
+                y = torch.addmm(add, x, base.weight.t())
+            else:
+                y = F.linear(x, base.weight, base.bias)
+                if add is not None:
+                    y = y + add
+            parts = list(y.split(base.sizes, dim=-1)) if len(base.sizes) > 1 else [y]
+            lo = 0
+            for k in idx:
+                n = xs[k].shape[0]
+                mine = [p[lo:lo + n] if len(idx) > 1 else p for p in parts]
+                lo += n
+                s = segs[k]
+                p = None if s.member is None else self.decs[s.member].layers[li][key]
+                if p is not None and not p.plain:
+                    flat = [(i, ad) for i, ads in enumerate(p.adapters) for ad in ads]
+                    if p.a_cat is not None:
+                        xas = F.linear(xs[k], p.a_cat).split([ad.a.shape[0] for _, ad in flat], dim=-1)
+                    else:
+                        xas = [F.linear(F.dropout(xs[k], ad.dropout) if ad.dropout else xs[k], ad.a) for _, ad in flat]
+                    for (i, ad), xa in zip(flat, xas):
+                        mine[i] = torch.addmm(mine[i], xa, (ad.b * ad.scale).t())
+                out[k] = mine
+        return out
 
     def run(self, segs: list[Segment]) -> list[torch.Tensor]:
         """The decoder layers over every segment; returns each segment's final hidden
@@ -103,29 +114,25 @@ class GangDecoder:
         H, KV, hd = b.heads, b.kv_heads, b.head_dim
         rep = H // KV
         assert b.cos is not None and b.sin is not None
-        bounds, lo = [], 0
-        for s in segs:
-            bounds.append((lo, lo + s.ids.numel()))
-            lo += s.ids.numel()
         rope = [(b.cos[s.pos][:, :, None], b.sin[s.pos][:, :, None]) for s in segs]
-        x = torch.cat([F.embedding(s.ids, b.embed, b.padding_idx).view(s.ids.numel(), -1) for s in segs])
+        xs = [F.embedding(s.ids, b.embed, b.padding_idx).view(s.ids.numel(), -1) for s in segs]
         for li, L in enumerate(b.layers):
-            q_all, k_all, v_all = self._proj(li, "qkv", b._rms(x, L["ln1"]), segs, bounds)
+            qkv = self._proj(li, "qkv", [b._rms(x, L["ln1"]) for x in xs], segs)
             att = []
-            for s, (lo, hi), (cos, sin) in zip(segs, bounds, rope):
+            for s, (q, k, v), (cos, sin) in zip(segs, qkv, rope):
                 B, n = s.ids.shape
-                q = b._rope(q_all[lo:hi].view(B, n, H, hd), cos, sin)
-                k = b._rope(k_all[lo:hi].view(B, n, KV, hd), cos, sin)
-                K, V = s.keys(li, k, v_all[lo:hi].view(B, n, KV, hd))
+                q = b._rope(q.view(B, n, H, hd), cos, sin)
+                k = b._rope(k.view(B, n, KV, hd), cos, sin)
+                K, V = s.keys(li, k, v.view(B, n, KV, hd))
                 end = K.shape[2]
                 q = q.reshape(B, n, KV, rep, hd).permute(0, 2, 3, 1, 4).reshape(B, KV, rep * n, hd)
                 scores = torch.matmul(q, K.transpose(2, 3)).view(B, KV, rep, n, end) + s.bias[:, :, None]
                 p = torch.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype).view(B, KV, rep * n, end)
                 att.append(torch.matmul(p, V).view(B, KV, rep, n, hd).permute(0, 3, 1, 2, 4).reshape(B * n, H * hd))
-            (x,) = self._proj(li, "o", torch.cat(att) if len(att) > 1 else att[0], segs, bounds, add=x)
-            g, u = self._proj(li, "gate_up", b._rms(x, L["ln2"]), segs, bounds)
-            (x,) = self._proj(li, "down", F.silu(g) * u, segs, bounds, add=x)
-        return [x[lo:hi].view(s.ids.shape[0], s.ids.shape[1], -1) for s, (lo, hi) in zip(segs, bounds)]
+            xs = [o for (o,) in self._proj(li, "o", att, segs, adds=xs)]
+            gu = self._proj(li, "gate_up", [b._rms(x, L["ln2"]) for x in xs], segs)
+            xs = [o for (o,) in self._proj(li, "down", [F.silu(g) * u for g, u in gu], segs, adds=xs)]
+        return [x.view(s.ids.shape[0], s.ids.shape[1], -1) for s, x in zip(segs, xs)]
 
     def head(self, x: torch.Tensor) -> torch.Tensor:
         return F.linear(self.base._rms(x, self.base.norm_w), self.base.lm_head)
