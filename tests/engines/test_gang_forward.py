@@ -196,3 +196,79 @@ def test_gang_greedy_tokens_are_each_members_argmax(name, char_tokenizer):
         checked += int(clear.sum())
     assert checked > 0.9 * sum(int(ro.completion_mask.sum()) for ro in ros)
     assert fc.get_total_flops() == want
+
+
+def _solo_decoded(comp: torch.Tensor, eos: int, max_new: int) -> tuple[torch.Tensor, int]:
+    """The solo decode loop's drop rule replayed on a member's tokens (B, T): (decoded per
+    row, T its loop ran): rows leave once an eighth of the rows in the batch are done."""
+    B = comp.shape[0]
+    live = torch.ones(B, dtype=torch.bool)
+    done = torch.zeros(B, dtype=torch.bool)
+    decoded = torch.zeros(B, dtype=torch.long)
+    for t in range(max_new):
+        if t < comp.shape[1]:
+            done |= comp[:, t] == eos
+        n_live, n_done = int(live.sum()), int((live & done).sum())
+        if n_done == n_live or t == max_new - 1:
+            decoded[live] = t + 1
+            return decoded, t + 1
+        if n_done * 8 >= n_live:
+            decoded[live & done] = t + 1
+            live &= ~done
+    raise AssertionError("unreachable")
+
+
+@pytest.mark.parametrize("name,greedy", [("tiny-s", True), ("tiny-xs", False)])
+def test_fast_gang_decode_gives_each_member_its_solo_rollout(name, greedy, char_tokenizer):
+    """The batched merged decode (``gang.decode``): three members of different prompt widths,
+    groups and adapters. Each member's rows follow its solo loop: its ``decoded`` counts
+    and length are the solo drop rule's on its tokens; greedy tokens are the solo argmax
+    (teacher-forced, top-2 gaps above 1e-4, as above); FlopCounterMode equals
+    ``FastRollout.executed`` (merges, padded prompts and slots), and with the rows dropping
+    out at different steps the gang executes less than without drops."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from race.engines import fast_forward
+    from race.engines.gang.decode import fast_gang_sample
+    from race.engines.gang.sample import SampleJob
+    from race.engines.sampling import encode_prompts
+
+    models = _members(name)
+    tok = char_tokenizer
+    jobs = []
+    for i, (prompts, (_, _, G, _)) in enumerate(zip(PROMPTS, MEMBERS)):
+        ids, mask = encode_prompts(tok, prompts, "cpu")
+        jobs.append(SampleJob(i, ids, mask, G, 0.9, torch.Generator().manual_seed(5 + i), tok.eos_token_id,
+                              tok.pad_token_id, greedy=greedy))
+    with FlopCounterMode(display=False) as fc:
+        fr = fast_gang_sample(models, jobs, 40)
+    shape = ModelShape.from_hf_config(models[0].get_base_model().config.to_dict())
+    loras = [LoRA(r, tuple(LoraSettings(r=r, target_modules=t).target_modules)) for r, t, _, _ in MEMBERS]
+    assert fc.get_total_flops() == fr.executed(shape, loras, "torch")
+    assert sum(fr.decoded) > 0
+    ends = set()
+    for m, ro, job in zip(models, fr.rollouts, jobs):
+        want, T = _solo_decoded(ro.completion_ids, tok.eos_token_id, 40)
+        assert torch.equal(ro.decoded, want) and ro.completion_len == T
+        ends |= set(ro.decoded.tolist())
+        assert ro.merged  # charged as its solo rollout, which merges at these shapes
+        if greedy:
+            ids = torch.cat([ro.prompt_ids, ro.completion_ids], 1)
+            mask = torch.cat([ro.prompt_mask, ro.completion_mask], 1)
+            pos = (mask.long().cumsum(-1) - 1).clamp(min=0)
+            with torch.no_grad():
+                logits = fast_forward.sequence_logits(m, ids, mask, pos, ro.prompt_len - 1, ro.completion_len)
+            top2 = logits.topk(2, dim=-1).values
+            clear = (top2[..., 0] - top2[..., 1] > 1e-4) & ro.completion_mask.bool()
+            assert torch.equal(logits.argmax(-1)[clear], ro.completion_ids[clear])
+            assert int(clear.sum()) > 0.9 * int(ro.completion_mask.sum())
+    if not greedy:  # these sampled rows end at different steps: the drop paths ran
+        assert len(ends) > 1  # and physical rows left early: less executed than at full length
+        full = _full_length(fr)
+        assert fr.executed(shape, loras, "torch") < full.executed(shape, loras, "torch")
+
+
+def _full_length(fr):
+    from dataclasses import replace
+
+    return replace(fr, decoded=[max(fr.decoded)] * len(fr.decoded))

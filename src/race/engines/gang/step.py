@@ -26,7 +26,8 @@ from race.accounting import BudgetExceededError
 from race.engines.builtin import _counted
 from race.engines.gang.members import budget_allows, split_seconds
 from race.engines.gang.passes import PassJob, UpdateJob, gang_accumulate, gang_logprobs
-from race.engines.gang.sample import SampleJob, executed_rollout_flops, gang_sample
+from race.engines.gang.decode import fast_gang_sample
+from race.engines.gang.sample import SampleJob
 from race.engines.grpo_math import group_advantages, grpo_loss
 from race.engines.sampling import Rollout, decode_completions, rollout_flops
 from race.models.timing import device_clock
@@ -43,7 +44,7 @@ class Work:
     mask: torch.Tensor
     ro: Rollout | None = None
     roll: dict[str, int] = field(default_factory=dict)
-    executed: int = 0  # rollout FLOPs the gang executed for it (live LoRA)
+    executed: int = 0  # its share of the rollout FLOPs the gang executed (merged, padded)
     rw: Any = None
     rewards: torch.Tensor | None = None
     adv: torch.Tensor | None = None
@@ -70,14 +71,18 @@ def gang_step(step: int, works: list[Work]) -> float:
         jobs.append(SampleJob(k, w.ids, w.mask, cfg.num_generations, cfg.temperature, gen,
                               w.eng.tok.eos_token_id, w.eng.tok.pad_token_id))
     t0 = device_clock(works[0].eng.device)
-    ros = gang_sample(models, jobs, works[0].eng.cfg.max_completion_length)
+    fast = fast_gang_sample(models, jobs, works[0].eng.cfg.max_completion_length)
     t_roll = device_clock(works[0].eng.device) - t0
-    for w, ro in zip(works, ros):
+    for w, ro in zip(works, fast.rollouts):
         cfg, eng = w.eng.cfg, w.eng
         w.ro = ro
         w.roll = {f"rollout/{k}": v for k, v in rollout_flops(eng.shape, ro, lora=eng.lora,
                                                              conventions=cfg.conventions).items()}
-        w.executed = sum(executed_rollout_flops(eng.shape, ro, lora=eng.lora, conventions=cfg.conventions).values())
+    executed = fast.executed(works[0].eng.shape, [w.eng.lora for w in works], works[0].eng.cfg.conventions)
+    shares = [int(e) for e in split_seconds(float(executed), [_counted(w.roll) for w in works])]
+    shares[-1] = executed - sum(shares[:-1])  # the shares add up to what executed
+    for w, e in zip(works, shares):
+        w.executed = e  # its share of what the gang's rollout executed (split as the seconds are)
     for w, s in zip(works, split_seconds(t_roll, [_counted(w.roll) for w in works])):
         w.seconds["rollout/decode"] = s
     # 2-3. each member's reward and advantages, then its exact-cost check
