@@ -25,8 +25,10 @@ SHARED = ("model", "device", "dtype", "attn_implementation", "torch_threads", "m
 
 def gang_key(cfg: RunConfig) -> str | None:
     """The key of the gangs ``cfg`` may join (members of a gang have equal keys), or None
-    when it must run alone (full fine-tuning, LoRA dropout, gradient checkpointing)."""
-    if cfg.lora is None or cfg.lora.lora_dropout or cfg.gradient_checkpointing:
+    when it must run alone (full fine-tuning, LoRA dropout, gradient checkpointing, the TRL
+    engine, metrics sinks)."""
+    if (cfg.lora is None or cfg.lora.lora_dropout or cfg.gradient_checkpointing or cfg.engine != "builtin"
+            or cfg.log_to):
         return None
     d = cfg.model_dump(mode="json")
     return json.dumps({**{k: d[k] for k in SHARED}, "task": d["task"]}, sort_keys=True)
@@ -38,8 +40,8 @@ def gang_refusal(cfgs: list[RunConfig]) -> str | None:
         return "a gang needs at least one member"
     for c in cfgs:
         if gang_key(c) is None:
-            return (f"run {c.name!r} cannot join a gang: it needs LoRA (lora set), lora_dropout 0 and no "
-                    "gradient_checkpointing; run it alone (gang: false)")
+            return (f"run {c.name!r} cannot join a gang: it needs LoRA (lora set), lora_dropout 0, no "
+                    "gradient_checkpointing, the builtin engine and no log_to sinks; run it alone (gang: false)")
     keys = {gang_key(c) for c in cfgs}
     if len(keys) > 1:
         a, b = cfgs[0].model_dump(mode="json"), next(c for c in cfgs if gang_key(c) != gang_key(cfgs[0]))
