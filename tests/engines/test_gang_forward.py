@@ -272,3 +272,19 @@ def _full_length(fr):
     from dataclasses import replace
 
     return replace(fr, decoded=[max(fr.decoded)] * len(fr.decoded))
+
+
+def test_members_share_one_base_in_memory_and_refuse_another():
+    from race.engines.gang.forward import share_base
+
+    models = _members()
+    share_base(models)
+    base = [{n.replace(".base_layer", ""): p for n, p in m.named_parameters() if not p.requires_grad} for m in models]
+    assert all(base[i][k] is base[0][k] for i in (1, 2) for k in base[0])
+    lora = [{n: p for n, p in m.named_parameters() if p.requires_grad} for m in models]
+    assert all(p.data_ptr() != lora[0][n].data_ptr() for n, p in lora[2].items())  # adapters stay their own
+    other = _members()[:1]
+    with torch.no_grad():
+        next(p for p in other[0].parameters() if not p.requires_grad).add_(1.0)
+    with pytest.raises(ValueError, match="base weights"):
+        share_base([models[0], other[0]])

@@ -80,12 +80,12 @@ class GangEngine:
             e.out.begin()
             e._setup()
         from race.engines import fast_forward
-        from race.engines.gang.forward import check_shared_base
+        from race.engines.gang.forward import share_base
 
         if not all(fast_forward.supports(e.model) for e in self.engs):
             raise ValueError("a gang needs the functional forward (a Qwen2/Llama-style model without gradient "
                              "checkpointing or attention dropout); run these cells alone (gang: false)")
-        check_shared_base([e.model for e in self.engs])
+        share_base([e.model for e in self.engs])
         step = self._restore(ckpt, state)
         setup = (time.perf_counter() - t0) / len(self.engs)
         for i in range(len(self.engs)):

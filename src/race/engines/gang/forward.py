@@ -57,7 +57,7 @@ def _proj_key(i: int) -> str:
 
 class GangDecoder:
     """The layers of K members over one base (module docstring). ``models``: the members'
-    (PEFT) policies; their base weights must be equal (``check_shared_base``)."""
+    (PEFT) policies; their base weights must be equal (``share_base``)."""
 
     def __init__(self, models: list[Any]) -> None:
         self.decs = [FastDecoder(m) for m in models]
@@ -138,17 +138,22 @@ class GangDecoder:
         return F.linear(self.base._rms(x, self.base.norm_w), self.base.lm_head)
 
 
-def check_shared_base(models: list[Any]) -> None:
-    """Refuse members whose frozen weights differ (a gang runs one base for all)."""
-    def frozen(m: Any) -> dict[str, torch.Tensor]:
-        return {n.replace(".base_layer", ""): p for n, p in m.named_parameters() if not p.requires_grad}
+def share_base(models: list[Any]) -> None:
+    """Make every member's frozen weights member 0's tensors (one base in memory); refuse
+    members whose frozen weights differ (a gang runs one base for all)."""
+    def frozen(m: Any) -> dict[str, tuple[str, torch.Tensor]]:
+        return {n.replace(".base_layer", ""): (n, p) for n, p in m.named_parameters(remove_duplicate=False)
+                if not p.requires_grad}
 
     ref = frozen(models[0])
     for i, m in enumerate(models[1:], 1):
         mine = frozen(m)
-        if mine.keys() != ref.keys() or any(not torch.equal(mine[k], ref[k]) for k in ref):
+        if mine.keys() != ref.keys() or any(not torch.equal(mine[k][1], ref[k][1]) for k in ref):
             raise ValueError(f"gang member {i} does not start from member 0's base weights: a gang shares one "
                              "frozen base; run it alone (gang: false) or give the members the same model")
+        for k, (name, _) in mine.items():
+            mod, _, attr = name.rpartition(".")
+            m.get_submodule(mod)._parameters[attr] = ref[k][1]
 
 
 @dataclass
@@ -227,4 +232,4 @@ def token_logprobs(logits: torch.Tensor, completion_ids: torch.Tensor, temperatu
     return torch.log_softmax(logits, dim=-1).gather(-1, completion_ids[..., None]).squeeze(-1)
 
 
-__all__ = ["GangDecoder", "Segment", "SharedItem", "check_shared_base", "shared_prompt_logits", "token_logprobs"]
+__all__ = ["GangDecoder", "Segment", "SharedItem", "share_base", "shared_prompt_logits", "token_logprobs"]
