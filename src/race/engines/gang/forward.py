@@ -88,12 +88,11 @@ class GangDecoder:
                 y = F.linear(x, base.weight, base.bias)
                 if add is not None:
                     y = y + add
-            parts = list(y.split(base.sizes, dim=-1)) if len(base.sizes) > 1 else [y]
-            lo = 0
-            for k in idx:
-                n = xs[k].shape[0]
-                mine = [p[lo:lo + n] if len(idx) > 1 else p for p in parts]
-                lo += n
+            # rows per member by one split (its backward is one cat; slicing each member's rows
+            # out would zero-fill a full-size gradient per member), then its parts (q/k/v, ...)
+            rows = y.split([xs[k].shape[0] for k in idx], dim=0) if len(idx) > 1 else (y,)
+            for k, yk in zip(idx, rows):
+                mine = list(yk.split(base.sizes, dim=-1)) if len(base.sizes) > 1 else [yk]
                 s = segs[k]
                 p = None if s.member is None else self.decs[s.member].layers[li][key]
                 if p is not None and not p.plain:
