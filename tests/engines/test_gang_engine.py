@@ -183,3 +183,33 @@ def test_sigkilled_gang_resumes_to_the_uninterrupted_result(tiny_model_dir, tmp_
             assert _strip(_lines(tmp_path / f"r{i}" / f)) == _strip(_lines(tmp_path / f"k{i}" / f)), (i, f)
         for k in ("steps", "total_flops", "phase_flops", "final", "initial", "status"):
             assert a[k] == b[k], (i, k)
+
+
+def test_kill_after_a_member_left_but_before_the_gang_checkpoint(tiny_model_dir, tmp_path, monkeypatch):
+    """A member has finished (its run.json written) when the gang dies before checkpointing
+    its departure: the gang resumes from its previous checkpoint with that member still in
+    it, so every step runs with the same members as uninterrupted, and every member ends
+    with the uninterrupted gang's ledger and metrics."""
+    from race.engines.gang import engine, run_gang
+
+    cfgs = _members(tiny_model_dir)
+    ref = run_gang([(c, tmp_path / f"r{i}") for i, c in enumerate(cfgs)], tmp_path / "ref")
+    real = engine.GangEngine._checkpoint
+    seen = {"left": 0}
+
+    def dying(self, step):
+        if sum(self.left) > seen["left"]:
+            raise KeyboardInterrupt("killed after a member left")
+        return real(self, step)
+
+    monkeypatch.setattr(engine.GangEngine, "_checkpoint", dying)
+    with pytest.raises(KeyboardInterrupt):
+        run_gang([(c, tmp_path / f"k{i}") for i, c in enumerate(cfgs)], tmp_path / "killed")
+    gone = [i for i in range(len(cfgs)) if (tmp_path / f"k{i}" / "run.json").exists()]
+    assert len(gone) == 1  # one member finished, the others were cut off
+    monkeypatch.setattr(engine.GangEngine, "_checkpoint", real)
+    out = run_gang([(c, tmp_path / f"k{i}") for i, c in enumerate(cfgs)], tmp_path / "killed")
+    for i, (a, b) in enumerate(zip(ref, out)):
+        for f in ("ledger.jsonl", "metrics.jsonl"):
+            assert _strip(_lines(tmp_path / f"r{i}" / f)) == _strip(_lines(tmp_path / f"k{i}" / f)), (i, f)
+        assert a["final"] == b["final"] and a["steps"] == b["steps"]

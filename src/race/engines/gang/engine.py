@@ -23,7 +23,7 @@ shares, so the members' wall seconds add up to the gang's.
 Resume: the gang checkpoints as a whole (``race.engines.gang.checkpoint``) every
 ``min(checkpoint_every)`` steps and whenever a member leaves (after its ``run.json``);
 after a kill it restarts from that state: live members' ledgers and metrics are cut back
-to the checkpoint's step, members that had left keep their results, and every later step
+to what they held at the checkpoint, members that had left keep their results, and every later step
 runs with the same members, so the results are those of an uninterrupted gang.
 """
 
@@ -36,7 +36,7 @@ from typing import Any
 from race.accounting import FlopLedger
 from race.engines.builtin import BuiltinEngine
 from race.engines.common import Progress
-from race.engines.gang.checkpoint import find_gang, load_member, read_gang, save_gang
+from race.engines.gang.checkpoint import cut_records, find_gang, load_member, read_gang, save_gang
 from race.engines.gang.members import budget_allows, gang_refusal
 from race.engines.gang.step import Work, gang_step
 from race.engines.run_io import MetricsLog, read_run, write_json_atomic
@@ -113,9 +113,10 @@ class GangEngine:
                 self.wall[i] = float(meta.get("wall_s", 0.0))
             e.ledger = FlopLedger(e.run_dir / "ledger.jsonl", budget=e.cfg.budget_flops)
             e.metrics = MetricsLog(e.run_dir / "metrics.jsonl")
-            if step:
-                e.ledger.truncate_after(step)
-                e.metrics.truncate_after(step)
+            if state is not None:  # back to what it had written at the checkpoint
+                cut_records(e.ledger, e.metrics, int(meta["ledger_records"]), int(meta["metrics_rows"]))
+                e.ledger = FlopLedger(e.run_dir / "ledger.jsonl", budget=e.cfg.budget_flops)
+                e.metrics = MetricsLog(e.run_dir / "metrics.jsonl")
             if state is None:
                 e._plan(0)
                 t = time.perf_counter()
@@ -179,7 +180,8 @@ class GangEngine:
 
     def _checkpoint(self, step: int) -> None:
         metas = [None if gone else dict(e.out.checkpoint_meta(e.schedule, e.reward), wall_s=self.wall[i],
-                                        rollout_flops_executed=self.executed[i])
+                                        rollout_flops_executed=self.executed[i], ledger_records=len(e.ledger),
+                                        metrics_rows=len(e.metrics.rows))
                  for i, (e, gone) in enumerate(zip(self.engs, self.left))]
         save_gang(self.gang_dir, step=step, run_ids=self.run_ids, left=list(self.left), members=self.engs,
                   metas=metas, total_steps=[e.total_steps for e in self.engs])
