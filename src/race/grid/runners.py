@@ -217,7 +217,7 @@ class _Driver:
                         else:
                             flops = float(oc["result"]["run"].get("total_flops") or 0.0)
                             self.session_flops += flops
-                            if cell.run_id in self.predicted:
+                            if cell.run_id in self.predicted and len(unit) == 1:
                                 self.observed.append((self.predicted[cell.run_id],
                                                       time.monotonic() - self.started[cell.run_id]))
                             p.flops_done += flops
@@ -227,6 +227,9 @@ class _Driver:
                             continue
                     failed.append((cell, str(oc.get("error") or "unknown error")))
                 if not failed:
+                    if len(unit) > 1 and all(c.run_id in self.predicted for c in unit):  # a gang: one wall
+                        self.observed.append((sum(self.predicted[c.run_id] for c in unit),
+                                              time.monotonic() - self.started[unit[0].run_id]))
                     continue
                 key = ",".join(c.run_id for c in unit)
                 tries[key] += 1
