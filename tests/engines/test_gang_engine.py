@@ -213,3 +213,27 @@ def test_kill_after_a_member_left_but_before_the_gang_checkpoint(tiny_model_dir,
         for f in ("ledger.jsonl", "metrics.jsonl"):
             assert _strip(_lines(tmp_path / f"r{i}" / f)) == _strip(_lines(tmp_path / f"k{i}" / f)), (i, f)
         assert a["final"] == b["final"] and a["steps"] == b["steps"]
+
+
+def test_a_diverging_member_leaves_and_the_others_go_on(tiny_model_dir, tmp_path, monkeypatch):
+    """A non-finite loss in one member's update retires that member as ``diverged`` (as
+    its solo run would end: no adapter, the error said), without an optimizer step; the
+    other members finish as usual."""
+    import torch
+
+    from race.engines.gang import run_gang, step
+
+    real = step.grpo_loss
+
+    def nan_for_grpo(logp, *a, **kw):
+        loss, st = real(logp, *a, **kw)
+        if kw["loss_type"] == "grpo":  # member 1 alone uses the grpo loss
+            loss = loss * torch.tensor(float("nan"))
+        return loss, st
+
+    monkeypatch.setattr(step, "grpo_loss", nan_for_grpo)
+    cfgs = _members(tiny_model_dir)
+    outs = run_gang([(c, tmp_path / f"g{i}") for i, c in enumerate(cfgs)], tmp_path / "gang")
+    assert outs[1]["status"] == "diverged" and "non-finite loss" in outs[1]["error"]
+    assert not (tmp_path / "g1" / "adapter").exists()
+    assert all(outs[i]["status"] == "complete" and outs[i]["steps"] > outs[1]["steps"] for i in (0, 2))

@@ -87,6 +87,8 @@ def gang_accumulate(models: list[Any], jobs: list[UpdateJob], loss_fn: Callable[
     """Backward of every job's loss over its micro-batches (``micro_batch.accumulate_gradients``
     per member, round by round in one gang pass); gradients add up in each member's own
     ``.grad`` (the caller zeroes before, clips and steps each optimizer after)."""
+    if not jobs:
+        return []
     gdec = GangDecoder(models)
     accs = [_Acc() for _ in jobs]
     last: list[LossStats | None] = [None] * len(jobs)

@@ -161,6 +161,8 @@ def _learn(step: int, ws: list[Work]) -> float:
     stats: dict[int, Any] = {}
     for it in range(max(w.eng.cfg.num_iterations for w in ws)):
         cur = [w for w in live if it < w.eng.cfg.num_iterations]
+        if not cur:  # the members still iterating diverged
+            break
         for w in cur:
             w.eng.optimizer.zero_grad(set_to_none=True)
         jobs = []
