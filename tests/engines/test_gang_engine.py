@@ -237,3 +237,24 @@ def test_a_diverging_member_leaves_and_the_others_go_on(tiny_model_dir, tmp_path
     assert outs[1]["status"] == "diverged" and "non-finite loss" in outs[1]["error"]
     assert not (tmp_path / "g1" / "adapter").exists()
     assert all(outs[i]["status"] == "complete" and outs[i]["steps"] > outs[1]["steps"] for i in (0, 2))
+
+
+def test_an_overrun_member_leaves_as_its_solo_run_stops(tiny_model_dir, tmp_path, monkeypatch):
+    """With step bounds too low, a member's exact cost after its rollout does not fit: it
+    records the rollout as ``overrun`` and stops on budget, as its solo run does (the
+    same ledger, overrun records included)."""
+    from race.engines import builtin, run_engine
+    from race.engines.gang import run_gang
+
+    real = builtin.BuiltinEngine.step_bound
+    monkeypatch.setattr(builtin.BuiltinEngine, "step_bound", lambda self, *a, **k: real(self, *a, **k) // 4)
+    cfgs = _members(tiny_model_dir)
+    outs = run_gang([(c, tmp_path / f"g{i}") for i, c in enumerate(cfgs)], tmp_path / "gang")
+    overruns = 0
+    for i, (c, out) in enumerate(zip(cfgs, outs)):
+        solo = run_engine(c, tmp_path / f"s{i}")
+        g, s = _lines(tmp_path / f"g{i}" / "ledger.jsonl"), _lines(tmp_path / f"s{i}" / "ledger.jsonl")
+        assert _strip(g) == _strip(s), i
+        assert out["stop_reason"] == solo["stop_reason"] == "budget" and out["steps"] == solo["steps"]
+        overruns += sum(r["phase"] == "overrun" for r in g)
+    assert overruns > 0
