@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/engine_speed.py [--quick] [--levers] [--sizes tiny-xs,tiny-s]
                                                [--groups 4,8] [--lengths 16,64] [--steps 2] [--rounds 2]
+                                               [--gang 2,4,8]
 
 Both engines run the same GRPO step (the built-in engine executes fewer FLOPs for it: it
 prefills each prompt once and runs its log-prob and update passes with each prompt once
@@ -19,6 +20,9 @@ seconds from its ledger, ``torch`` conventions: what executes). The default grid
 tiny-xs..tiny-l x G {4,8,16} x completion {16,32,64} on one thread; ``--quick`` runs
 tiny-s and tiny-m at G=8, completion 32. ``--levers`` times the built-in step with the
 LoRA merge and the functional log-prob forward switched off, one at a time, interleaved.
+``--gang 2,4,8`` times a gang of K members (``race.engines.gang``: one batched step for K
+LoRA runs of the same base, seeds differing) against K solo built-in steps, interleaved;
+the ratio is run-steps per second, gang over solo (K solo step seconds / gang step seconds).
 """
 
 from __future__ import annotations
@@ -227,6 +231,71 @@ def run_grid(a) -> None:
         print(f"TRL (defaults: gradient checkpointing) / builtin: {_span([r[7] for r in rows])}")
 
 
+def gang_members(model_dir: Path, prompts: int, group: int, length: int, tmp: Path, seeds: range):
+    """Built-in engines ready to step (no run directory), one per seed."""
+    from race.accounting import FlopLedger
+    from race.engines.builtin import BuiltinEngine
+    from race.engines.run_io import MetricsLog
+    from race.spec.run import run_config_from_dict
+
+    engs = []
+    for seed in seeds:
+        cfg = run_config_from_dict(dict(model=str(model_dir), budget_flops=1e18, prompts_per_step=prompts,
+                                        num_generations=group, max_completion_length=length, reward="random",
+                                        lora={"r": 8, "lora_alpha": 8}, learning_rate=1e-4, conventions="torch",
+                                        seed=seed))
+        e = BuiltinEngine(cfg, tmp)
+        e._setup()
+        e.ledger = FlopLedger()
+        e.metrics = MetricsLog(tmp / f"m-{time.monotonic_ns()}.jsonl")
+        e.total_steps = 10_000
+        engs.append(e)
+    return engs
+
+
+def run_gangs(a) -> None:
+    """Run-steps per second of a gang of K members against K solo built-in runs."""
+    from race.engines.gang.step import Work, gang_step
+
+    ks = [int(k) for k in a.gang.split(",")]
+    print("| model | G | completion | K | K solo steps s | gang step s | gang / solo run-steps per s |")
+    print("|---|---|---|---|---|---|---|")
+    ratios: dict[int, list[float]] = {k: [] for k in ks}
+    with tempfile.TemporaryDirectory() as td:
+        root = Path(td)
+        for size, mdir, g, L in grid_points(a, root):
+            for k in ks:
+                solo = gang_members(mdir, a.prompts, g, L, root, range(k))
+                gang = gang_members(mdir, a.prompts, g, L, root, range(k))
+                state = {"solo": 0, "gang": 0}
+
+                def solo_steps() -> float:
+                    state["solo"] += 1
+                    s = state["solo"]
+                    t0 = time.perf_counter()
+                    for e in solo:
+                        e._train_step(s, *e._prompts(s))
+                    return time.perf_counter() - t0
+
+                def gang_once() -> float:
+                    state["gang"] += 1
+                    s = state["gang"]
+                    t0 = time.perf_counter()
+                    gang_step(s, [Work(i, e, *e._prompts(s)) for i, e in enumerate(gang)])
+                    return time.perf_counter() - t0
+
+                solo_steps(), gang_once()  # warm-up
+                ts, tg = [], []
+                for _ in range(a.rounds * a.steps):  # interleaved step by step
+                    ts.append(solo_steps())
+                    tg.append(gang_once())
+                ms, mg = statistics.median(ts), statistics.median(tg)
+                ratios[k].append(ms / mg)
+                print(f"| {size} | {g} | {L} | {k} | {ms:.3f} | {mg:.3f} | {ms / mg:.2f}x |", flush=True)
+    for k in ks:
+        print(f"K={k}: gang / solo run-steps per second {_span(ratios[k])}")
+
+
 def run_levers(a) -> None:
     """Each lever's effect on the built-in step: variants interleaved step by step."""
     import torch
@@ -291,6 +360,7 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="a small subset: tiny-s,tiny-m x G=8 x completion 32")
     ap.add_argument("--levers", action="store_true",
                     help="instead of TRL: the built-in step with each speed lever switched off, interleaved")
+    ap.add_argument("--gang", default="", help="gang sizes K (e.g. 2,4,8): a gang of K against K solo runs")
     ap.add_argument("--no-trl-default", action="store_true", help="skip the TRL-defaults (checkpointing) column")
     a = ap.parse_args()
     if a.quick:
@@ -316,7 +386,9 @@ def main() -> None:
         peaks[size] = matmul_peak(2048, h, f)
         print(f"one-thread matmul peak at {size}'s MLP shape (2048x{h})@({h}x{f}): {peaks[size] / 1e9:.1f} GFLOP/s")
     print()
-    if a.levers:
+    if a.gang:
+        run_gangs(a)
+    elif a.levers:
         run_levers(a)
     else:
         run_grid(a)

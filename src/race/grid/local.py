@@ -120,6 +120,15 @@ class LocalExecutor:
         assert self._pool is not None
         return self._pool.submit(execute_cell, self.cell_fn, spec, run_dir)
 
+    def submit_gang(self, specs: list[dict[str, Any]], run_dirs: list[str], gang_dir: str) -> cf.Future:
+        """One gang as one task (``race.grid.gangs.execute_gang``)."""
+        from race.grid.gangs import execute_gang
+
+        if self._broken:
+            self._make_pool()
+        assert self._pool is not None
+        return self._pool.submit(execute_gang, self.cell_fn, specs, run_dirs, gang_dir)
+
     def wait(self, handles: list[cf.Future], timeout: float) -> list[tuple[cf.Future, dict[str, Any]]]:
         if not handles:
             return []

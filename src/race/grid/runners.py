@@ -27,6 +27,7 @@ class Executor(Protocol):
     description: str
 
     def submit(self, spec: dict[str, Any], run_dir: str) -> Any: ...
+    def submit_gang(self, specs: list[dict[str, Any]], run_dirs: list[str], gang_dir: str) -> Any: ...
     def wait(self, handles: list[Any], timeout: float) -> list[tuple[Any, dict[str, Any]]]: ...
     def close(self, cancel: bool = False) -> None: ...
 
@@ -116,12 +117,13 @@ class _Driver:
             spec["eval_cache_dir"] = str(self.study_dir / "eval-cache")
         return spec
 
-    def ordered(self, cells: list[Cell]) -> list[Cell]:
-        """Cells in the order they are handed out: longest predicted wall time first
-        (``runner.order = longest_first``; ties keep the grid's order), else the grid's."""
-        if self.spec.runner.order == "grid" or not all(c.run_id in self.predicted for c in cells):
-            return list(cells)
-        return sorted(cells, key=lambda c: -self.predicted[c.run_id])  # stable: ties in grid order
+    def ordered(self, units: list[list[Cell]]) -> list[list[Cell]]:
+        """Units (cells, or gangs with ``gang: true``) in the order they are handed out:
+        longest predicted wall time first (a gang's: its members' sum; ``runner.order =
+        longest_first``; ties keep the grid's order), else the grid's."""
+        if self.spec.runner.order == "grid" or not all(c.run_id in self.predicted for u in units for c in u):
+            return list(units)
+        return sorted(units, key=lambda u: -sum(self.predicted[c.run_id] for c in u))  # stable: ties in grid order
 
     def _eta(self, remaining: list[str], capacity: int) -> float | None:
         """Seconds left: predicted wall time of the cells not done, rescaled by how long
@@ -150,7 +152,10 @@ class _Driver:
         rows = {r["run_id"]: r for r in self.store.runs()}
         self._status = {rid: rows[rid]["status"] for rid in self.cells}
         todo_status = ("pending", "failed") if retry_failed else ("pending",)
-        queue = deque(self.ordered([c for rid, c in self.cells.items() if self._status[rid] in todo_status]))
+        from race.grid.gangs import gang_units
+
+        units = gang_units(list(self.cells.values()), gang=self.spec.gang, gang_size=self.spec.gang_size)
+        queue = deque(self.ordered([u for u in units if any(self._status[c.run_id] in todo_status for c in u)]))
         p = self.progress
         p.complete = sum(1 for s in self._status.values() if s in FINISHED)
         p.failed = sum(1 for s in self._status.values() if s == "failed" and not retry_failed)
@@ -169,53 +174,78 @@ class _Driver:
         self._emit("finish")
         return ran, [rid for rid, s in self._status.items() if s == "failed"]
 
-    def _loop(self, executor: Executor, queue: "deque[Cell]") -> int:
+    def _submit(self, executor: Executor, unit: list[Cell]) -> Any:
+        if len(unit) == 1:
+            cell = unit[0]
+            return executor.submit(self._cell_spec(cell), str(self.study_dir / "runs" / cell.run_id))
+        from race.grid.gangs import gang_id
+
+        return executor.submit_gang([self._cell_spec(c) for c in unit],
+                                    [str(self.study_dir / "runs" / c.run_id) for c in unit],
+                                    str(self.study_dir / "gangs" / gang_id(unit)))
+
+    def _loop(self, executor: Executor, queue: "deque[list[Cell]]") -> int:
         p = self.progress
         tries: Counter[str] = Counter()
-        inflight: dict[Any, Cell] = {}
+        inflight: dict[Any, list[Cell]] = {}
         ran = 0
         while queue or inflight:
             while queue and len(inflight) < executor.capacity:
-                cell = queue.popleft()
-                self.store.mark_running(cell.run_id)
-                handle = executor.submit(self._cell_spec(cell), str(self.study_dir / "runs" / cell.run_id))
-                inflight[handle] = cell
-                self.started[cell.run_id] = time.monotonic()
-                self._status[cell.run_id] = "running"
-                p.running += 1
-                self._emit("started", cell)
+                unit = queue.popleft()
+                for cell in unit:
+                    self.store.mark_running(cell.run_id)
+                handle = self._submit(executor, unit)
+                inflight[handle] = unit
+                for cell in unit:
+                    self.started[cell.run_id] = time.monotonic()
+                    self._status[cell.run_id] = "running"
+                    p.running += 1
+                    self._emit("started", cell)
             for handle, outcome in executor.wait(list(inflight), timeout=self.poll_s):
-                cell = inflight.pop(handle)
-                p.running -= 1
-                ran += 1
-                if outcome.get("ok"):
-                    try:
-                        status = self.store.ingest(cell.run_id, outcome["result"])
-                    except (KeyError, ValueError, TypeError) as e:
-                        outcome = {"ok": False, "error": f"cell results could not be stored: {type(e).__name__}: {e}"}
+                unit = inflight.pop(handle)
+                ran += len(unit)
+                outcomes = [outcome] if len(unit) == 1 else (outcome["members"] if outcome.get("ok") else
+                                                               [outcome] * len(unit))
+                failed = []
+                for cell, oc in zip(unit, outcomes):
+                    p.running -= 1
+                    if oc.get("ok"):
+                        try:
+                            status = self.store.ingest(cell.run_id, oc["result"])
+                        except (KeyError, ValueError, TypeError) as e:
+                            oc = {"ok": False, "error": f"cell results could not be stored: {type(e).__name__}: {e}"}
+                        else:
+                            flops = float(oc["result"]["run"].get("total_flops") or 0.0)
+                            self.session_flops += flops
+                            if cell.run_id in self.predicted and len(unit) == 1:
+                                self.observed.append((self.predicted[cell.run_id],
+                                                      time.monotonic() - self.started[cell.run_id]))
+                            p.flops_done += flops
+                            p.complete += 1
+                            self._status[cell.run_id] = status
+                            self._emit("complete", cell, None if status == "complete" else status)
+                            continue
+                    failed.append((cell, str(oc.get("error") or "unknown error")))
+                if not failed:
+                    if len(unit) > 1 and all(c.run_id in self.predicted for c in unit):  # a gang: one wall
+                        self.observed.append((sum(self.predicted[c.run_id] for c in unit),
+                                              time.monotonic() - self.started[unit[0].run_id]))
+                    continue
+                key = ",".join(c.run_id for c in unit)
+                tries[key] += 1
+                retry = tries[key] <= self.spec.max_retries
+                for cell, error in failed:
+                    if retry:
+                        self.store.mark_pending(cell.run_id, error)
+                        self._status[cell.run_id] = "pending"
+                        self._emit("retry", cell, f"attempt {tries[key]} failed: {_last_line(error)}")
                     else:
-                        flops = float(outcome["result"]["run"].get("total_flops") or 0.0)
-                        self.session_flops += flops
-                        if cell.run_id in self.predicted:
-                            self.observed.append((self.predicted[cell.run_id],
-                                                  time.monotonic() - self.started[cell.run_id]))
-                        p.flops_done += flops
-                        p.complete += 1
-                        self._status[cell.run_id] = status
-                        self._emit("complete", cell, None if status == "complete" else status)
-                        continue
-                tries[cell.run_id] += 1
-                error = str(outcome.get("error") or "unknown error")
-                if tries[cell.run_id] <= self.spec.max_retries:
-                    self.store.mark_pending(cell.run_id, error)
-                    self._status[cell.run_id] = "pending"
-                    queue.append(cell)
-                    self._emit("retry", cell, f"attempt {tries[cell.run_id]} failed: {_last_line(error)}")
-                else:
-                    self.store.mark_failed(cell.run_id, error)
-                    self._status[cell.run_id] = "failed"
-                    p.failed += 1
-                    self._emit("failed", cell, _last_line(error))
+                        self.store.mark_failed(cell.run_id, error)
+                        self._status[cell.run_id] = "failed"
+                        p.failed += 1
+                        self._emit("failed", cell, _last_line(error))
+                if retry:
+                    queue.append(unit)  # a gang retries whole (its members resume from its checkpoint)
             self._emit("tick")
         return ran
 
@@ -253,6 +283,12 @@ def run_grid(spec: "GridSpec | dict | str | Path", study_dir: str | Path | None 
         if unknown:
             raise ValueError(f"only= names run ids that are not runnable cells of this grid: {sorted(unknown)}")
         selected = [c for c in selected if c.run_id in set(only)]
+        if spec.gang:  # a gang runs whole: the gangs of the cells named (race.grid.gangs)
+            from race.grid.gangs import gang_units
+
+            named = {c.run_id for c in selected}
+            selected = [c for u in gang_units([pc.cell for pc in plan.runnable], gang=True, gang_size=spec.gang_size)
+                        if any(c.run_id in named for c in u) for c in u]
     with StudyLock(sdir), Store(sdir) as store:
         if as_study_spec or store.study_name() is None:
             store.register_study(spec.study, spec.model_dump_json())

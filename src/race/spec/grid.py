@@ -18,6 +18,7 @@ overrides:                     # settings that follow an axis value (here: a lea
   model: {tiny-m: {learning_rate: 3.0e-4}}
 seeds: [0, 1]
 runner: {kind: local, workers: 2, threads_per_worker: 1}
+gang: false                    # true: LoRA cells of one base model train together (race.grid.gangs)
 ```
 
 Files load with ``yaml.safe_load``; every error names the field and what to change.
@@ -89,6 +90,9 @@ class GridSpec(BaseModel):
     max_retries: int = Field(2, ge=0, description="extra attempts for a failing cell before it is marked failed")
     min_steps: int = Field(1, ge=0, description="plan refuses cells whose budget buys fewer optimizer steps")
     cell_fn: str = DEFAULT_CELL_FN
+    gang: bool = Field(False, description="train the LoRA cells of one base model, task and maximum lengths "
+                       "together, gangs of at most gang_size per worker (race.grid.gangs); false: every cell alone")
+    gang_size: int = Field(8, ge=1, description="most members of one gang (gang: true)")
 
     _source: str = PrivateAttr("dict")
     _cells: Any = PrivateAttr(None)
@@ -178,6 +182,12 @@ class GridSpec(BaseModel):
         if overlap:
             raise ValueError(f"{sorted(overlap)} set in both base and axes: keep each setting in one place")
         self._check_overrides()
+        if self.gang and self.cell_fn != DEFAULT_CELL_FN:
+            raise ValueError(f"gang: true trains with RACE's built-in engine, not cell_fn={self.cell_fn!r}: "
+                             "set gang: false or drop cell_fn")
+        if self.gang and self.runner.kind != "local":
+            raise ValueError("gang: true runs on the local runner (one gang per worker); set runner.kind: local "
+                             "or gang: false")
         return self
 
     def _check_overrides(self) -> None:

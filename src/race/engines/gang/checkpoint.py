@@ -1,0 +1,90 @@
+"""The gang's checkpoint: every member's state at one gang step, written as one directory.
+
+``<gang_dir>/checkpoint/`` holds ``gang.json`` (the gang step, its members' run ids and
+which of them had left, each live member's lr-schedule length) and, per live member
+``i``, ``m<i>/checkpoint/`` as ``race.engines.checkpoint`` writes it (trainable weights in
+safetensors, optimizer state, the run's resume metadata). It is built in
+``checkpoint.tmp/`` and renamed over ``checkpoint/`` (the previous one kept as
+``checkpoint.old/`` until the rename), so a crash leaves one whole gang state, never a
+mix of members at different steps: a gang's members share their passes, and a member's
+float rounding depends on which rows it shared them with, so the gang resumes as a whole.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+from race.engines.checkpoint import find_checkpoint, load_checkpoint, save_checkpoint
+
+
+def save_gang(gang_dir: Path, *, step: int, run_ids: list[str], left: list[bool], members: list[Any],
+              metas: list[dict[str, Any] | None], total_steps: list[int]) -> None:
+    """Write the gang's state at ``step``; ``members[i]`` has ``.model``/``.optimizer``
+    (unused for a member that left); ``metas[i]``: its ``RunDir.checkpoint_meta``."""
+    tmp, final, old = gang_dir / "checkpoint.tmp", gang_dir / "checkpoint", gang_dir / "checkpoint.old"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir(parents=True)
+    for i, (m, gone) in enumerate(zip(members, left)):
+        if not gone:
+            d = tmp / f"m{i}"
+            d.mkdir()
+            save_checkpoint(d, model=m.model, optimizer=m.optimizer, step=step, meta=metas[i] or {})
+    state = {"step": step, "run_ids": run_ids, "left": left, "total_steps": total_steps}
+    (tmp / "gang.json").write_text(json.dumps(state))
+    with open(tmp / "gang.json", "rb") as fh:
+        os.fsync(fh.fileno())
+    if final.exists():
+        if old.exists():
+            shutil.rmtree(old)
+        final.rename(old)
+    tmp.rename(final)
+    if old.exists():
+        shutil.rmtree(old)
+
+
+def find_gang(gang_dir: Path) -> Path | None:
+    """The newest complete gang checkpoint (``checkpoint/``, else ``checkpoint.old/``)."""
+    for name in ("checkpoint", "checkpoint.old"):
+        d = gang_dir / name
+        if (d / "gang.json").exists():
+            return d
+    return None
+
+
+def read_gang(ckpt: Path, run_ids: list[str]) -> dict[str, Any]:
+    """The stored gang state; refuses a checkpoint of another gang."""
+    state = json.loads((ckpt / "gang.json").read_text())
+    if state["run_ids"] != run_ids:
+        raise RuntimeError(f"{ckpt} is the checkpoint of another gang (members {state['run_ids']}, not {run_ids}); "
+                           "use a new gang directory")
+    return state
+
+
+def load_member(ckpt: Path, i: int, member: Any) -> dict[str, Any]:
+    """Restore member ``i``'s weights and optimizer; returns its resume metadata."""
+    d = find_checkpoint(ckpt / f"m{i}")
+    if d is None:
+        raise RuntimeError(f"{ckpt} has no state for live member {i}; delete the gang directory to start over")
+    return load_checkpoint(d, model=member.model, optimizer=member.optimizer)
+
+
+def cut_records(ledger: Any, metrics: Any, n_ledger: int, n_metrics: int) -> None:
+    """Keep the first ``n_ledger`` ledger records and ``n_metrics`` metrics rows (what a
+    member had written when the gang checkpointed), files rewritten atomically. Counts,
+    not steps: a member that left records its final evaluation at its last step, which
+    may be the checkpoint's step."""
+    import os
+
+    for path, lines in ((ledger.path, [r.to_json() for r in ledger.records[:n_ledger]]),
+                        (metrics.path, [json.dumps(r, separators=(",", ":")) for r in metrics.rows[:n_metrics]])):
+        tmp = path.with_suffix(path.suffix + ".cut")
+        tmp.write_text("".join(x + "\n" for x in lines), encoding="utf-8")
+        os.replace(tmp, path)
+
+
+__all__ = ["cut_records", "find_gang", "load_member", "read_gang", "save_gang"]

@@ -1,0 +1,234 @@
+"""One gang step: the built-in engine's ``_train_step`` for every participating member,
+with the rollout, the log-prob passes and the update batched across them.
+
+Per member, the stages and what they charge are the solo engine's, in its order
+(``race.engines.builtin.BuiltinEngine._train_step``): rollout (its prompts, group,
+temperature, generator seeded from (seed, step)) -> its reward -> advantages (zero-variance
+groups dropped) -> the exact-cost budget check (a member that cannot take its step
+records the rollout and reward as ``overrun`` and leaves) -> old/reference log-probs ->
+``num_iterations`` clipped updates (its lr, loss, micro-batches; its gradients clipped and
+its optimizer stepped alone) -> its ledger charged with the solo run's components (the
+same functions, over its own rows), its metrics row.
+
+Seconds: a batched stage's wall seconds are split among the members that ran in it in
+proportion to the FLOPs it charges each (``members.split_seconds``); the reward is each
+member's own.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from race.accounting import BudgetExceededError
+from race.engines.builtin import _counted
+from race.engines.gang.members import budget_allows, split_seconds
+from race.engines.gang.passes import PassJob, UpdateJob, gang_accumulate, gang_logprobs
+from race.engines.gang.decode import fast_gang_sample
+from race.engines.gang.sample import SampleJob
+from race.engines.grpo_math import group_advantages, grpo_loss
+from race.engines.sampling import Rollout, decode_completions, rollout_flops
+from race.models.timing import device_clock
+
+
+@dataclass
+class Work:
+    """A member's state through one gang step."""
+
+    index: int  # the member's index in the gang (its adapter)
+    eng: Any  # its BuiltinEngine
+    problems: list[Any]
+    ids: torch.Tensor
+    mask: torch.Tensor
+    ro: Rollout | None = None
+    roll: dict[str, int] = field(default_factory=dict)
+    executed: int = 0  # its share of the rollout FLOPs the gang executed (merged, padded)
+    rw: Any = None
+    rewards: torch.Tensor | None = None
+    adv: torch.Tensor | None = None
+    zero_var: torch.Tensor | None = None
+    rows: torch.Tensor | None = None
+    batch: Rollout | None = None
+    learn: dict[str, int] = field(default_factory=dict)
+    seconds: dict[str, float] = field(default_factory=dict)
+    upd: dict[str, float] = field(default_factory=dict)
+    outcome: str = "ok"  # ok | overrun | diverged
+    error: str | None = None
+
+
+def gang_step(step: int, works: list[Work]) -> float:
+    """Run step ``step`` for every member in ``works`` (module docstring); sets each
+    ``outcome``. Returns the step's batched seconds (for the caller's wall split)."""
+    models = [w.eng.model for w in works]
+    # 1. rollout, one batched decode
+    jobs = []
+    for k, w in enumerate(works):
+        cfg = w.eng.cfg
+        gen = torch.Generator(device="cpu").manual_seed(cfg.seed * 7_919 + step)
+        w.eng.model.eval()
+        jobs.append(SampleJob(k, w.ids, w.mask, cfg.num_generations, cfg.temperature, gen,
+                              w.eng.tok.eos_token_id, w.eng.tok.pad_token_id))
+    t0 = device_clock(works[0].eng.device)
+    fast = fast_gang_sample(models, jobs, works[0].eng.cfg.max_completion_length)
+    t_roll = device_clock(works[0].eng.device) - t0
+    for w, ro in zip(works, fast.rollouts):
+        cfg, eng = w.eng.cfg, w.eng
+        w.ro = ro
+        w.roll = {f"rollout/{k}": v for k, v in rollout_flops(eng.shape, ro, lora=eng.lora,
+                                                             conventions=cfg.conventions).items()}
+    executed = fast.executed(works[0].eng.shape, [w.eng.lora for w in works], works[0].eng.cfg.conventions)
+    shares = [int(e) for e in split_seconds(float(executed), [_counted(w.roll) for w in works])]
+    shares[-1] = executed - sum(shares[:-1])  # the shares add up to what executed
+    for w, e in zip(works, shares):
+        w.executed = e  # its share of what the gang's rollout executed (split as the seconds are)
+    for w, s in zip(works, split_seconds(t_roll, [_counted(w.roll) for w in works])):
+        w.seconds["rollout/decode"] = s
+    # 2-3. each member's reward and advantages, then its exact-cost check
+    for w in works:
+        _score(step, w)
+    learners = [w for w in works if w.outcome == "ok" and w.batch is not None]
+    spent = _learn(step, learners)
+    # 4. charge each member's ledger with what its solo step charges
+    for w in works:
+        if w.outcome == "ok":
+            _charge(step, w)
+    return t_roll + spent
+
+
+def _score(step: int, w: Work) -> None:
+    eng, cfg, ro = w.eng, w.eng.cfg, w.ro
+    assert ro is not None
+    G = cfg.num_generations
+    texts = decode_completions(eng.tok, ro)
+    w.rw = rw = eng.reward.score([p for p in w.problems for _ in range(G)], texts)
+    w.rewards = torch.tensor(rw.rewards, dtype=torch.float32)
+    w.adv, w.zero_var = group_advantages(w.rewards, G, scale=cfg.scale_rewards)
+    keep = (~w.zero_var) if cfg.drop_zero_variance_groups else torch.ones_like(w.zero_var)
+    w.rows = keep.repeat_interleave(G).nonzero().squeeze(1)
+    n_kept = int(w.rows.numel())
+    w.batch = eng._select(ro, w.rows) if n_kept else None
+    if w.batch is not None:
+        w.learn = eng._learning(w.batch.prompt_ids.shape[1], w.batch.completion_ids.shape[1], n_kept)
+    reward_key = next(iter(rw.components), "reward/score")
+    w.seconds[reward_key] = rw.seconds
+    ran = {**w.roll, **(rw.components or {})}
+    if not budget_allows(eng.ledger, _counted(ran) + _counted(w.learn)):  # the bound was low: no update
+        eng.ledger.record_overrun(step, ran, seconds={"rollout/decode": w.seconds["rollout/decode"],
+                                                              reward_key: rw.seconds})
+        w.outcome = "overrun"
+
+
+def _learn(step: int, ws: list[Work]) -> float:
+    """Old/reference log-probs and the updates of members ``ws``, batched; returns seconds."""
+    if not ws:
+        return 0.0
+    models = [w.eng.model for w in ws]
+    idx = {id(w): k for k, w in enumerate(ws)}
+    masks = {}
+    for w in ws:
+        m = w.batch.completion_mask.clone()
+        if w.eng.cfg.mask_truncated_completions:
+            m[w.batch.truncated] = 0
+        masks[id(w)] = m
+    dev = ws[0].eng.device
+    secs: dict[str, float] = {}
+    old: dict[int, torch.Tensor] = {}
+    t0 = device_clock(dev)
+    need = [w for w in ws if w.eng.cfg.needs_old_logprobs]
+    for w in need:
+        w.eng.model.eval()
+    for w, lp in zip(need, gang_logprobs(models, [PassJob(idx[id(w)], w.batch, w.eng.cfg.micro_batch_size,
+                                                         w.eng.cfg.temperature) for w in need])):
+        old[id(w)] = lp
+    secs["old_logprobs"] = device_clock(dev) - t0
+    t0 = device_clock(dev)
+    ref: dict[int, torch.Tensor] = {}
+    need = [w for w in ws if w.eng.cfg.beta != 0]
+    for w, lp in zip(need, gang_logprobs(models, [PassJob(None, w.batch, w.eng.cfg.micro_batch_size,
+                                                         w.eng.cfg.temperature) for w in need])):
+        ref[id(w)] = lp
+    secs["reference"] = device_clock(dev) - t0
+    t0 = device_clock(dev)
+    for w in ws:
+        lr = w.eng.lr(step)
+        for g in w.eng.optimizer.param_groups:
+            g["lr"] = lr
+        w.upd["lr"] = lr  # (loss, clip_frac, kl go first once known: the solo row's order)
+        w.eng.model.train()
+    live = list(ws)
+    stats: dict[int, Any] = {}
+    for it in range(max(w.eng.cfg.num_iterations for w in ws)):
+        cur = [w for w in live if it < w.eng.cfg.num_iterations]
+        if not cur:  # the members still iterating diverged
+            break
+        for w in cur:
+            w.eng.optimizer.zero_grad(set_to_none=True)
+        jobs = []
+        for w in cur:
+            cfg = w.eng.cfg
+            kw = dict(epsilon=cfg.epsilon, epsilon_high=cfg.epsilon_high, loss_type=cfg.loss_type,
+                      max_completion_length=cfg.max_completion_length, beta=cfg.beta,
+                      sapo_temperatures=(cfg.sapo_temperature_pos, cfg.sapo_temperature_neg))
+            jobs.append(UpdateJob(idx[id(w)], w.batch, cfg.micro_batch_size, cfg.temperature,
+                                  adv=w.adv[w.rows].to(dev), mask=masks[id(w)], old=old.get(id(w)),
+                                  ref=ref.get(id(w)), loss_kwargs=kw))
+        for w, res in zip(cur, gang_accumulate(models, jobs, grpo_loss, step)):
+            if res.stats is None:
+                w.outcome, w.error = "diverged", res.error
+                live.remove(w)
+                continue
+            stats[id(w)] = res.stats
+            torch.nn.utils.clip_grad_norm_([p for p in w.eng.model.parameters() if p.requires_grad],
+                                           w.eng.cfg.max_grad_norm)
+            w.eng.optimizer.step()
+    secs["update"] = device_clock(dev) - t0
+    for w in ws:
+        if w.outcome == "ok":
+            st = stats[id(w)]
+            w.upd = {"loss": st.loss, "clip_frac": st.clip_frac, "kl": st.kl, "lr": w.upd["lr"]}
+    for phase, key in (("old_logprobs", "old_logprobs/forward"), ("reference", "reference/forward"),
+                       ("update", "update/forward")):
+        weights = [sum(v for k, v in w.learn.items() if k.startswith(phase + "/")) for w in ws]
+        for w, s in zip(ws, split_seconds(secs[phase], weights)):
+            w.seconds[key] = s
+    return sum(secs.values())
+
+
+def _charge(step: int, w: Work) -> None:
+    """The solo engine's ledger charge and metrics row for member ``w`` (``_train_step``)."""
+    eng, cfg, ro, rw = w.eng, w.eng.cfg, w.ro, w.rw
+    G = cfg.num_generations
+    reward_key = next(iter(rw.components), "reward/score")
+    seconds = {"rollout/prefill": 0.0, "rollout/decode": w.seconds.get("rollout/decode", 0.0),
+               reward_key: rw.seconds, "old_logprobs/forward": w.seconds.get("old_logprobs/forward", 0.0),
+               "reference/forward": w.seconds.get("reference/forward", 0.0),
+               "update/forward": w.seconds.get("update/forward", 0.0)}
+    comps = dict(w.roll)
+    comps.update(rw.components or {})
+    comps.update(w.learn)
+    tokens = {"rollout/decode": int(ro.lengths.sum()), "rollout/prefill": int(ro.prompt_mask[::G].sum())}
+    if rw.tokens:
+        tokens[reward_key] = rw.tokens
+    if not rw.components:
+        comps["reward/score"] = 0
+    try:
+        eng.ledger.add_components(step, comps, tokens=tokens, seconds=seconds)
+    except BudgetExceededError:  # cannot happen after the check; never let it fail the gang
+        eng.ledger.record_overrun(step, comps, tokens=tokens, seconds=seconds)
+        w.outcome = "overrun"
+        return
+    rewards, zero_var = w.rewards, w.zero_var
+    row = {"kind": "train", "step": step, "flops": eng.ledger.total, "reward_mean": float(rewards.mean()),
+           "reward_std": float(rewards.std()) if len(rewards) > 1 else 0.0,
+           "verified_mean": sum(rw.verified) / max(1, len(rw.verified)),
+           "zero_var_frac": float(zero_var.float().mean()), "trunc_rate": float(ro.truncated.float().mean()),
+           "completion_len": float(ro.lengths.float().mean()), "kept_sequences": int(w.rows.numel()),
+           **{k: v for k, v in w.upd.items() if not k.startswith("seconds_")}, **rw.extra}
+    eng.metrics.append([row])
+    if eng.progress:
+        eng.progress({"step": step, "flops": eng.ledger.total, "budget": cfg.budget_flops, "run": cfg.name, **row})
+
+
+__all__ = ["Work", "gang_step"]
