@@ -18,6 +18,7 @@ def _model(name: str, lora: bool, dropout: float = 0.0):
 
     m = build_tiny_model(name, seed=1, attn_implementation="eager")
     if lora:
+        torch.manual_seed(0)  # PEFT draws lora_A from the global RNG: the same adapter whichever tests ran before
         m = wrap_lora(m, LoraSettings(r=4, lora_alpha=8, lora_dropout=dropout))
         g = torch.Generator().manual_seed(0)
         for n, p in m.named_parameters():

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -26,9 +25,10 @@ def card(
     """Rebuild the report card (JSON, Markdown, LaTeX) from a TRL run's RACE ledgers, per-rank
     files merged, e.g. after a crash."""
     from race.accounting import AccountingError
+    from race.accounting.guard import is_budget
     from race.engines.trl_card import rebuild_report_card
 
-    if budget is not None and not (math.isfinite(budget) and budget > 0):
+    if budget is not None and not is_budget(budget):
         _fail(f"--budget {budget:g}: budget must be > 0 and finite (a FLOP count)")
     try:
         rc = rebuild_report_card(output_dir, conventions=conventions, budget_flops=budget, model=model,

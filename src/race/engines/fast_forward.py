@@ -60,14 +60,14 @@ def sequence_logits(model: Any, ids: torch.Tensor, mask: torch.Tensor, pos: torc
     n = ids.shape[1]
     dt = dec.embed.dtype
     dec._tables(int(pos.max()) + 1, ids.device, dt)
-    bias = _padding_bias(torch.ones(n, n, dtype=torch.bool, device=ids.device).tril()[None] & mask.bool()[:, None, :],
+    bias = padding_bias(torch.ones(n, n, dtype=torch.bool, device=ids.device).tril()[None] & mask.bool()[:, None, :],
                          dt)
     x = dec.run(ids, pos, bias[:, None], lambda li, k, v: (k.transpose(1, 2), v.transpose(1, 2)))
     x = dec._rms(x[:, first:first + count], dec.norm_w)
     return F.linear(x, dec.lm_head)
 
 
-def _padding_bias(allowed: torch.Tensor, dt: torch.dtype) -> torch.Tensor:
+def padding_bias(allowed: torch.Tensor, dt: torch.dtype) -> torch.Tensor:
     """0 where a query may attend a key, the dtype's minimum elsewhere (finite: a query
     with no allowed key gets a uniform, finite softmax, as in HF's masks)."""
     return torch.zeros(allowed.shape, dtype=dt, device=allowed.device).masked_fill(~allowed, torch.finfo(dt).min)
@@ -96,7 +96,7 @@ def shared_prompt_logits(model: Any, prompt_ids: torch.Tensor, prompt_mask: torc
     c_pos = (n_real[:, None] + c_mask.long().cumsum(-1) - 1).clamp(min=0)
     dec._tables(max(int(p_pos.max()), int(c_pos.max()) if T > 1 else 0) + 1, dev, dt)
     causal_p = torch.ones(P, P, dtype=torch.bool, device=dev).tril()
-    p_bias = _padding_bias(causal_p[None] & prompt_mask.bool()[:, None, :], dt)
+    p_bias = padding_bias(causal_p[None] & prompt_mask.bool()[:, None, :], dt)
     cache: list[tuple[torch.Tensor, torch.Tensor]] = []
 
     def keep(li: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -112,7 +112,7 @@ def shared_prompt_logits(model: Any, prompt_ids: torch.Tensor, prompt_mask: torc
     allowed = torch.cat([prompt_mask.bool()[seg][:, None, :].expand(B, n, P),
                          torch.ones(n, n, dtype=torch.bool, device=dev).tril()[None] & c_mask.bool()[:, None, :]],
                         dim=2)
-    c_bias = _padding_bias(allowed, dt)
+    c_bias = padding_bias(allowed, dt)
 
     def attend(li: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         kp, vp = cache[li]

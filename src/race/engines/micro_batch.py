@@ -63,7 +63,7 @@ def rows(ro: Rollout, sl: slice) -> Rollout:
                    n_prompts=max(1, n // ro.group), group=ro.group)
 
 
-def _shared_inputs(r: Rollout, first_row: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def shared_inputs(r: Rollout, first_row: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(distinct prompt ids, their masks, each row's prompt index) of micro-batch ``r``,
     whose first row is row ``first_row`` of a batch in whole groups of ``r.group``."""
     n = r.prompt_ids.shape[0]
@@ -82,7 +82,7 @@ def _logprobs_of(model: Any, r: Rollout, temperature: float, share: bool, first_
     if not share:
         return completion_logprobs(model, r.prompt_ids, r.prompt_mask, r.completion_ids, r.completion_mask,
                                    temperature)
-    pids, pmask, seg = _shared_inputs(r, first_row)
+    pids, pmask, seg = shared_inputs(r, first_row)
     return completion_logprobs(model, pids, pmask, r.completion_ids, r.completion_mask, temperature, seg=seg)
 
 
@@ -104,7 +104,7 @@ def loss_weight(loss_type: str, mask: torch.Tensor, sl: slice) -> float:
 
 
 @dataclass
-class _Acc:
+class Accumulator:
     loss: float = 0.0
     clip: float = 0.0
     kl: float = 0.0
@@ -130,7 +130,7 @@ def accumulate_gradients(model: Any, ro: Rollout, adv: torch.Tensor, mask: torch
     in ``.grad``; the caller zeroes them before and steps the optimizer after). Returns
     the whole batch's loss statistics; ``DivergedError`` on a non-finite loss. ``share``:
     the prefix-shared forward (``race.accounting.prompt_groups``)."""
-    acc = _Acc()
+    acc = Accumulator()
     loss_type = loss_kwargs["loss_type"]
     slices = micro_slices(ro.prompt_ids.shape[0], size)
     st = None

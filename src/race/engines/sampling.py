@@ -86,7 +86,7 @@ def _cache_kwarg(model: Any) -> str:
     return "cache" if "cache" in inspect.signature(fwd).parameters else "past_key_values"
 
 
-def _positions(mask: torch.Tensor) -> torch.Tensor:
+def positions(mask: torch.Tensor) -> torch.Tensor:
     return (mask.long().cumsum(-1) - 1).clamp(min=0)
 
 
@@ -148,7 +148,7 @@ def _sample(model: Any, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, *, 
     if fast is None:
         fast = FastDecoder.supports(model)
     mask = prompt_mask.repeat_interleave(group, dim=0)
-    pos = _positions(mask)[:, -1]
+    pos = positions(mask)[:, -1]
     merged = False
     if fast:
         dec = FastDecoder(model)
@@ -164,7 +164,7 @@ def _sample(model: Any, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, *, 
             return dec.decode(tok, pos)
     else:
         cache_kw = _cache_kwarg(model)
-        out = model(input_ids=prompt_ids, attention_mask=prompt_mask, position_ids=_positions(prompt_mask),
+        out = model(input_ids=prompt_ids, attention_mask=prompt_mask, position_ids=positions(prompt_mask),
                     use_cache=True, logits_to_keep=1)
         state = {"cache": getattr(out, cache_kw), "mask": mask}
         logits = out.logits[:, -1, :]

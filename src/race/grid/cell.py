@@ -144,7 +144,7 @@ def collect_run_dir(run_dir: Path, returned: Any = None) -> dict[str, Any]:
     }
 
 
-def _quiet_transformers() -> None:
+def quiet_transformers() -> None:
     """No tqdm bars from transformers in grid workers ("Loading weights", "Writing model
     shards"): many cells share one terminal and the driver shows the progress."""
     if importlib.util.find_spec("transformers") is not None:
@@ -161,7 +161,7 @@ def execute_cell(cell_fn: str, spec: dict[str, Any], run_dir: str) -> dict[str, 
     try:
         from race.spec.run import run_config_from_dict
 
-        _quiet_transformers()
+        quiet_transformers()
 
         rd = Path(run_dir)
         rd.mkdir(parents=True, exist_ok=True)

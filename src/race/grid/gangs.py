@@ -62,7 +62,7 @@ def gang_id(unit: list[Cell]) -> str:
 def execute_gang(cell_fn: str, specs: list[dict[str, Any]], run_dirs: list[str], gang_dir: str) -> dict[str, Any]:
     """Train one gang in this process; ``{"ok": True, "members": [cell results]}`` (each as
     ``execute_cell`` returns it) or ``{"ok": False, "error": ...}`` for the whole gang."""
-    from race.grid.cell import _quiet_transformers, collect_run_dir
+    from race.grid.cell import quiet_transformers, collect_run_dir
     from race.grid.lock import run_dir_lock
 
     t0 = time.time()
@@ -71,7 +71,7 @@ def execute_gang(cell_fn: str, specs: list[dict[str, Any]], run_dirs: list[str],
         from race.engines.gang import run_gang
         from race.spec.run import run_config_from_dict
 
-        _quiet_transformers()
+        quiet_transformers()
         dirs = [Path(d) for d in run_dirs]
         members = []
         for spec, rd in zip(specs, dirs):

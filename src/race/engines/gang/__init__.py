@@ -5,6 +5,6 @@ built-in engine's loop for every member in lockstep; ``checkpoint``: the gang's 
 state; ``members``: who may share a gang, the budget decision, the seconds split)."""
 
 from race.engines.gang.engine import GangEngine, run_gang
-from race.engines.gang.members import budget_allows, gang_key, gang_refusal, split_seconds
+from race.engines.gang.members import gang_key, gang_refusal, split_seconds
 
-__all__ = ["GangEngine", "budget_allows", "gang_key", "gang_refusal", "run_gang", "split_seconds"]
+__all__ = ["GangEngine", "gang_key", "gang_refusal", "run_gang", "split_seconds"]

@@ -34,7 +34,7 @@ import torch
 
 from race.engines.fast_decode import FastDecoder
 from race.engines.gang.sample import SampleJob
-from race.engines.sampling import Rollout, _positions
+from race.engines.sampling import Rollout, positions
 
 
 class _Stacked:
@@ -145,7 +145,7 @@ def _sample(models: list[Any], jobs: list[SampleJob], max_new: int) -> FastRollo
     member_of_row = torch.cat([torch.full((b,), k, dtype=torch.long) for k, b in enumerate(B)])
     row_mask = torch.cat([_left_pad(j.prompt_ids, j.prompt_mask, P, pad)[1].repeat_interleave(j.group, 0)
                           for j in jobs])
-    pos = _positions(row_mask)[:, -1][slot_row_t.clamp(min=0)]
+    pos = positions(row_mask)[:, -1][slot_row_t.clamp(min=0)]
     temp = torch.tensor([jobs[k].temperature for k in range(K) for _ in range(S)])
     greedy = torch.tensor([jobs[k].greedy for k in range(K) for _ in range(S)])
     comp = torch.full((n_rows, max_new), pad, dtype=torch.long)

@@ -4,7 +4,7 @@ Each member is a :class:`race.engines.builtin.BuiltinEngine` (its config, run di
 policy, reward, optimizer, lr schedule, evaluation schedule and ledger), and the gang runs
 the solo loop for all of them in lockstep: every gang step, each live member first asks
 whether it may go on (``max_steps``; the budget at its next step's bound, through
-``members.budget_allows``), and those that may run one batched step
+the member's ``BudgetGuard``), and those that may run one batched step
 (``race.engines.gang.step``). A member leaves when its budget, ``max_steps``, an overrun
 or a divergence stops it; it then finishes as a solo run does (a last evaluation, its
 final checkpoint, adapter, report card and ``run.json``, which records the gang under
@@ -33,11 +33,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from race.accounting import FlopLedger
+from race.accounting import BudgetGuard, FlopLedger
 from race.engines.builtin import BuiltinEngine
 from race.engines.common import Progress
 from race.engines.gang.checkpoint import cut_records, find_gang, load_member, read_gang, save_gang
-from race.engines.gang.members import budget_allows, gang_refusal
+from race.engines.gang.members import gang_refusal
 from race.engines.gang.step import Work, gang_step
 from race.engines.run_io import MetricsLog, read_run, write_json_atomic
 from race.spec.run import RunConfig
@@ -117,6 +117,7 @@ class GangEngine:
                 cut_records(e.ledger, e.metrics, int(meta["ledger_records"]), int(meta["metrics_rows"]))
                 e.ledger = FlopLedger(e.run_dir / "ledger.jsonl", budget=e.cfg.budget_flops)
                 e.metrics = MetricsLog(e.run_dir / "metrics.jsonl")
+            e.guard = BudgetGuard(e.ledger)  # every budget decision of the member, as in BuiltinEngine.run
             if state is None:
                 e._plan(0)
                 t = time.perf_counter()
@@ -136,7 +137,7 @@ class GangEngine:
                 leaving.append((i, "complete", "max_steps", None, step))
                 continue
             problems, ids, mask = e._prompts(t)
-            if not budget_allows(e.ledger, e.step_bound(ids.shape[1], problems)):
+            if not e.guard.may_start(e.step_bound(ids.shape[1], problems)):
                 leaving.append((i, "complete", "budget", None, step))
                 continue
             works.append(Work(i, e, problems, ids, mask))

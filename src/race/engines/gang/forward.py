@@ -33,7 +33,7 @@ import torch
 import torch.nn.functional as F
 
 from race.engines.fast_decode import FastDecoder
-from race.engines.fast_forward import _padding_bias
+from race.engines.fast_forward import padding_bias
 
 KeysFn = Callable[[int, torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
 
@@ -197,7 +197,7 @@ def shared_prompt_logits(gdec: GangDecoder, items: list[SharedItem]) -> list[tor
     for it, (p_pos, _, _), cache in zip(items, prep, caches):
         P = it.prompt_ids.shape[1]
         causal = torch.ones(P, P, dtype=torch.bool, device=dev).tril()
-        bias = _padding_bias(causal[None] & it.prompt_mask.bool()[:, None, :], dt)
+        bias = padding_bias(causal[None] & it.prompt_mask.bool()[:, None, :], dt)
         segs.append(Segment(it.prompt_ids, p_pos, bias[:, None], keeper(cache), it.member))
     xs = gdec.run(segs)
     firsts = [gdec.head(x[:, -1])[it.seg][:, None] for x, it in zip(xs, items)]
@@ -215,7 +215,7 @@ def shared_prompt_logits(gdec: GangDecoder, items: list[SharedItem]) -> list[tor
             kp, vp = cache[li]
             return torch.cat([kp[seg], k.transpose(1, 2)], dim=2), torch.cat([vp[seg], v.transpose(1, 2)], dim=2)
 
-        csegs.append(Segment(it.completion_ids[:, :n], c_pos, _padding_bias(allowed, dt)[:, None], attend, it.member))
+        csegs.append(Segment(it.completion_ids[:, :n], c_pos, padding_bias(allowed, dt)[:, None], attend, it.member))
         which.append(i)
     out = [f for f in firsts]
     if csegs:

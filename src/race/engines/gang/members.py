@@ -55,14 +55,6 @@ def gang_refusal(cfgs: list[RunConfig]) -> str | None:
     return None
 
 
-def budget_allows(ledger: Any, flops: int) -> bool:
-    """The per-member budget decision: whether ``flops`` more counted FLOPs fit the
-    member's budget (the solo engine's ``not ledger.would_exceed(flops)``), asked before a
-    step at its bound and after the rollout at its exact cost. One function, so that a
-    budget guard can take it over."""
-    return not ledger.would_exceed(flops)
-
-
 def split_seconds(seconds: float, weights: list[float]) -> list[float]:
     """A shared stage's ``seconds`` split among its members in proportion to ``weights``
     (the FLOPs the stage charges each); equal shares when every weight is 0."""
@@ -72,4 +64,4 @@ def split_seconds(seconds: float, weights: list[float]) -> list[float]:
     return [seconds * w / total for w in weights]
 
 
-__all__ = ["SHARED", "budget_allows", "gang_key", "gang_refusal", "split_seconds"]
+__all__ = ["SHARED", "gang_key", "gang_refusal", "split_seconds"]

@@ -19,7 +19,7 @@ import torch
 
 from race.engines.gang.forward import GangDecoder, SharedItem, shared_prompt_logits, token_logprobs
 from race.engines.grpo_math import LossStats
-from race.engines.micro_batch import _Acc, _shared_inputs, loss_weight, micro_slices, rows
+from race.engines.micro_batch import Accumulator, shared_inputs, loss_weight, micro_slices, rows
 from race.engines.sampling import Rollout
 
 
@@ -44,7 +44,7 @@ def _logprobs_round(gdec: GangDecoder, jobs: list[PassJob], rnd: list[tuple[int,
     items = []
     for i, sl in rnd:
         r = rows(jobs[i].ro, sl)
-        pids, pmask, seg = _shared_inputs(r, sl.start)
+        pids, pmask, seg = shared_inputs(r, sl.start)
         items.append(SharedItem(jobs[i].member, pids, pmask, r.completion_ids, r.completion_mask, seg))
     logits = shared_prompt_logits(gdec, items)
     return [token_logprobs(lg, it.completion_ids, jobs[i].temperature) for lg, it, (i, _) in zip(logits, items, rnd)]
@@ -90,7 +90,7 @@ def gang_accumulate(models: list[Any], jobs: list[UpdateJob], loss_fn: Callable[
     if not jobs:
         return []
     gdec = GangDecoder(models)
-    accs = [_Acc() for _ in jobs]
+    accs = [Accumulator() for _ in jobs]
     last: list[LossStats | None] = [None] * len(jobs)
     bad: dict[int, str] = {}
     n_slices = [len(micro_slices(j.ro.prompt_ids.shape[0], j.size)) for j in jobs]

@@ -23,7 +23,7 @@ from typing import Any
 import torch
 
 from race.engines.gang.forward import GangDecoder, Segment
-from race.engines.sampling import Rollout, _positions, draw
+from race.engines.sampling import Rollout, positions, draw
 
 
 @dataclass
@@ -51,7 +51,7 @@ class _Member:
         dev, dt = job.prompt_ids.device, b.embed.dtype
         self.B = n * job.group
         self.mask = job.prompt_mask.repeat_interleave(job.group, dim=0)
-        self.pos = _positions(self.mask)[:, -1]
+        self.pos = positions(self.mask)[:, -1]
         mdec = gdec.decs[job.member]
         self.merged = bool(mdec.lora_dims()) and mdec.merge_pays(n * P + self.B * (max_new - 1))
         shape = (n, b.kv_heads, P + max_new, b.head_dim)
@@ -86,7 +86,7 @@ class _Member:
         allowed = causal[None, None] & mask.bool()[:, None, None, :]
         bias = torch.zeros(allowed.shape, dtype=self.bias.dtype, device=ids.device).masked_fill(
             ~allowed, torch.finfo(self.bias.dtype).min)
-        return self.segment(ids, _positions(mask), bias)
+        return self.segment(ids, positions(mask), bias)
 
     def expand(self) -> None:
         g = self.job.group

@@ -22,9 +22,8 @@ from typing import Any
 
 import torch
 
-from race.accounting import BudgetExceededError
-from race.engines.builtin import _counted
-from race.engines.gang.members import budget_allows, split_seconds
+from race.accounting import counted
+from race.engines.gang.members import split_seconds
 from race.engines.gang.passes import PassJob, UpdateJob, gang_accumulate, gang_logprobs
 from race.engines.gang.decode import fast_gang_sample
 from race.engines.gang.sample import SampleJob
@@ -79,11 +78,11 @@ def gang_step(step: int, works: list[Work]) -> float:
         w.roll = {f"rollout/{k}": v for k, v in rollout_flops(eng.shape, ro, lora=eng.lora,
                                                              conventions=cfg.conventions).items()}
     executed = fast.executed(works[0].eng.shape, [w.eng.lora for w in works], works[0].eng.cfg.conventions)
-    shares = [int(e) for e in split_seconds(float(executed), [_counted(w.roll) for w in works])]
+    shares = [int(e) for e in split_seconds(float(executed), [counted(w.roll) for w in works])]
     shares[-1] = executed - sum(shares[:-1])  # the shares add up to what executed
     for w, e in zip(works, shares):
         w.executed = e  # its share of what the gang's rollout executed (split as the seconds are)
-    for w, s in zip(works, split_seconds(t_roll, [_counted(w.roll) for w in works])):
+    for w, s in zip(works, split_seconds(t_roll, [counted(w.roll) for w in works])):
         w.seconds["rollout/decode"] = s
     # 2-3. each member's reward and advantages, then its exact-cost check
     for w in works:
@@ -114,9 +113,8 @@ def _score(step: int, w: Work) -> None:
     reward_key = next(iter(rw.components), "reward/score")
     w.seconds[reward_key] = rw.seconds
     ran = {**w.roll, **(rw.components or {})}
-    if not budget_allows(eng.ledger, _counted(ran) + _counted(w.learn)):  # the bound was low: no update
-        eng.ledger.record_overrun(step, ran, seconds={"rollout/decode": w.seconds["rollout/decode"],
-                                                              reward_key: rw.seconds})
+    if not eng.guard.may_continue(step, ran, w.learn,  # the bound was low: no update, ran recorded as overrun
+                                  seconds={"rollout/decode": w.seconds["rollout/decode"], reward_key: rw.seconds}):
         w.outcome = "overrun"
 
 
@@ -213,10 +211,7 @@ def _charge(step: int, w: Work) -> None:
         tokens[reward_key] = rw.tokens
     if not rw.components:
         comps["reward/score"] = 0
-    try:
-        eng.ledger.add_components(step, comps, tokens=tokens, seconds=seconds)
-    except BudgetExceededError:  # cannot happen after the check; never let it fail the gang
-        eng.ledger.record_overrun(step, comps, tokens=tokens, seconds=seconds)
+    if eng.guard.charge(step, comps, tokens=tokens, seconds=seconds):  # overrun: cannot happen after the check
         w.outcome = "overrun"
         return
     rewards, zero_var = w.rewards, w.zero_var
