@@ -25,6 +25,7 @@ interval should cover.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from functools import lru_cache
 
 import numpy as np
 import pandas as pd
@@ -63,6 +64,14 @@ class Curve:
         else:
             raise ValueError(f"unknown curve family {self.family!r}; choose from {CURVE_FAMILIES}")
         return np.clip(self.r0 + self.gain * g, 0.01, 0.97)
+
+
+@lru_cache(maxsize=64)
+def theta_table(difficulty_sd: float) -> tuple[np.ndarray, np.ndarray]:
+    """(theta grid, mu(theta) = E_d expit(theta - d)) for d ~ N(0, difficulty_sd^2), by quadrature."""
+    q = norm.ppf((np.arange(400) + 0.5) / 400) * difficulty_sd
+    theta = np.linspace(-12, 12, 481)
+    return theta, expit(theta[:, None] - q[None, :]).mean(axis=1)
 
 
 @dataclass
@@ -114,9 +123,7 @@ class World:
     # -- outcomes ---------------------------------------------------------------------
     def _theta_table(self) -> tuple[np.ndarray, np.ndarray]:
         """mu(theta) = E_d expit(theta - d) over the difficulty population (quadrature)."""
-        q = norm.ppf((np.arange(400) + 0.5) / 400) * self.difficulty_sd
-        theta = np.linspace(-12, 12, 481)
-        return theta, expit(theta[:, None] - q[None, :]).mean(axis=1)
+        return theta_table(float(self.difficulty_sd))
 
     def run_outcomes(self, k: int, budget: float, seed: int) -> list[tuple[float, np.ndarray]]:
         """(counted FLOPs, per-problem 0/1 outcomes) of one run: step 0 then ``n_points`` points."""
