@@ -25,7 +25,6 @@ interval should cover.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from functools import lru_cache
 
 import numpy as np
 import pandas as pd
@@ -66,12 +65,18 @@ class Curve:
         return np.clip(self.r0 + self.gain * g, 0.01, 0.97)
 
 
-@lru_cache(maxsize=64)
+_THETA: dict[float, tuple[np.ndarray, np.ndarray]] = {}
+
+
 def theta_table(difficulty_sd: float) -> tuple[np.ndarray, np.ndarray]:
-    """(theta grid, mu(theta) = E_d expit(theta - d)) for d ~ N(0, difficulty_sd^2), by quadrature."""
-    q = norm.ppf((np.arange(400) + 0.5) / 400) * difficulty_sd
-    theta = np.linspace(-12, 12, 481)
-    return theta, expit(theta[:, None] - q[None, :]).mean(axis=1)
+    """(theta grid, mu(theta) = E_d expit(theta - d)) for d ~ N(0, difficulty_sd^2), by quadrature (cached)."""
+    if difficulty_sd not in _THETA:
+        if len(_THETA) > 256:
+            _THETA.clear()
+        q = norm.ppf((np.arange(400) + 0.5) / 400) * difficulty_sd
+        theta = np.linspace(-12, 12, 481)
+        _THETA[difficulty_sd] = (theta, expit(theta[:, None] - q[None, :]).mean(axis=1))
+    return _THETA[difficulty_sd]
 
 
 @dataclass
