@@ -53,6 +53,16 @@ def test_two_worlds_through_grid_and_report(dq, tmp_path):
     assert picks["largest model"].startswith("tiny-s|") and picks["most steps (smallest model)"].startswith("tiny-xs|")
 
 
+def test_test_generator_world_through_grid_and_report(dq, tmp_path):
+    s = next(s for s in range(40) if not rl_world(s).tags["flat"])
+    grid = dq.run_world(s, tmp_path, n_boot_fit=60, generator="test")
+    fast = dq.fast_world("test", s, n_boot=60)
+    names = {v: k for k, v in dq.MODEL_NAMES.items()}
+    assert grid["failed"] == 0 and grid["tags"]["crossover"] == fast["tags"]["crossover"]
+    assert fast["chosen"] == "|".join([names[grid["chosen"].split("|")[0]], grid["chosen"].split("|")[1]])
+    assert fast["confidence"] == grid["confidence"]
+
+
 def test_test_generator_worlds_and_table(dq):
     seeds = [s for s in range(40) if rl_world(s).tags["flat"]][:1] + \
             [s for s in range(40) if rl_world(s).tags["crossover"] == "after"][:2]
