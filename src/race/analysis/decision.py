@@ -10,7 +10,7 @@ passed, no decline).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -19,10 +19,21 @@ from .backtest import BackTest
 from .gate import what_to_change
 from .joint import StudyMatrix
 
-if TYPE_CHECKING:
-    from .recommend import ConfidenceRules
-
 NO_LEARNING = "no learning detected"
+
+
+@dataclass(frozen=True)
+class ConfidenceRules:
+    """Thresholds of the decision and the label (:mod:`race.analysis.recommend`, steps 6-7) and of the gate.
+
+    Set on the tuning generator (``race.analysis.synthetic.random_world``, seeds 1000+) and
+    frozen before any run of the test generator (``benchmarks/decision_quality.py``)."""
+
+    max_extrapolation: float = 10.0
+    min_win_prob: float = 0.8
+    gate_alpha: float = 0.05
+    switch_alpha: float = 0.05
+    min_seeds_stable: int = 3
 
 
 def declining(sm: StudyMatrix, allocation: str) -> tuple[float, float] | None:

@@ -50,7 +50,7 @@ from scipy.special import expit
 from .backtest import BackTest, logit, run_backtest, slope_norm
 from .bootstrap import as_rng, win_probabilities
 from .families import FAMILIES, select_and_forecast
-from .decision import NO_LEARNING, decide, declining, label
+from .decision import NO_LEARNING, ConfidenceRules, decide, declining, label
 from .gate import learning_gate
 from .joint import Replicates, StudyMatrix, draw_replicates, study_matrix
 from .tables import ALLOCATION_COLUMNS, allocation_table, without_controls
@@ -71,20 +71,6 @@ def _jsonable(v: object) -> object:
     if isinstance(v, float) and not np.isfinite(v):
         return None  # JSON has no NaN: a missing value
     return v
-
-
-@dataclass(frozen=True)
-class ConfidenceRules:
-    """Thresholds of the decision and the label (module docstring, steps 6-7) and of the gate.
-
-    Set on the tuning generator (``race.analysis.synthetic.random_world``, seeds 1000+) and
-    frozen before any run of the test generator (``benchmarks/decision_quality.py``)."""
-
-    max_extrapolation: float = 10.0
-    min_win_prob: float = 0.8
-    gate_alpha: float = 0.05
-    switch_alpha: float = 0.05
-    min_seeds_stable: int = 3
 
 
 @dataclass
