@@ -70,3 +70,21 @@ def test_best_allocation_per_size_is_used():
     assert fit.scores == [0.3, 0.4, 0.3]
     assert fit.opt_params == pytest.approx(1e7, rel=1e-6)
     assert fit.to_dict()["n_sizes"] == 3
+
+
+def test_three_sizes_bracket_but_do_not_locate():
+    fit = fit_isoflop(_finals([1e6, 1e7, 1e8], [0.30, 0.40, 0.35]), n_boot=50)
+    assert fit.located is False and fit.opt_score is None  # no peak above every observation
+    assert (fit.ci_low, fit.ci_high) == (1e6, 1e8)
+    assert any("bracketed between 1e+06 and 1e+08, not located" in w for w in fit.warnings)
+
+
+def test_misfit_widens_the_vertex_interval():
+    # five sizes on a profile that is not a parabola: the residuals must widen the interval
+    sizes = [1e6, 2e6, 4e6, 8e6, 1.6e7]
+    exact = _finals(sizes, [0.32, 0.38, 0.40, 0.38, 0.32])  # 0.40 - 0.02 k^2: a parabola in ln N
+    bumpy = _finals(sizes, [0.32, 0.40, 0.40, 0.36, 0.32])
+    a, b = fit_isoflop(exact, n_boot=200), fit_isoflop(bumpy, n_boot=200)
+    assert a.located and b.located
+    assert a.ci_high / a.ci_low < 1.0 + 1e-6  # one run per size, no problems: no noise but the misfit
+    assert b.ci_high / b.ci_low > 1.2

@@ -18,16 +18,29 @@ def stable_study():
     return make_study([BEST, MID, LOW], budgets=PILOTS, n_problems=200, rng=11)
 
 
-def test_stable_recommendation_with_interval_covering_truth(stable_study):
+def test_stable_regime_is_earned_by_saturated_well_separated_curves():
+    # curves that saturate inside the pilots: small slopes, small back-tested error, 3 seeds
+    done = [dataclasses.replace(a, c_mid=1e13) for a in (BEST, MID, LOW)]
+    runs, evals = make_study(done, budgets=PILOTS, n_problems=200, rng=11)
+    rec = recommend(evals, runs, "greedy", 2e15, n_boot=200, rng=0)
+    assert rec.allocation == BEST.key == rec.default_allocation
+    assert rec.confidence == "stable regime", rec.reasons
+    assert "back-test" in rec.reasons[-1] and "3+ seeds" in rec.reasons[-1]
+
+
+def test_recommendation_with_interval_covering_truth(stable_study):
     runs, evals = stable_study
     rec = recommend(evals, runs, "greedy", 2e15, n_boot=200, rng=0)
     assert rec.allocation == BEST.key
-    assert rec.confidence == "stable regime", rec.reasons
+    # still rising at the pilots: the back-tested extrapolation error (calibrated on the
+    # tuning worlds) leaves the win probability below 0.8, and the label says only that
+    assert rec.confidence == "unstable" and [r for r in rec.reasons if "win probability" in r]
+    assert not [r for r in rec.reasons if "back-test:" in r or "gate" in r]
     assert rec.gate["passed"].all()
     for r in rec.predictions.itertuples():  # every candidate's interval covers its truth
         truth = {a.key: float(a.truth(2e15)) for a in (BEST, MID, LOW)}[r.allocation]
         assert r.lo <= truth <= r.hi
-    assert rec.win_probability > 0.8 and rec.expected_regret < 0.03
+    assert rec.win_probability > 0.5 and rec.expected_regret < 0.1
     assert rec.extrapolation_ratio == pytest.approx(2.0)
     assert rec.allocation_params["num_generations"] == 16
     assert list(rec.predictions["allocation"]) == [BEST.key, MID.key, LOW.key]

@@ -226,14 +226,17 @@ class Forecast:
 
 def select_and_forecast(x: np.ndarray, y: np.ndarray, w: np.ndarray, r0: np.ndarray, x_target: float,
                         families: tuple[str, ...] = FAMILIES, holdout_cut: float = HOLDOUT_CUT,
-                        rng: np.random.Generator | int | None = 0, average: bool = False) -> Forecast:
+                        rng: np.random.Generator | int | None = 0, average: bool = False,
+                        extrapolation_noise: bool = True) -> Forecast:
     """Weigh the families on held-out points and forecast (module docstring).
 
     Points with ln C above ``x.min() + holdout_cut * ptp(x)`` are held out. Without >= 3
     fitting points at >= 2 FLOP levels and >= 1 held-out point, the weights use the
     in-sample deviance plus 2 per parameter (AIC-like) and no extrapolation noise is added.
     One replicate row (or ``average=True``): the weight-averaged forecast; several rows:
-    one family drawn per row by weight (``rng``), plus its held-out extrapolation noise.
+    one family drawn per row by weight (``rng``), plus its held-out extrapolation noise
+    unless ``extrapolation_noise=False`` (the recommendation adds the study's back-tested
+    error instead: :mod:`race.analysis.backtest`).
     """
     asked = tuple(families)
     families = tuple(f for f in FAMILIES if f in asked)
@@ -280,7 +283,7 @@ def select_and_forecast(x: np.ndarray, y: np.ndarray, w: np.ndarray, r0: np.ndar
         u = as_rng(rng).random(R)[:, None]
         choice = np.minimum((np.cumsum(weights, axis=1) < u).sum(axis=1), len(usable) - 1)
         fc = forecasts[np.arange(R), choice]
-        if can_hold:  # the chosen family's own held-out error, scaled to the target's distance
+        if can_hold and extrapolation_noise:  # the chosen family's own held-out error, scaled to the target's distance
             reach = max(x_target - x_ref, 0.0) / max(float(x[test].mean() - x[train].max()), 1e-3)
             rms = np.sqrt(np.mean(miss**2, axis=0))  # each family's typical held-out error over replicates
             sd = rms[choice] * reach

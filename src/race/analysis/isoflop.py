@@ -6,11 +6,20 @@ allocations of that size, y_k = max_a mean_seeds score(N_k, a). With x = ln N a 
     y = c2 x^2 + c1 x + c0
 
 is fitted when there are >= 3 sizes; if c2 < 0 its vertex x* = -c1 / (2 c2) is the
-optimum size N* = exp(x*). The interval on N* comes from a bootstrap over seeds: whole
-runs are resampled within each (size, allocation) cell, y_k re-selected and the parabola
-refitted. Warnings say when the parabola opens upward (no interior optimum), when the
-vertex lies outside the sizes tried, or when it lies in the outer half-interval next to
-an edge size (the grid is not centred on it).
+optimum size N* = exp(x*). The interval on N* comes from a joint bootstrap over seeds
+(whole runs resampled within each (size, allocation) cell) and evaluation problems (one
+draw shared by every run), y_k re-selected and the parabola refitted, PLUS the parabola's
+own parameter uncertainty: with n > 3 sizes, each replicate's coefficients get a draw from
+N(0, s^2 (X'X)^-1), s^2 = RSS / (n - 3) the residual variance of the point fit (the profile
+need not be a parabola; the residuals say by how much).
+
+With exactly 3 sizes the parabola passes through the three points: nothing measures how
+wrong the parabola is, so the vertex is NOT located. When the middle size scores best the
+optimum is **bracketed** between the smallest and the largest size (``located=False``,
+``ci_low/ci_high`` = that bracket, ``opt_score`` left out: a parabola's peak above every
+observation is not data). Warnings say when the parabola opens upward (no interior
+optimum), when the vertex lies outside the sizes tried, or when it lies in the outer
+half-interval next to an edge size (the grid is not centred on it).
 """
 
 from __future__ import annotations
@@ -43,6 +52,7 @@ class IsoFLOPFit:
     frac_valid: float | None  # share of bootstrap replicates with a maximum (c2 < 0)
     level: float
     warnings: list[str] = field(default_factory=list)
+    located: bool | None = None  # False: 3 sizes bracket the optimum but cannot locate it
 
     @property
     def n_sizes(self) -> int:
@@ -66,7 +76,7 @@ def fit_isoflop(
     n_boot: int = 500,
     rng: np.random.Generator | int | None = 0,
     level: float = 0.95,
-    over: tuple[str, ...] = ("seeds",),
+    over: tuple[str, ...] = ("seeds", "problems"),
     condition: str | None = None,
 ) -> IsoFLOPFit:
     """Fit the isoFLOP parabola to per-run rows of ONE budget (see module docstring).
@@ -94,6 +104,11 @@ def fit_isoflop(
     x = np.log(sizes)
     coef = np.polyfit(x, point, 2)
     rep_coef = np.polyfit(x, reps.T, 2)  # (3, n_boot)
+    if len(sizes) > 3:  # the parabola's own misfit: residual variance s^2 (X'X)^-1 on every replicate
+        X = np.vander(x, 3)
+        s2 = float(np.sum((point - X @ coef) ** 2) / (len(sizes) - 3))
+        cov = s2 * np.linalg.inv(X.T @ X)
+        rep_coef = rep_coef + as_rng(rng).multivariate_normal(np.zeros(3), cov, size=rep_coef.shape[1]).T
     rep_vertex = _vertex(rep_coef)
     valid = np.isfinite(rep_vertex)
     frac_valid = float(valid.mean()) if len(rep_vertex) else 0.0
@@ -119,9 +134,19 @@ def fit_isoflop(
         elif xv < (x[0] + x[1]) / 2 or xv > (x[-2] + x[-1]) / 2:
             warnings.append(f"optimum N*={opt_params:.3g} is at the edge of the grid: the grid is not "
                             f"centred on it")
+    located = None if opt_params is None else len(sizes) > 3
+    if opt_params is not None and len(sizes) == 3:
+        if point[1] > max(point[0], point[2]):
+            ci_low, ci_high = float(sizes[0]), float(sizes[-1])
+            warnings.append(f"bracketed between {sizes[0]:.3g} and {sizes[-1]:.3g}, not located: three sizes give a "
+                            "parabola through three points, which cannot say where between them the optimum lies "
+                            "(add sizes between them)")
+        else:
+            warnings.append("three sizes give a parabola through three points: its vertex is not located")
+        opt_score = None
     return IsoFLOPFit(coef=[float(c) for c in coef], opens_upward=opens_upward, opt_params=opt_params,
                       ci_low=ci_low, ci_high=ci_high, opt_score=opt_score, frac_valid=frac_valid,
-                      warnings=warnings, **base)
+                      warnings=warnings, located=located, **base)
 
 
 def isoflop_table(
@@ -138,7 +163,7 @@ def isoflop_table(
     """:func:`fit_isoflop` at every (budget, condition); one row per fit.
 
     Columns: ``budget, condition, n_sizes, opt_params, ci_low, ci_high, opt_score,
-    opens_upward, frac_valid, coef, sizes, scores, warnings`` (warnings joined by "; ",
+    opens_upward, frac_valid, coef, sizes, scores, level, located, warnings`` (warnings joined by "; ",
     empty when none). One generator is consumed in sorted (budget, condition) order.
     """
     group = _group_cols(condition_on)
@@ -155,7 +180,7 @@ def isoflop_table(
         d["warnings"] = "; ".join(fit.warnings)
         rows.append(d)
     cols = ["budget", "condition", "n_sizes", "opt_params", "ci_low", "ci_high", "opt_score", "opens_upward",
-            "frac_valid", "coef", "sizes", "scores", "level", "warnings"]
+            "frac_valid", "coef", "sizes", "scores", "level", "located", "warnings"]
     return pd.DataFrame(rows, columns=cols)
 
 

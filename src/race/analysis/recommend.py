@@ -12,19 +12,31 @@
    no forecast at all: confidence ``"no learning detected"``, the observed standings at the
    largest pilot budget, and what to change.
 4. **Forecast** (:mod:`race.analysis.families`): per allocation and replicate, the curve
-   family chosen on held-out points (constant, straight line in log FLOPs, power law,
-   saturating sigmoid anchored at the measured step-0 score; unidentified fits excluded),
-   read at the FLOPs a run at the target budget is expected to count (target budget x the
-   pilots' median spend share).
-5. **Summary**: chosen = argmax of the point forecasts; interval = replicate percentiles;
-   P(best)_k = share of replicates where k forecasts highest; expected regret_k =
-   mean_r (max_j F[r, j] - F[r, k]).
-6. **Confidence label** (:class:`ConfidenceRules`): ``"no learning detected"``;
+   family chosen on held-out points (constant, straight line or parabola in log FLOPs,
+   power law, saturating sigmoid anchored at the measured step-0 score; unidentified fits
+   excluded), read at the
+   FLOPs a run at the target budget is expected to count (target budget x the pilots'
+   median spend share). Allocations that failed the gate are forecast flat (``constant``:
+   their recent level), as the gate promises.
+5. **Extrapolation error, back-tested** (:mod:`race.analysis.backtest`): rolling-origin
+   back-tests inside the study (fit on the smaller budgets, forecast the larger ones) give
+   the logit-scale error per unit of log-FLOP reach and of the curve's observed slope,
+   shared across allocations and specific to each; every replicate adds it at the
+   target's reach. No clipping: scores
+   live on the logit scale, so an interval approaches 0 or 1 only as the errors say.
+6. **Decision by expected regret, with a default**: the default pick is the observed winner
+   at the largest pilot budget (equal counted FLOPs). The candidate is the allocation of
+   least expected regret E_r[max_j F_rj - F_rk] (= highest mean forecast). The pick
+   switches to it only when the paired lower bound of the gain, the ``switch_alpha``
+   quantile of F_r,candidate - F_r,default over the joint replicates, is above 0.
+   P(best)_k = share of replicates where k forecasts highest.
+7. **Confidence label** (:class:`ConfidenceRules`): ``"no learning detected"``;
    ``"extrapolation too far"`` when target / largest pilot >= ``max_extrapolation``;
-   ``"unstable"`` when P(best) < ``min_win_prob``, the choice is not the observed winner at
-   the largest pilot (equal FLOPs), Kendall's tau between the two largest budgets is below
-   ``min_tau``, the choice did not pass the gate, or its score falls between the two
-   largest pilot budgets; otherwise ``"stable regime"``. ``reasons`` says which rule decided.
+   ``"stable regime"`` only when the forecast earned it: >= ``min_seeds_stable`` seeds in
+   every cell, the choice passed the gate and wins in >= ``min_win_prob`` of the replicates
+   (back-tested error included), the back-test from the smaller budgets picked the observed
+   winner at the largest one, and the choice's score does not fall between the two largest
+   pilot budgets; otherwise ``"unstable"``. ``reasons`` says which rule decided.
 """
 
 from __future__ import annotations
@@ -33,16 +45,18 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
-from scipy.stats import kendalltau
+from scipy.special import expit
 
+from .backtest import BackTest, logit, run_backtest, slope_norm
 from .bootstrap import as_rng, win_probabilities
 from .families import FAMILIES, select_and_forecast
-from .gate import learning_gate, what_to_change
+from .decision import NO_LEARNING, ConfidenceRules, decide, declining, label
+from .gate import learning_gate
 from .joint import Replicates, StudyMatrix, draw_replicates, study_matrix
 from .tables import ALLOCATION_COLUMNS, allocation_table, without_controls
 
 METHODS = {"curve": FAMILIES, "trend": ("loglinear",)}
-NO_LEARNING = "no learning detected"
+__all__ = ["NO_LEARNING", "ConfidenceRules", "Recommendation", "decide", "declining", "label", "recommend"]
 
 
 def _jsonable(v: object) -> object:
@@ -57,16 +71,6 @@ def _jsonable(v: object) -> object:
     if isinstance(v, float) and not np.isfinite(v):
         return None  # JSON has no NaN: a missing value
     return v
-
-
-@dataclass(frozen=True)
-class ConfidenceRules:
-    """Thresholds of the confidence label (module docstring, step 6) and of the gate."""
-
-    max_extrapolation: float = 10.0
-    min_win_prob: float = 0.8
-    min_tau: float = 0.5
-    gate_alpha: float = 0.05
 
 
 @dataclass
@@ -97,6 +101,11 @@ class Recommendation:
     gate: pd.DataFrame = field(repr=False)
     notes: list[str] = field(default_factory=list)
     replicates: np.ndarray | None = field(default=None, repr=False)  # (R, k) forecasts, predictions' order
+    default_allocation: str | None = None  # the observed winner at the largest pilot budget
+    decision: str = ""  # why the pick is the default or a switch
+    switch_gain_lo: float = float("nan")  # paired lower bound of the candidate's gain over the default
+    open_above: bool = False  # the chosen curve shows no saturation: its interval is open above
+    backtest: pd.DataFrame | None = field(default=None, repr=False)
 
     @property
     def forecast_made(self) -> bool:
@@ -121,32 +130,62 @@ def spend_share(sm: StudyMatrix) -> float:
     return float(np.clip(np.median(share), 1e-6, 1.0))
 
 
+def _runs_of(sm: StudyMatrix, allocation: str, max_budget: float | None = None) -> np.ndarray:
+    keep = sm.runs["allocation"] == allocation
+    if max_budget is not None:
+        keep &= sm.runs["budget"].to_numpy(float) <= max_budget * (1 + 1e-9)
+    return sm.runs.index[keep].to_numpy()
+
+
+def _anchor(sm: StudyMatrix, idx: np.ndarray, x: np.ndarray, y: np.ndarray, n: np.ndarray) -> float:
+    """Step-0 score of these runs (their mean), or the lowest-FLOP points' mean without one."""
+    if np.isfinite(sm.start[idx]).any():
+        return float(np.nanmean(sm.start[idx]))
+    low = x <= x.min() + 1e-9
+    return float(np.average(y[low], weights=n[low]))
+
+
+def point_forecast(sm: StudyMatrix, allocation: str, x_target: float, families: tuple[str, ...],
+                   max_budget: float | None = None) -> tuple[float, float, float] | None:
+    """(point forecast at ln C = ``x_target``, largest and smallest ln C fitted) from the runs at
+    budgets <= ``max_budget`` (all runs by default); None without evaluation points."""
+    idx = _runs_of(sm, allocation, max_budget)
+    pts = sm.points[sm.points["run"].isin(idx).to_numpy()]
+    if pts.empty:
+        return None
+    x, y, n = np.log(pts["flops"].to_numpy(float)), pts["score"].to_numpy(float), pts["n"].to_numpy(float)
+    r0 = _anchor(sm, idx, x, y, n)
+    fc = select_and_forecast(x, y[None, :], n[None, :], np.array([r0]), x_target, families)
+    return float(fc.forecast[0]), float(x.max()), float(x.min())
+
+
 def forecast_allocation(sm: StudyMatrix, reps: Replicates, allocation: str, x_target: float,
                         families: tuple[str, ...], rng: np.random.Generator | int | None = 0,
                         ) -> tuple[float, np.ndarray, dict]:
-    """(point forecast, replicate forecasts (R,), info) of one allocation; ``info["family"]``
-    is the family with the largest weight in the point fit."""
-    idx = sm.runs.index[sm.runs["allocation"] == allocation].to_numpy()
+    """(point forecast, replicate forecasts (R,) without extrapolation noise, info);
+    ``info["family"]`` is the family with the largest weight in the point fit."""
+    idx = _runs_of(sm, allocation)
     mask = sm.points["run"].isin(idx).to_numpy()
     pts = sm.points[mask]
+    if pts.empty:
+        raise ValueError(f"allocation {allocation} has no evaluation point after step 0")
     x, y, n = np.log(pts["flops"].to_numpy(float)), pts["score"].to_numpy(float), pts["n"].to_numpy(float)
     y_reps = reps.scores(sm.point_pp[mask] if sm.point_pp is not None else None, y)
     w_reps = n[None, :] * reps.counts[:, pts["run"].to_numpy(int)]
-    start_reps = reps.scores(sm.start_pp[idx] if sm.start_pp is not None else None, sm.start[idx])
-    r0 = float(np.nanmean(sm.start[idx])) if np.isfinite(sm.start[idx]).any() else np.nan
-    c = reps.counts[:, idx]
-    r0_reps = np.nansum(c * start_reps, axis=1) / np.maximum(np.sum(c * np.isfinite(start_reps), axis=1), 1e-300)
-    if not np.isfinite(r0):  # no step-0 evaluation: anchor at the lowest-FLOP points
+    r0 = _anchor(sm, idx, x, y, n)
+    if np.isfinite(sm.start[idx]).any():
+        start_reps = reps.scores(sm.start_pp[idx] if sm.start_pp is not None else None, sm.start[idx])
+        c = reps.counts[:, idx]
+        r0_reps = np.nansum(c * start_reps, axis=1) / np.maximum(np.sum(c * np.isfinite(start_reps), axis=1), 1e-300)
+    else:  # no step-0 evaluation: anchor at the lowest-FLOP points
         low = x <= x.min() + 1e-9
-        r0 = float(np.average(y[low], weights=n[low]))
         r0_reps = (w_reps[:, low] * y_reps[:, low]).sum(axis=1) / w_reps[:, low].sum(axis=1)
-    if len(x) == 0:
-        raise ValueError(f"allocation {allocation} has no evaluation point after step 0")
     point = select_and_forecast(x, y[None, :], n[None, :], np.array([r0]), x_target, families)
-    rep = select_and_forecast(x, y_reps, w_reps, np.clip(r0_reps, 0.0, 1.0), x_target, families, rng=rng)
-    fam = point.families[int(point.family[0])]
-    info = {"family": fam, "holdout": point.selected_by_holdout, "r0": r0,
-            **{f"share_{f}": rep.share(f) for f in families}, **{f"bound_{f}": v for f, v in rep.bound_hits.items()}}
+    rep = select_and_forecast(x, y_reps, w_reps, np.clip(r0_reps, 0.0, 1.0), x_target, families, rng=rng,
+                              extrapolation_noise=False)
+    info = {"family": point.families[int(point.family[0])], "holdout": point.selected_by_holdout, "r0": r0,
+            "x_max": float(x.max()), "x_min": float(x.min()), **{f"share_{f}": rep.share(f) for f in families},
+            **{f"bound_{f}": v for f, v in rep.bound_hits.items()}}
     return float(point.forecast[0]), rep.forecast, info
 
 
@@ -164,74 +203,37 @@ def standings(sm: StudyMatrix, reps: Replicates, allocations: list[str], budget:
 
 
 def summarise(allocations: list[str], points: np.ndarray, reps: np.ndarray, level: float) -> pd.DataFrame:
-    """Predictions table: score, lo, hi, p_best, expected_regret (step 5), sorted best first."""
+    """Predictions table: score, lo, hi, p_best, expected_regret (step 6)."""
     q = (1 - level) / 2
-    pred = pd.DataFrame({"allocation": allocations, "score": points,
+    return pd.DataFrame({"allocation": allocations, "score": points,
                          "lo": np.quantile(reps, q, axis=0), "hi": np.quantile(reps, 1 - q, axis=0),
                          "p_best": win_probabilities(reps),
                          "expected_regret": (reps.max(axis=1, keepdims=True) - reps).mean(axis=0)})
-    return pred
 
 
-def _tau_last_two(sm: StudyMatrix, allocations: list[str]) -> tuple[float, float | None]:
-    runs = sm.runs.assign(end=sm.end)
-    runs = runs[runs["allocation"].isin(allocations)]
-    budgets = sorted(runs["budget"].unique())
-    if len(budgets) < 2:
-        return float("nan"), None
-    a = runs[runs["budget"] == budgets[-2]].groupby("allocation")["end"].mean()
-    b = runs[runs["budget"] == budgets[-1]].groupby("allocation")["end"].mean()
-    common = sorted(set(a.index) & set(b.index))
-    if len(common) < 2:
-        return float("nan"), budgets[-2]
-    return float(kendalltau(a[common], b[common]).statistic), budgets[-2]
+def backtest_study(sm: StudyMatrix, reps: Replicates, allocations: list[str],
+                   families_of: dict[str, tuple[str, ...]], target_ratio: float | None = None) -> BackTest:
+    """Rolling-origin back-test of the point forecasts (:mod:`race.analysis.backtest`)."""
+    end_reps = reps.scores(sm.end_pp, sm.end)
+    runs = sm.runs[sm.runs["allocation"].isin(allocations)]
+    budgets = sorted(float(b) for b in runs["budget"].unique())
+
+    def observed_at(a: str, b: float):
+        idx = sm.runs.index[(sm.runs["allocation"] == a) & np.isclose(sm.runs["budget"].to_numpy(float), b)].to_numpy()
+        if not len(idx):
+            return None
+        v = float(np.var(logit(reps.cell_mean(end_reps, idx)), ddof=1)) if reps.n > 1 else 0.0
+        return float(np.mean(sm.end[idx])), float(np.log(np.mean(sm.runs.loc[idx, "end_flops"]))), v
+
+    return run_backtest(budgets, allocations, lambda a, o, xt: point_forecast(sm, a, xt, families_of[a], o),
+                        observed_at, lambda a: slope_of(sm, a), target_ratio)
 
 
-def declining(sm: StudyMatrix, allocation: str) -> tuple[float, float] | None:
-    """(previous, largest) equal-FLOP seed-mean scores of ``allocation`` when the score at its
-    largest pilot budget is below the one at the budget before (a rise-then-decline sign)."""
-    r = sm.runs.assign(end=sm.end)
-    by_budget = r[r["allocation"] == allocation].groupby("budget")["end"].mean().sort_index()
-    if len(by_budget) >= 2 and by_budget.iloc[-1] < by_budget.iloc[-2]:
-        return float(by_budget.iloc[-2]), float(by_budget.iloc[-1])
-    return None
-
-
-def label(pred: pd.DataFrame, gate: pd.DataFrame, observed: str | None, largest: float, ratio: float,
-          tau: tuple[float, float | None], rules: ConfidenceRules,
-          decline: tuple[float, float] | None = None) -> tuple[str, list[str]]:
-    """The confidence label and its reasons (module docstring, step 6)."""
-    top = pred.iloc[0]
-    if not gate["passed"].any():
-        why = (f"no allocation's gain over its step-0 score is beyond the noise at the largest pilot budgets "
-               f"(family-wise {1 - rules.gate_alpha:.0%}; best gain {gate['gain'].max():+.3f}); the standings "
-               f"below are observed at {largest:.3g} FLOPs, not forecast. To see learning: {what_to_change(gate)}")
-        return NO_LEARNING, [why]
-    far, unstable = [], []
-    if ratio >= rules.max_extrapolation:
-        far.append(f"target budget is {ratio:.1f}x the largest pilot budget {largest:.3g} "
-                   f"(limit: below {rules.max_extrapolation:g}x)")
-    if top["p_best"] < rules.min_win_prob:
-        unstable.append(f"win probability {top['p_best']:.2f} is below {rules.min_win_prob:g}")
-    if observed is not None and observed != top["allocation"]:
-        unstable.append(f"the observed winner at the largest pilot budget {largest:.3g} is {observed}, "
-                        "not the chosen allocation")
-    t, prev = tau
-    if np.isfinite(t) and t < rules.min_tau:
-        unstable.append(f"Kendall tau between budgets {prev:.3g} and {largest:.3g} is {t:.2f} "
-                        f"(below {rules.min_tau:g}): rankings are still moving")
-    if decline is not None:
-        unstable.append(f"the chosen allocation's score falls from {decline[0]:.3f} to {decline[1]:.3f} between the "
-                        "two largest pilot budgets (over-optimisation or noise): a rising forecast is suspect")
-    if not bool(gate.loc[gate["allocation"] == top["allocation"], "passed"].any()):
-        unstable.append("the chosen allocation itself did not pass the learning gate (forecast flat)")
-    if far:
-        return "extrapolation too far", far + unstable
-    if unstable:
-        return "unstable", unstable
-    return "stable regime", [f"chosen allocation learned (gate passed), wins in {top['p_best']:.0%} of joint "
-                             f"replicates, leads at the largest pilot budget, rankings agree across the two "
-                             f"largest budgets (tau {t:.2f})"]
+def slope_of(sm: StudyMatrix, allocation: str) -> float:
+    """|b| + c0 of the allocation's seed-mean equal-FLOP scores over its pilot budgets (:func:`slope_norm`)."""
+    r = sm.runs.assign(end=sm.end, lnc=np.log(sm.runs["end_flops"].to_numpy(float)))
+    g = r[r["allocation"] == allocation].groupby("budget")[["lnc", "end"]].mean()
+    return slope_norm(g["lnc"].to_numpy(), g["end"].to_numpy())
 
 
 def resampled_text(reps: Replicates, sm: StudyMatrix, forecast: bool = True) -> str:
@@ -248,8 +250,27 @@ def resampled_text(reps: Replicates, sm: StudyMatrix, forecast: bool = True) -> 
     text = f"{reps.n} joint bootstrap replicates over " + " and ".join(parts)
     if forecast:
         text += ("; each replicate draws a curve family by its held-out skill, refits every allocation and adds "
-                 "that family's held-out extrapolation error")
+                 "the extrapolation error measured by rolling-origin back-tests inside the study (logit scale, "
+                 "one part shared by all allocations, one per allocation, scaled to the target's reach)")
     return text
+
+
+def _forecasts(sm: StudyMatrix, reps: Replicates, allocs: list[str], families_of: dict, forecast_c: float,
+               gen: np.random.Generator) -> tuple[pd.DataFrame, np.ndarray, BackTest]:
+    """Per allocation: point forecast and info (rows), (R, k) replicates with back-tested noise, the back-test."""
+    x_t = float(np.log(forecast_c))
+    rows, cols = [], []
+    for a in allocs:
+        p, r, info = forecast_allocation(sm, reps, a, x_t, families_of[a], rng=gen)
+        rows.append({"allocation": a, "point": p, **info})
+        cols.append(r)
+    info_df = pd.DataFrame(rows)
+    span = np.maximum(info_df["x_max"].to_numpy(float) - info_df["x_min"].to_numpy(float), 1e-9)
+    reach = np.maximum(x_t - info_df["x_max"].to_numpy(float), 0.0)
+    bt = backtest_study(sm, reps, allocs, families_of, target_ratio=float(np.median(reach / span)))
+    reach = reach * np.array([slope_of(sm, a) for a in allocs])
+    F = expit(logit(np.column_stack(cols)) + bt.noise(reach, reps.n, len(allocs), gen))
+    return info_df, F, bt
 
 
 def recommend(evals: pd.DataFrame, runs: pd.DataFrame, target: str, target_budget: float, *,
@@ -258,9 +279,10 @@ def recommend(evals: pd.DataFrame, runs: pd.DataFrame, target: str, target_budge
               rules: ConfidenceRules | None = None) -> Recommendation:
     """Choose an allocation for ``target_budget`` (steps in the module docstring).
 
-    ``method="curve"`` chooses among every family, ``"trend"`` forces the straight line in
-    log FLOPs. ``predictions``: one row per candidate, best first (``score, lo, hi, p_best,
-    expected_regret, gate_passed, gain, family, share_*, bound_*``).
+    ``method="curve"`` chooses among the families, ``"trend"`` forces the straight line in
+    log FLOPs. ``predictions``: one row per candidate, the pick first, then by forecast
+    (``score, lo, hi, p_best, expected_regret, observed, open_above, gate_passed, gain,
+    family, share_*, bound_*``).
     """
     if method not in METHODS:
         raise ValueError(f"method must be one of {tuple(METHODS)}, got {method!r}")
@@ -283,37 +305,52 @@ def recommend(evals: pd.DataFrame, runs: pd.DataFrame, target: str, target_budge
     obs_names, obs_pts, obs_reps = standings(sm, reps, allocs, largest)
     observed = obs_names[int(np.argmax(obs_pts))] if obs_names else None
     notes = list(sm.notes)
-    if cand.groupby(["allocation", "budget"]).size().min() < 3:
+    min_seeds = int(cand.groupby(["allocation", "budget"]).size().min())
+    if min_seeds < 3:
         notes.append("fewer than 3 seeds per cell: seed variance is poorly estimated (2 seeds give 3 distinct "
                      "resamples); use 3 or more")
     forecast_c = float(target_budget * spend_share(sm))
+    bt, decision, gain_lo, open_above = None, "", float("nan"), False
     if gate["passed"].any():
         passed = set(gate.loc[gate["passed"], "allocation"])
-        rows, cols = [], []
-        for a in allocs:
-            fams = METHODS[method]
-            p, r, info = forecast_allocation(sm, reps, a, float(np.log(forecast_c)), fams, rng=gen)
-            rows.append({"allocation": a, "point": p, "forecast": a in passed, **info})
-            cols.append(r)
-        info_df = pd.DataFrame(rows)
-        pred = summarise(allocs, info_df["point"].to_numpy(), np.column_stack(cols), level)
-        pred = pred.merge(info_df.drop(columns="point"), on="allocation")
-        rep_matrix = np.column_stack(cols)
+        families_of = {a: METHODS[method] if a in passed else ("constant",) for a in allocs}
+        info_df, rep_matrix, bt = _forecasts(sm, reps, allocs, families_of, forecast_c, gen)
+        pred = summarise(allocs, info_df["point"].to_numpy(), rep_matrix, level)
+        pred = pred.merge(info_df.drop(columns=["point", "x_max", "x_min"]), on="allocation")
+        obs = dict(zip(obs_names, obs_pts))
+        pred["observed"] = [obs.get(a, np.nan) for a in allocs]
+        # no sign of saturation: the saturating fit cannot place its midpoint inside the data
+        # and the forecast still rises above the last observation
+        pred["open_above"] = [bool(a in passed and r.get("bound_sigmoid", 0.0) >= 0.5 and r["score"] > r["observed"])
+                              for a, (_, r) in zip(allocs, pred.iterrows())]
+        default = observed if observed is not None else allocs[int(np.argmax(pred["score"]))]
+        chosen, decision, gain_lo = decide(rep_matrix, allocs, default, rules.switch_alpha)
         method_used = method
     else:
-        pred = summarise(obs_names, obs_pts, obs_reps, level).assign(family="observed")
+        pred = summarise(obs_names, obs_pts, obs_reps, level).assign(family="observed", observed=obs_pts,
+                                                                      open_above=False)
         rep_matrix, method_used, forecast_c = obs_reps, "observed", largest
+        chosen = observed
     pred = pred.merge(gate[["allocation", "passed", "gain"]].rename(columns={"passed": "gate_passed"}),
                       on="allocation", how="left")
-    order = np.lexsort((pred["allocation"].to_numpy(), -pred["score"].to_numpy()))
+    first = (pred["allocation"] != chosen).to_numpy()
+    order = np.lexsort((pred["allocation"].to_numpy(), -pred["score"].to_numpy(), first))
     pred = pred.iloc[order].reset_index(drop=True)
     rep_matrix = rep_matrix[:, order]
-    confidence, reasons = label(pred, gate, observed, largest, ratio, _tau_last_two(sm, allocs), rules,
+    confidence, reasons = label(pred, gate, largest, ratio, rules, min_seeds,
+                                bt if bt is not None else run_backtest([], [], None, None),
                                 declining(sm, str(pred.iloc[0]["allocation"])))
+    if decision and confidence != NO_LEARNING:
+        reasons.insert(0, decision)
+    top = pred.iloc[0]
+    open_above = bool(top["open_above"]) and confidence != NO_LEARNING
+    if open_above:
+        reasons.append(f"no sign of saturation yet in {top['allocation']}: the saturating curve cannot place its "
+                       "midpoint inside the pilots, so the interval is open above (its upper bound is what the "
+                       "back-tested error allows, not a ceiling the data show)")
     if not gate_checked:
         reasons.append("learning gate not applied: the study has no step-0 evaluations (record one per run)")
         confidence = "unstable" if confidence == "stable regime" else confidence
-    top = pred.iloc[0]
     params = allocation_table(runs).set_index("allocation")
     params = params.loc[top["allocation"]] if top["allocation"] in params.index else pd.Series(dtype=object)
     params = {c: _jsonable(params[c]) for c in (*ALLOCATION_COLUMNS, "model_params") if c in params.index}
@@ -324,6 +361,7 @@ def recommend(evals: pd.DataFrame, runs: pd.DataFrame, target: str, target_budge
         expected_regret=float(top["expected_regret"]), win_probability=float(top["p_best"]),
         runner_up=str(pred.iloc[1]["allocation"]) if len(pred) > 1 else None, confidence=confidence,
         reasons=reasons, largest_pilot_budget=largest, extrapolation_ratio=ratio, forecast_flops=forecast_c,
-        n_boot=int(n_boot), resampled=resampled_text(reps, sm, forecast=method_used != "observed"), predictions=pred, gate=gate, notes=notes,
-        replicates=rep_matrix,
+        n_boot=int(n_boot), resampled=resampled_text(reps, sm, forecast=method_used != "observed"), predictions=pred,
+        gate=gate, notes=notes, replicates=rep_matrix, default_allocation=observed, decision=decision,
+        switch_gain_lo=gain_lo, open_above=open_above, backtest=bt.table if bt is not None else None,
     )

@@ -65,6 +65,20 @@ class Curve:
         return np.clip(self.r0 + self.gain * g, 0.01, 0.97)
 
 
+_THETA: dict[float, tuple[np.ndarray, np.ndarray]] = {}
+
+
+def theta_table(difficulty_sd: float) -> tuple[np.ndarray, np.ndarray]:
+    """(theta grid, mu(theta) = E_d expit(theta - d)) for d ~ N(0, difficulty_sd^2), by quadrature (cached)."""
+    if difficulty_sd not in _THETA:
+        if len(_THETA) > 256:
+            _THETA.clear()
+        q = norm.ppf((np.arange(400) + 0.5) / 400) * difficulty_sd
+        theta = np.linspace(-12, 12, 481)
+        _THETA[difficulty_sd] = (theta, expit(theta[:, None] - q[None, :]).mean(axis=1))
+    return _THETA[difficulty_sd]
+
+
 @dataclass
 class World:
     """A synthetic study design and its truth (module docstring)."""
@@ -114,9 +128,7 @@ class World:
     # -- outcomes ---------------------------------------------------------------------
     def _theta_table(self) -> tuple[np.ndarray, np.ndarray]:
         """mu(theta) = E_d expit(theta - d) over the difficulty population (quadrature)."""
-        q = norm.ppf((np.arange(400) + 0.5) / 400) * self.difficulty_sd
-        theta = np.linspace(-12, 12, 481)
-        return theta, expit(theta[:, None] - q[None, :]).mean(axis=1)
+        return theta_table(float(self.difficulty_sd))
 
     def run_outcomes(self, k: int, budget: float, seed: int) -> list[tuple[float, np.ndarray]]:
         """(counted FLOPs, per-problem 0/1 outcomes) of one run: step 0 then ``n_points`` points."""

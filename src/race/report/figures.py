@@ -154,8 +154,12 @@ def _isoflop(table: pd.DataFrame) -> Any:
                 ax.plot(np.exp(xs), np.polyval(coef, xs), "-", color=c, lw=1.2, alpha=0.8)
             has_opt = is_num(r["opt_params"]) and is_num(r["opt_score"])
             shown = has_opt and xlim[0] <= r["opt_params"] <= xlim[1]
-            note = "" if shown else " (optimum off this range)" if has_opt else " (no interior optimum)"
+            bracket = r.get("located", None) is False and is_num(r["ci_low"]) and is_num(r["ci_high"])
+            note = ("" if shown else " (optimum bracketed, not located)" if bracket
+                    else " (optimum off this range)" if has_opt else " (no interior optimum)")
             ax.plot(sizes, scores, "o", color=c, label=f"budget {fmt_flops(r['budget'])}{note}")
+            if bracket:  # three sizes: where between them the optimum lies is not measured
+                ax.hlines(scores.max(), r["ci_low"], r["ci_high"], colors=c, linestyles=":", lw=2)
             if shown:
                 stars += 1
                 lo = r["ci_low"] if is_num(r["ci_low"]) else r["opt_params"]

@@ -36,16 +36,35 @@ def recommend_for(evals: pd.DataFrame, runs: pd.DataFrame, target: str, target_b
     return rec, list(rec.notes)
 
 
+def interval_note(rec: Recommendation) -> str | None:
+    """Why the chosen allocation's interval reaches 0 or 1, when it does (None otherwise)."""
+    if not rec.forecast_made:
+        return None
+    if rec.open_above:
+        return ("no sign of saturation yet: the interval is open above (the saturating curve cannot place its "
+                "midpoint inside the pilots; the upper bound is the back-tested extrapolation error, not a ceiling "
+                "the data show)")
+    if rec.predicted_hi >= 0.995 or rec.predicted_lo <= 0.005:
+        return ("the interval reaches the end of the 0-1 scale because the back-tested extrapolation error at this "
+                "reach is that large (scores are forecast on the logit scale, so a bound near 0 or 1 is the error "
+                "model's, not a clip)")
+    return None
+
+
 def headline(rec: Recommendation) -> str:
     if not rec.forecast_made:
         return (f"No learning detected: no forecast for {fmt_flops(rec.target_budget)}. Observed at the largest "
                 f"pilot budget ({fmt_flops(rec.largest_pilot_budget)}), {rec.allocation} leads with {rec.target} "
                 f"{fmt_score(rec.predicted_score)} {fmt_interval(rec.predicted_lo, rec.predicted_hi)} "
                 f"(win probability {rec.win_probability:.2f}).")
-    return (f"Run {rec.allocation} at {fmt_flops(rec.target_budget)}: predicted {rec.target} score "
+    how = ("the observed winner at the largest pilot budget (the default)" if rec.allocation == rec.default_allocation
+           else f"switched from the observed winner {rec.default_allocation} by expected regret")
+    text = (f"Run {rec.allocation} at {fmt_flops(rec.target_budget)} ({how}): predicted {rec.target} score "
             f"{fmt_score(rec.predicted_score)} {fmt_interval(rec.predicted_lo, rec.predicted_hi)} "
             f"({rec.level:.0%} interval), expected regret {rec.expected_regret:.3f}, "
             f"win probability {rec.win_probability:.2f}.")
+    note = interval_note(rec)
+    return text + (f" Note: {note}." if note else "")
 
 
 def regimes_section(ctx: Context) -> Section:
@@ -102,8 +121,9 @@ def _gate_table(rec: Recommendation) -> Table:
                      "yes" if r.passed else f"no: {r.reason}"])
     return Table(["allocation", "largest budget", "step-0 score", "end score (equal FLOPs)", "gain [95%]",
                   "vs random control", "learned"], rows,
-                 f"Learning gate: end minus step-0 score on the same problems (paired; passes at z > "
-                 f"{rec.gate['threshold_z'].iloc[0]:.2f}, family-wise {1 - 0.05:.0%} over {len(rec.gate)} allocations)")
+                 f"Learning gate: end minus step-0 score on the same problems (paired; seed variance pooled over "
+                 f"the cells; passes at t > {rec.gate['threshold_z'].max():.2f} with Welch degrees of freedom, "
+                 f"family-wise {1 - 0.05:.0%} over {len(rec.gate)} allocations)")
 
 
 def recommendation_section(ctx: Context) -> Section:
@@ -119,11 +139,14 @@ def recommendation_section(ctx: Context) -> Section:
     params = [(k, fmt_num(v) if k == "model_params" else str(v)) for k, v in rec.allocation_params.items()]
     how = ("observed standings at the largest pilot budget (no forecast)" if not rec.forecast_made else
            f"curve family per allocation chosen on held-out points, read at {fmt_flops(rec.forecast_flops)} "
-           "(target budget x the pilots' median spend share)")
+           "(target budget x the pilots' median spend share); extrapolation error from rolling-origin back-tests "
+           "inside the study; default pick: the observed winner at the largest pilot, switched only when the "
+           "paired lower bound of the expected-regret gain is above 0")
     sec.add(KeyValues([("allocation", rec.allocation), *params, ("method", f"{how}; target {rec.target}"),
                        ("extrapolation", f"{rec.extrapolation_ratio:.3g}x the largest pilot budget "
                                          f"{fmt_flops(rec.largest_pilot_budget)}"),
                        ("intervals resample", rec.resampled),
+                       ("decision", rec.decision or "-"),
                        ("runner-up", str(rec.runner_up or "-"))]))
     sec.add(_gate_table(rec))
     try:
@@ -143,7 +166,12 @@ def recommendation_section(ctx: Context) -> Section:
             return "observed"
         shares = ", ".join(f"{c[6:]} {r[c]:.0%}" for c in fam_cols if r[c] >= 0.05)
         bounds = [f"{c[6:]} {r[c]:.0%}" for c in pred.columns if c.startswith("bound_") and r[c] > 0]
-        return f"{r['family']} ({shares})" + (f"; fits at a bound: {', '.join(bounds)}" if bounds else "")
+        text = f"{r['family']} ({shares})" + (f"; fits at a bound: {', '.join(bounds)}" if bounds else "")
+        if not r.get("gate_passed", True):
+            text += "; forecast flat (did not pass the gate)"
+        if r.get("open_above", False):
+            text += "; no sign of saturation yet: open above"
+        return text
 
     sec.add(Table(["allocation", ("predicted" if rec.forecast_made else "observed") + " score [95%]", "P(best)",
                    "expected regret", "learned", "forecast basis (family share of replicates)"],
@@ -299,15 +327,18 @@ def method_section(ctx: Context) -> Section:
                  "is made only after the learning gate: an allocation learned if its end score minus its step-0 "
                  "score (same problems) exceeds the noise at the family-wise 95% level (and beats the random-reward "
                  "control where one ran); if none did, the confidence is 'no learning detected' and the report "
-                 "shows observed standings instead of forecasts. Curve families (constant, straight line or "
-                 "parabola in log FLOPs, power law and saturating sigmoid from the measured step-0 score) are "
-                 "fitted by binomial likelihood; fits with a parameter at its bound are unidentified and never "
-                 "forecast; each replicate draws a family by its held-out skill and adds that family's own "
-                 "held-out error, scaled to the distance of the target, so the intervals include model "
-                 "uncertainty. Labels: 'stable regime' (the choice learned, wins in most replicates, leads at the "
-                 "largest pilot and rankings agree across the two largest budgets), 'unstable' (one of those "
-                 "fails), 'extrapolation too far' (the target is 10x the largest pilot budget or more), 'no "
-                 "learning detected'."),
+                 "shows observed standings instead of forecasts. Allocations that did not pass are forecast flat. "
+                 "Curve families (constant, straight line in log FLOPs, saturating sigmoid from the measured step-0 "
+                 "score) are fitted by binomial likelihood; fits with a parameter at its bound are unidentified and "
+                 "never forecast; each replicate draws a family by its held-out skill. The extrapolation error is "
+                 "measured inside the study by rolling-origin back-tests (fit on the smaller pilot budgets, forecast "
+                 "the larger ones), on the logit scale, with one part shared by all allocations and one per "
+                 "allocation, scaled to the target's reach. The default pick is the observed winner at the largest "
+                 "pilot budget (equal FLOPs); it is replaced only when the paired lower bound of the expected-regret "
+                 "gain is above 0. Labels: 'stable regime' (3+ seeds, the choice learned and wins in most "
+                 "replicates, and the back-test from the smaller budgets picked the observed winner at the largest), "
+                 "'unstable' (one of those fails), 'extrapolation too far' (the target is 10x the largest pilot "
+                 "budget or more), 'no learning detected'."),
             KeyValues([("bootstrap replicates", f"{ctx.n_boot} (scores), {ctx.n_boot_fit} (recommendation)"),
                        ("random seed", str(ctx.rng)), ("FLOPs", "model FLOPs counted in the budget (see each run's "
                                                         "report card for the conventions)")]))
@@ -315,4 +346,5 @@ def method_section(ctx: Context) -> Section:
 
 
 __all__ = ["regimes_section", "recommendation_section", "validation_section", "diagnostics_section", "method_section",
-           "recommend_for", "headline"]
+           "recommend_for", "headline",
+           "interval_note"]

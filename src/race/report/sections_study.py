@@ -185,16 +185,22 @@ def isoflop_section(ctx: Context) -> Section:
                        "model axis to locate the best size per budget")
         return sec
     sec.add(Text("Best score at each model size for a fixed budget; a parabola in ln(parameters) is fitted at each "
-                 "budget with >= 3 sizes, its vertex (star) is the best size, with a 95% bootstrap interval over "
-                 "seeds."),
+                 "budget with >= 3 sizes, its vertex (star) is the best size, with a 95% interval from a bootstrap over "
+                 "seeds and problems plus the parabola's own misfit (residuals, with 4 or more sizes). Three sizes "
+                 "give a parabola through three points: the optimum is then only bracketed, not located."),
             figure("isoflop", "IsoFLOP profiles", lambda: F.isoflop_figure(table)))
     rows = []
     for r in table.itertuples():
         interior = is_num(r.opt_params)
+        bracketed = interior and getattr(r, "located", None) is False
         ci = (f"[{fmt_num(r.ci_low)}, {fmt_num(r.ci_high)}]" if interior and is_num(r.ci_low) and is_num(r.ci_high)
               else "-")
-        rows.append([fmt_flops(r.budget), str(r.condition), str(r.n_sizes), fmt_num(r.opt_params) if interior else "-",
-                     ci, fmt_score(r.opt_score) if interior else "-"])
+        best = ("-" if not interior else
+                f"bracketed between {fmt_num(r.ci_low)} and {fmt_num(r.ci_high)}, not located"
+                if bracketed and is_num(r.ci_low) else
+                "not located (3 sizes)" if getattr(r, "located", None) is False else fmt_num(r.opt_params))
+        rows.append([fmt_flops(r.budget), str(r.condition), str(r.n_sizes), best, "-" if bracketed else ci,
+                     fmt_score(r.opt_score) if interior and is_num(r.opt_score) else "-"])
         if r.warnings and r.n_sizes >= 3:
             sec.add(Note(f"budget {fmt_flops(r.budget)} ({r.condition}): {r.warnings}", "warn"))
     few = table[table["n_sizes"] < 3]

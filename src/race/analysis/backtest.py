@@ -1,0 +1,155 @@
+"""Rolling-origin back-tests inside one study: how far off the forecasts are, measured.
+
+For every origin budget b_o below the largest pilot budget and every larger budget b_t,
+each allocation is fitted (point fit, the same curve families as the forecast) on the
+evaluation points of its runs at budgets <= b_o only, and forecasts the seed-mean
+equal-FLOP score of its runs at b_t, read at their mean counted FLOPs C_t. With
+d = ln C_t - (largest ln C fitted) the reach of that forecast,
+
+    e_k = logit(forecast_k) - logit(observed_k),     u_k = e_k / (d (|b_k| + c0))
+
+with b_k the allocation's observed logit slope per unit ln C (least squares over its
+seed-mean equal-FLOP scores at the pilot budgets) and c0 = ``SLOPE_FLOOR``: errors grow in
+proportion to the reach and to how fast the curve is still moving (on the tuning worlds the
+95th percentile of |error| / reach is 0.4 logit for curves flatter than 0.05 per ln C and
+about 3 for curves rising faster than 0.3 per ln C). Only pairs at the target's extrapolation ratio count: the ratio of a forecast is its reach
+over the log-FLOP range it was fitted on, and pairs whose ratio exceeds 1.5x the target's
+are left out (the one with the smallest ratio is kept when none qualifies): fitting on the
+smallest budget's few points and forecasting 10x beyond says little about a target 4x
+beyond a 10x range. Per (origin, b_t) pair with K allocations, the shared part is
+u_bar = mean_k u_k and the specific part u_k - u_bar. The observed mean is itself noisy
+(variance v_k on the logit scale, from the joint replicates); its share is removed:
+
+    s_shared^2   = max(0, mean_pairs [u_bar^2 - mean_k v_k / (K d^2)])
+    s_specific^2 = max(0, mean_pairs [sum_k (u_k - u_bar)^2 / (K - 1) - mean_k v_k / d^2])
+
+Three pairs per study are few, so each scale is pooled with a prior (empirical Bayes, the
+prior set once on the tuning generator's worlds and frozen: ``PRIOR_SCALE`` per unit reach,
+worth ``PRIOR_PAIRS`` pairs, split equally between the two parts):
+
+    S_part^2 = (n s_part^2 + n0 s0^2 / 2) / (n + n0)
+
+A forecast at reach D then gets logit-scale noise D (|b_k| + c0) (S_shared z_r + S_specific z_rk),
+z standard normal: one z_r
+per joint replicate shared by every allocation (the errors are correlated across
+allocations, as the back-tests show them), one z_rk per allocation (:meth:`BackTest.noise`).
+The back-test also says whether the forecast would have picked the observed winner at the
+largest pilot budget from the smaller ones (``picked_right``), which the "stable regime"
+label requires.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+EPS = 1e-3
+PRIOR_SCALE = 2.25  # logit error per unit reach per unit (|slope| + c0) (tuning generator, seeds 1000-1199)
+PRIOR_PAIRS = 2.0
+SLOPE_FLOOR = 0.1  # c0: logit per unit ln C
+
+
+def logit(p: np.ndarray | float) -> np.ndarray:
+    """ln(p / (1 - p)) with p clipped to [1e-3, 1 - 1e-3] (a score of 0 or 1 is 1/1000 away)."""
+    p = np.clip(np.asarray(p, dtype=float), EPS, 1 - EPS)
+    return np.log(p / (1 - p))
+
+
+@dataclass
+class BackTest:
+    """Back-test errors of one study and the error scale they imply."""
+
+    table: pd.DataFrame  # origin, budget, allocation, forecast, observed, reach, error (logit), obs_var, norm
+    s_shared: float  # logit error per unit reach, shared by all allocations
+    s_specific: float  # logit error per unit reach, per allocation
+    n_pairs: int
+    picked_right: bool | None  # from the largest origin: the forecast's best at the largest budget is the observed best
+
+    @property
+    def available(self) -> bool:
+        return self.n_pairs > 0
+
+    def noise(self, reach: np.ndarray | float, n_reps: int, k: int, rng: np.random.Generator) -> np.ndarray:
+        """(R, k) logit-scale extrapolation noise at ``reach`` = log-FLOP reach x (|b_k| + c0), scalar or (k,)."""
+        n, n0 = self.n_pairs, PRIOR_PAIRS
+        sh = np.sqrt((n * self.s_shared**2 + n0 * PRIOR_SCALE**2 / 2) / (n + n0))
+        sp = np.sqrt((n * self.s_specific**2 + n0 * PRIOR_SCALE**2 / 2) / (n + n0))
+        shared = rng.standard_normal((n_reps, 1)) * sh
+        spec = rng.standard_normal((n_reps, k)) * sp
+        return np.maximum(np.asarray(reach, dtype=float), 0.0) * (shared + spec)
+
+
+def at_ratio(table: pd.DataFrame, max_ratio: float | None) -> pd.DataFrame:
+    """Back-test rows of the (origin, budget) pairs whose median ratio is <= ``max_ratio``
+    (the pair with the smallest ratio when none is)."""
+    if max_ratio is None or table.empty:
+        return table
+    pair_ratio = table.groupby(["origin", "budget"])["ratio"].transform("median")
+    keep = pair_ratio <= max_ratio
+    return table[keep] if keep.any() else table[pair_ratio == pair_ratio.min()]
+
+
+def error_scale(table: pd.DataFrame) -> tuple[float, float, int]:
+    """(s_shared, s_specific, pairs) from back-test rows (formulas in the module docstring)."""
+    shared, specific = [], []
+    for _, g in table.groupby(["origin", "budget"], sort=True):
+        if len(g) < 1:
+            continue
+        d = g["reach"].to_numpy(float) * g["norm"].to_numpy(float)
+        u = g["error"].to_numpy(float) / d
+        v = g["obs_var"].to_numpy(float) / d**2
+        k = len(u)
+        shared.append(u.mean() ** 2 - v.mean() / k)
+        if k >= 2:
+            specific.append(np.sum((u - u.mean()) ** 2) / (k - 1) - v.mean())
+    s_sh = float(np.sqrt(max(0.0, np.mean(shared)))) if shared else 0.0
+    s_sp = float(np.sqrt(max(0.0, np.mean(specific)))) if specific else 0.0
+    return s_sh, s_sp, len(shared)
+
+
+def slope_norm(lnc: np.ndarray, scores: np.ndarray) -> float:
+    """|b| + c0: b the least-squares slope of logit(score) on ln C (0 with fewer than 2 FLOP levels)."""
+    lnc, scores = np.asarray(lnc, dtype=float), np.asarray(scores, dtype=float)
+    if len(lnc) < 2 or np.ptp(lnc) <= 0:
+        return SLOPE_FLOOR
+    return float(abs(np.polyfit(lnc, logit(scores), 1)[0]) + SLOPE_FLOOR)
+
+
+def run_backtest(budgets: list[float], allocations: list[str], fit_at, observed_at,
+                 norm_of=None, target_ratio: float | None = None) -> BackTest:
+    """Rolling-origin back-test over sorted pilot ``budgets``.
+
+    ``fit_at(allocation, origin, x_target) -> (forecast, x_fit_max, x_fit_min)`` or None: the
+    point forecast from runs at budgets <= origin; ``observed_at(allocation, budget) -> (score,
+    ln C, logit variance)`` or None: the seed-mean observed reading there; ``norm_of(allocation)``
+    -> |b_k| + c0 (default: c0, i.e. no slope scaling); ``target_ratio``: the target's reach
+    over its fitted log-FLOP range (None: every pair counts).
+    """
+    rows = []
+    for i, origin in enumerate(budgets[:-1]):
+        for b_t in budgets[i + 1:]:
+            for a in allocations:
+                obs = observed_at(a, b_t)
+                if obs is None:
+                    continue
+                fc = fit_at(a, origin, obs[1])
+                if fc is None or not fc[1] < obs[1]:
+                    continue
+                rows.append(dict(origin=origin, budget=b_t, allocation=a, forecast=fc[0], observed=obs[0],
+                                 reach=obs[1] - fc[1], error=float(logit(fc[0]) - logit(obs[0])), obs_var=obs[2],
+                                 norm=norm_of(a) if norm_of is not None else SLOPE_FLOOR,
+                                 ratio=(obs[1] - fc[1]) / max(fc[1] - fc[2], 1e-9)))
+    table = pd.DataFrame(rows, columns=["origin", "budget", "allocation", "forecast", "observed", "reach", "error",
+                                        "obs_var", "norm", "ratio"])
+    used = at_ratio(table, None if target_ratio is None else 1.5 * target_ratio)
+    table["used"] = table.index.isin(used.index)
+    s_sh, s_sp, n = error_scale(used) if len(used) else (0.0, 0.0, 0)
+    picked = None
+    if len(budgets) >= 2 and len(table):
+        last = table[(table["origin"] == budgets[-2]) & (table["budget"] == budgets[-1])]
+        if len(last) >= 2:
+            picked = bool(last.loc[last["forecast"].idxmax(), "allocation"] == last.loc[last["observed"].idxmax(),
+                                                                                          "allocation"])
+    return BackTest(table=table, s_shared=s_sh, s_specific=s_sp, n_pairs=n, picked_right=picked)

@@ -1,0 +1,87 @@
+"""Rolling-origin back-tests (race.analysis.backtest) and how the recommendation uses them."""
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from race.analysis.backtest import (
+    PRIOR_PAIRS,
+    PRIOR_SCALE,
+    SLOPE_FLOOR,
+    BackTest,
+    at_ratio,
+    error_scale,
+    logit,
+    run_backtest,
+    slope_norm,
+)
+
+
+def _rows(errors, reach=1.0, obs_var=0.0, origin=1.0, budget=2.0, norm=1.0, ratio=0.5):
+    return [dict(origin=origin, budget=budget, allocation=f"a{i}", forecast=0.5, observed=0.5, reach=reach, error=e,
+                 obs_var=obs_var, norm=norm, ratio=ratio) for i, e in enumerate(errors)]
+
+
+def test_error_scale_splits_shared_and_specific():
+    # two pairs; errors per unit reach: (1, 1, 1) shared only, then (2, 0, -2) specific only
+    t = pd.DataFrame(_rows([1.0, 1.0, 1.0]) + _rows([4.0, 0.0, -4.0], reach=2.0, budget=3.0))
+    sh, sp, n = error_scale(t)
+    assert n == 2
+    assert sh == pytest.approx(np.sqrt((1.0 + 0.0) / 2))
+    assert sp == pytest.approx(np.sqrt((0.0 + 8.0 / 2) / 2))
+    # observation noise is removed, never below 0
+    noisy = pd.DataFrame(_rows([1.0, 1.0, 1.0], obs_var=3.0))
+    assert error_scale(noisy)[0] == pytest.approx(0.0)
+    # errors are per unit of (|slope| + c0): a curve rising twice as fast halves the same error
+    assert error_scale(pd.DataFrame(_rows([2.0, 2.0], norm=2.0)))[0] == pytest.approx(1.0)
+
+
+def test_only_pairs_at_the_targets_ratio_count():
+    t = pd.DataFrame(_rows([1.0, 1.0], ratio=0.5) + _rows([9.0, 9.0], ratio=2.0, origin=0.5))
+    assert len(at_ratio(t, 0.75)) == 2 and (at_ratio(t, 0.75)["ratio"] == 0.5).all()
+    assert len(at_ratio(t, 0.1)) == 2  # none qualifies: the pair with the smallest ratio
+    assert len(at_ratio(t, None)) == 4
+
+
+def test_noise_is_correlated_across_allocations_and_scales_with_reach():
+    bt = BackTest(table=pd.DataFrame(), s_shared=1.0, s_specific=0.0, n_pairs=3, picked_right=True)
+    z = bt.noise(np.array([1.0, 2.0]), 4000, 2, np.random.default_rng(0))
+    assert np.std(z[:, 1]) / np.std(z[:, 0]) == pytest.approx(2.0, rel=0.05)
+    # the prior pulls the shared and specific scales: S^2 = (n s^2 + n0 s0^2 / 2) / (n + n0)
+    sh = np.sqrt((3 * 1.0 + PRIOR_PAIRS * PRIOR_SCALE**2 / 2) / (3 + PRIOR_PAIRS))
+    sp = np.sqrt((PRIOR_PAIRS * PRIOR_SCALE**2 / 2) / (3 + PRIOR_PAIRS))
+    assert np.std(z[:, 0]) == pytest.approx(np.hypot(sh, sp), rel=0.1)
+    assert np.corrcoef(z[:, 0], z[:, 1])[0, 1] == pytest.approx(sh**2 / (sh**2 + sp**2), abs=0.05)
+
+
+def test_run_backtest_on_a_straight_line():
+    # every allocation is a straight line in ln C: a linear forecaster's back-test errors are 0
+    budgets = [1.0, 2.0, 4.0]
+    lines = {"a": (0.3, 0.05), "b": (0.4, 0.02)}
+
+    def score(a, x):
+        return lines[a][0] + lines[a][1] * x
+
+    def fit_at(a, origin, xt):
+        return float(score(a, xt)), float(np.log(origin)), float(np.log(origin)) - 1.0
+
+    def observed_at(a, b):
+        return float(score(a, np.log(b))), float(np.log(b)), 0.0
+
+    bt = run_backtest(budgets, ["a", "b"], fit_at, observed_at)
+    assert len(bt.table) == 6 and bt.n_pairs == 3
+    assert bt.s_shared == pytest.approx(0.0, abs=1e-12) and bt.s_specific == pytest.approx(0.0, abs=1e-12)
+    assert bt.picked_right is True
+    assert (bt.table["reach"] > 0).all()
+    assert logit(1.0) == pytest.approx(np.log(999.0))
+    # a target ratio of 0.5 keeps the pairs of ratio <= 0.75: 1 -> 2 and 2 -> 4 (ln 2 over a range
+    # of 1), not 1 -> 4 (ln 4)
+    near = run_backtest(budgets, ["a", "b"], fit_at, observed_at, target_ratio=0.5)
+    assert near.table["used"].sum() == 4 and near.n_pairs == 2
+    assert not near.table.loc[near.table["budget"] - near.table["origin"] == 3.0, "used"].any()
+
+
+def test_slope_norm():
+    assert slope_norm(np.array([0.0]), np.array([0.5])) == SLOPE_FLOOR
+    lnc = np.array([0.0, 1.0, 2.0])
+    assert slope_norm(lnc, 1 / (1 + np.exp(-(0.3 * lnc)))) == pytest.approx(0.3 + SLOPE_FLOOR)
