@@ -59,7 +59,7 @@ from race.engines.common import (
 from race.engines import fast_forward, micro_batch
 from race.engines.grpo_math import group_advantages, grpo_loss, lr_at
 from race.engines.run_io import MetricsLog
-from race.engines.sampling import Rollout, decode_completions, encode_prompts, rollout_flops, sample
+from race.engines.sampling import Rollout, decode_completions, encode_prompts, rollout_flops, sample, step_charge
 from race.models.timing import device_clock
 from race.rewards.base import reward_bound
 from race.spec.run import RunConfig
@@ -331,14 +331,7 @@ class BuiltinEngine:
                    "old_logprobs/forward": upd.get("seconds_old_logprobs", 0.0),
                    "reference/forward": upd.get("seconds_reference", 0.0),
                    "update/forward": upd.get("seconds_update", 0.0)}
-        comps = dict(roll)
-        comps.update(rw.components or {})
-        comps.update(learn)
-        tokens = {"rollout/decode": int(ro.lengths.sum()), "rollout/prefill": int(ro.prompt_mask[::G].sum())}
-        if rw.tokens:
-            tokens[reward_key] = rw.tokens
-        if not rw.components:
-            comps["reward/score"] = 0
+        comps, tokens = step_charge(roll, rw, learn, ro, G)
         if self.guard.charge(step, comps, tokens=tokens, seconds=seconds):  # overrun: cannot happen after the check
             return False
         trunc = float(ro.truncated.float().mean())

@@ -32,10 +32,19 @@ def save_checkpoint(run_dir: Path, *, model: Any, optimizer: Any, step: int, met
     save_file(trainable_state(model), str(tmp / "trainable.safetensors"))
     torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
     (tmp / "meta.json").write_text(json.dumps(dict(meta, step=step)))
+    publish(tmp, final)
+
+
+def publish(tmp: Path, final: Path) -> None:
+    """Make the finished checkpoint folder ``tmp`` the one at ``final``, crash-safe: its
+    files are made durable, the previous ``final`` becomes ``<final>.old`` until ``tmp`` is
+    renamed into place (a crash between the two renames leaves ``.old``, which
+    :func:`find_checkpoint` reads), then ``.old`` goes."""
     for f in tmp.iterdir():  # make the files durable before the rename
-        with open(f, "rb") as fh:
-            os.fsync(fh.fileno())
-    old = run_dir / "checkpoint.old"
+        if f.is_file():
+            with open(f, "rb") as fh:
+                os.fsync(fh.fileno())
+    old = final.with_name(final.name + ".old")
     if final.exists():
         if old.exists():
             shutil.rmtree(old)

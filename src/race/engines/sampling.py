@@ -254,6 +254,23 @@ def draw(logits: torch.Tensor, temperature: float, generator: torch.Generator | 
     return torch.searchsorted(cdf, u, right=True).squeeze(1).clamp_(max=probs.shape[-1] - 1)
 
 
+def step_charge(roll: dict[str, int], reward: Any, learn: dict[str, int], ro: "Rollout",
+                group: int) -> tuple[dict[str, int], dict[str, int]]:
+    """One GRPO step's ledger entries, as both engines charge them: the ``phase/component``
+    FLOPs (rollout, ``reward``'s components, else ``reward/score`` at 0, then the learning
+    passes) and the tokens each phase processed (decoded completion tokens; prompt tokens
+    once per group, as the prefill shares them; the reward model's scored tokens)."""
+    comps = dict(roll)
+    comps.update(reward.components or {})
+    comps.update(learn)
+    tokens = {"rollout/decode": int(ro.lengths.sum()), "rollout/prefill": int(ro.prompt_mask[::group].sum())}
+    if reward.tokens:
+        tokens[next(iter(reward.components), "reward/score")] = reward.tokens
+    if not reward.components:
+        comps["reward/score"] = 0
+    return comps, tokens
+
+
 def decode_completions(tokenizer: Any, rollout: Rollout) -> list[str]:
     """Completion texts (EOS and padding removed)."""
     texts = []

@@ -18,14 +18,14 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from race.engines.checkpoint import find_checkpoint, load_checkpoint, save_checkpoint
+from race.engines.checkpoint import find_checkpoint, load_checkpoint, publish, save_checkpoint
 
 
 def save_gang(gang_dir: Path, *, step: int, run_ids: list[str], left: list[bool], members: list[Any],
               metas: list[dict[str, Any] | None], total_steps: list[int]) -> None:
     """Write the gang's state at ``step``; ``members[i]`` has ``.model``/``.optimizer``
     (unused for a member that left); ``metas[i]``: its ``RunDir.checkpoint_meta``."""
-    tmp, final, old = gang_dir / "checkpoint.tmp", gang_dir / "checkpoint", gang_dir / "checkpoint.old"
+    tmp, final = gang_dir / "checkpoint.tmp", gang_dir / "checkpoint"
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir(parents=True)
@@ -36,15 +36,7 @@ def save_gang(gang_dir: Path, *, step: int, run_ids: list[str], left: list[bool]
             save_checkpoint(d, model=m.model, optimizer=m.optimizer, step=step, meta=metas[i] or {})
     state = {"step": step, "run_ids": run_ids, "left": left, "total_steps": total_steps}
     (tmp / "gang.json").write_text(json.dumps(state))
-    with open(tmp / "gang.json", "rb") as fh:
-        os.fsync(fh.fileno())
-    if final.exists():
-        if old.exists():
-            shutil.rmtree(old)
-        final.rename(old)
-    tmp.rename(final)
-    if old.exists():
-        shutil.rmtree(old)
+    publish(tmp, final)  # the members' folders were made durable by save_checkpoint
 
 
 def find_gang(gang_dir: Path) -> Path | None:

@@ -28,7 +28,7 @@ from race.engines.gang.passes import PassJob, UpdateJob, gang_accumulate, gang_l
 from race.engines.gang.decode import fast_gang_sample
 from race.engines.gang.sample import SampleJob
 from race.engines.grpo_math import group_advantages, grpo_loss
-from race.engines.sampling import Rollout, decode_completions, rollout_flops
+from race.engines.sampling import Rollout, decode_completions, rollout_flops, step_charge
 from race.models.timing import device_clock
 
 
@@ -203,14 +203,7 @@ def _charge(step: int, w: Work) -> None:
                reward_key: rw.seconds, "old_logprobs/forward": w.seconds.get("old_logprobs/forward", 0.0),
                "reference/forward": w.seconds.get("reference/forward", 0.0),
                "update/forward": w.seconds.get("update/forward", 0.0)}
-    comps = dict(w.roll)
-    comps.update(rw.components or {})
-    comps.update(w.learn)
-    tokens = {"rollout/decode": int(ro.lengths.sum()), "rollout/prefill": int(ro.prompt_mask[::G].sum())}
-    if rw.tokens:
-        tokens[reward_key] = rw.tokens
-    if not rw.components:
-        comps["reward/score"] = 0
+    comps, tokens = step_charge(w.roll, rw, w.learn, ro, G)
     if eng.guard.charge(step, comps, tokens=tokens, seconds=seconds):  # overrun: cannot happen after the check
         w.outcome = "overrun"
         return
