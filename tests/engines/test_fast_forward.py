@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from shared_passes import shared_pass
 
 from race.accounting import LoRA, ModelShape, learning_components
 from race.spec.run import LoraSettings
@@ -119,20 +120,6 @@ def test_gradient_checkpointing_model_keeps_the_hf_forward(char_tokenizer):
     assert not fast_forward.supports(plain)
 
 
-def _shared_pass(m, ro, size: int):
-    """The prefix-shared passes in micro-batches of ``size`` rows: log-probs (no grad) and
-    the gradients of the masked log-prob sum accumulated over the micro-batches."""
-    from race.engines.micro_batch import logprobs, micro_slices, rows, _logprobs_of
-
-    m.zero_grad(set_to_none=True)
-    for sl in micro_slices(ro.prompt_ids.shape[0], size):
-        r = rows(ro, sl)
-        (_logprobs_of(m, r, 0.7, True, sl.start) * r.completion_mask).sum().backward()
-    with torch.no_grad():
-        lp = logprobs(m, ro, size, 0.7, share=True)
-    return lp, {n: p.grad.clone() for n, p in m.named_parameters() if p.grad is not None}
-
-
 def _eos_batch(m, tok, group: int):
     from race.engines.sampling import encode_prompts, sample
 
@@ -152,7 +139,7 @@ def test_prefix_shared_passes_give_the_unshared_logprobs_and_gradients(name, lor
     ro = _eos_batch(m, char_tokenizer, group=4)
     m.train()
     hf_lp, hf_g = _pass(m, ro, fast=False)
-    sh_lp, sh_g = _shared_pass(m, ro, size)
+    sh_lp, sh_g = shared_pass(m, ro, size)
     keep = ro.completion_mask.bool()
     assert torch.allclose(sh_lp[keep], hf_lp[keep], atol=1e-5)
     assert hf_g.keys() == sh_g.keys() and len(hf_g) > 0

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from shared_passes import shared_pass
 
 from race.accounting import LoRA, ModelShape, learning_components, prompt_groups
 from race.spec.run import LoraSettings
@@ -46,19 +47,6 @@ def _rollouts(models, tok, greedy=False):
     return ros
 
 
-def _solo(m, ro, size):
-    """The solo engine's prefix-shared passes: log-probs and accumulated gradients."""
-    from race.engines.micro_batch import _logprobs_of, logprobs, micro_slices, rows
-
-    m.zero_grad(set_to_none=True)
-    for sl in micro_slices(ro.prompt_ids.shape[0], size):
-        r = rows(ro, sl)
-        (_logprobs_of(m, r, 0.7, True, sl.start) * r.completion_mask).sum().backward()
-    with torch.no_grad():
-        lp = logprobs(m, ro, size, 0.7, share=True)
-    return lp, {n: p.grad.clone() for n, p in m.named_parameters() if p.grad is not None}
-
-
 def _gang(models, ros):
     """The same passes for every member at once (one backward per micro-batch round)."""
     from race.engines.gang.forward import GangDecoder
@@ -80,7 +68,7 @@ def test_gang_pass_gives_each_member_its_solo_logprobs_and_gradients(char_tokeni
     ros = _rollouts(models, char_tokenizer)
     for m in models:
         m.train()
-    solo = [_solo(m, ro, MEMBERS[i][3]) for i, (m, ro) in enumerate(zip(models, ros))]
+    solo = [shared_pass(m, ro, MEMBERS[i][3]) for i, (m, ro) in enumerate(zip(models, ros))]
     g_lps, g_grads = _gang(models, ros)
     for (lp, grads), glp, gg, ro in zip(solo, g_lps, g_grads, ros):
         keep = ro.completion_mask.bool()
@@ -125,7 +113,7 @@ def test_gang_pass_executes_the_sum_of_the_members_solo_charges(char_tokenizer):
                                     prompt_groups=prompt_groups(B, G, size))
         charges.append(learn["update/forward"] + learn["update/backward"])
         with FlopCounterMode(display=False) as fc:
-            _solo(models[i], ro, size)
+            shared_pass(models[i], ro, size)
         solo_no_grad = learning_components(shape, [P + T] * B, [T] * B, lora=lora, conventions="torch",
                                            prompt_groups=prompt_groups(B, G, size))["update/forward"]
         assert fc.get_total_flops() == charges[-1] + solo_no_grad  # its passes: with grad, then log-probs alone

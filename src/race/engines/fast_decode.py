@@ -38,6 +38,16 @@ import torch.nn.functional as F
 _SUPPORTED = ("qwen2", "llama", "mistral")
 
 
+def linear_add(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+               add: torch.Tensor | None = None) -> torch.Tensor:
+    """``x @ weight.T (+ bias) (+ add)``: one ``addmm`` when there is an ``add`` (a LoRA
+    delta) and no bias, so the sum costs no extra pass over the output."""
+    if add is not None and bias is None:
+        return torch.addmm(add, x, weight.t())
+    y = F.linear(x, weight, bias)
+    return y if add is None else y + add
+
+
 @dataclass
 class _Adapter:
     a: torch.Tensor  # (r, in)
@@ -101,12 +111,7 @@ class _Proj:
 
     def __call__(self, x: torch.Tensor, add: torch.Tensor | None = None) -> list[torch.Tensor]:
         """Outputs per member for 2-D ``x``; ``add`` (one member only) is added to it."""
-        if add is not None and self.bias is None:
-            y = torch.addmm(add, x, self.weight.t())
-        else:
-            y = F.linear(x, self.weight, self.bias)
-            if add is not None:
-                y = y + add
+        y = linear_add(x, self.weight, self.bias, add)
         outs = list(y.split(self.sizes, dim=-1)) if len(self.sizes) > 1 else [y]
         flat = [(i, ad) for i, ads in enumerate(self.adapters) for ad in ads]
         if not flat:

@@ -32,7 +32,7 @@ from typing import Any, Callable
 import torch
 import torch.nn.functional as F
 
-from race.engines.fast_decode import FastDecoder
+from race.engines.fast_decode import FastDecoder, linear_add
 from race.engines.fast_forward import padding_bias
 
 KeysFn = Callable[[int, torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
@@ -82,12 +82,7 @@ class GangDecoder:
         for idx in groups.values():
             x = torch.cat([xs[k] for k in idx]) if len(idx) > 1 else xs[idx[0]]
             add = None if adds is None else (torch.cat([adds[k] for k in idx]) if len(idx) > 1 else adds[idx[0]])
-            if add is not None and base.bias is None:
-                y = torch.addmm(add, x, base.weight.t())
-            else:
-                y = F.linear(x, base.weight, base.bias)
-                if add is not None:
-                    y = y + add
+            y = linear_add(x, base.weight, base.bias, add)
             # rows per member by one split (its backward is one cat; slicing each member's rows
             # out would zero-fill a full-size gradient per member), then its parts (q/k/v, ...)
             rows = y.split([xs[k].shape[0] for k in idx], dim=0) if len(idx) > 1 else (y,)
