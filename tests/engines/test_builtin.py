@@ -102,6 +102,81 @@ def test_killed_run_resumes_to_the_same_result(tiny_model_dir, tmp_path, monkeyp
     assert out["total_flops"] == ref["total_flops"] and out["final"] == ref["final"]
 
 
+def test_resumed_run_keeps_the_lr_schedule_of_the_uninterrupted_run(tiny_model_dir, tmp_path, monkeypatch):
+    """The cosine schedule's length (steps the budget buys) is planned from step 1's bound
+    in every run: a resume must not re-plan it from the bound of the step it resumes at.
+    Steps from 3 on are given a 30% larger bound (in both runs), so a re-plan at step 3
+    would buy fewer steps and change every learning rate after the resume."""
+    from race.engines import builtin, run_engine
+
+    real_prompts, real_bound = builtin.BuiltinEngine._prompts, builtin.BuiltinEngine.step_bound
+
+    def prompts(self, step):
+        self._bound_step = step
+        return real_prompts(self, step)
+
+    def bound(self, *a, **k):
+        b = real_bound(self, *a, **k)
+        return int(b * 1.3) if getattr(self, "_bound_step", 1) >= 3 else b
+
+    monkeypatch.setattr(builtin.BuiltinEngine, "_prompts", prompts)
+    monkeypatch.setattr(builtin.BuiltinEngine, "step_bound", bound)
+    cfg = _cfg(tiny_model_dir, budget_flops=5e9, lr_scheduler_type="cosine")
+    ref = run_engine(cfg, tmp_path / "ref")
+    assert ref["steps"] >= 4
+    real_step = builtin.BuiltinEngine._train_step
+
+    def crashing(self, step, *a, **k):
+        charged = real_step(self, step, *a, **k)
+        if step == 3:
+            raise KeyboardInterrupt("simulated kill")
+        return charged
+
+    monkeypatch.setattr(builtin.BuiltinEngine, "_train_step", crashing)
+    with pytest.raises(KeyboardInterrupt):
+        run_engine(cfg, tmp_path / "run")
+    monkeypatch.setattr(builtin.BuiltinEngine, "_train_step", real_step)
+    out = run_engine(cfg, tmp_path / "run")
+    assert out["resumed_from"] == 2
+    lrs = [r["lr"] for r in _lines(tmp_path / "ref" / "metrics.jsonl") if r["kind"] == "train"]
+    assert len(set(lrs)) > 2  # the schedule moves, so a different length would show
+    for f in ("ledger.jsonl", "metrics.jsonl"):
+        assert _strip_seconds(_lines(tmp_path / "ref" / f)) == _strip_seconds(_lines(tmp_path / "run" / f)), f
+
+
+def test_kill_between_the_final_evaluation_and_the_final_checkpoint_does_not_evaluate_twice(
+        tiny_model_dir, tmp_path, monkeypatch):
+    """The last step is a checkpoint step; the final evaluation runs after that checkpoint
+    and the run is killed before the final one. The resumed run drops the evaluation the
+    checkpoint did not record and redoes it once: files equal an uninterrupted run's."""
+    from race.engines import builtin, run_engine
+
+    cfg = _cfg(tiny_model_dir, budget_flops=1e12, max_steps=4, checkpoint_every=2,
+               eval={"n_problems": 8, "n_hard_problems": 4, "n_pass_problems": 4, "pass_k": 2, "num_points": 1})
+    ref = run_engine(cfg, tmp_path / "ref")
+    assert ref["steps"] == 4 and ref["stop_reason"] == "max_steps"
+    real = builtin.BuiltinEngine._checkpoint
+    calls: list[int] = []
+
+    def killed_at_the_final_checkpoint(self, step):
+        calls.append(step)
+        if calls.count(4) == 2:  # the in-loop checkpoint at step 4 ran; this is the final one
+            raise KeyboardInterrupt("simulated kill")
+        return real(self, step)
+
+    monkeypatch.setattr(builtin.BuiltinEngine, "_checkpoint", killed_at_the_final_checkpoint)
+    with pytest.raises(KeyboardInterrupt):
+        run_engine(cfg, tmp_path / "run")
+    evals = [r for r in _lines(tmp_path / "run" / "metrics.jsonl") if r["kind"] == "eval" and r["step"] == 4]
+    assert evals  # the final evaluation was written before the kill
+    monkeypatch.setattr(builtin.BuiltinEngine, "_checkpoint", real)
+    out = run_engine(cfg, tmp_path / "run")
+    assert out["resumed_from"] == 4
+    for f in ("ledger.jsonl", "metrics.jsonl"):
+        assert _strip_seconds(_lines(tmp_path / "ref" / f)) == _strip_seconds(_lines(tmp_path / "run" / f)), f
+    assert out["final"] == ref["final"]
+
+
 def test_ledger_equals_measured_flops_under_torch_conventions(tiny_model_dir, tmp_path, monkeypatch):
     """Each training step's counted ledger FLOPs equal FlopCounterMode's count of that step
     (rollout, old/reference log-probs, update; eager attention)."""

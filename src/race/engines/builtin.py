@@ -45,7 +45,7 @@ from typing import Any
 import torch
 
 from race.accounting import BudgetGuard, FlopLedger, ReportCard, StepPlan
-from race.engines.checkpoint import find_checkpoint, load_checkpoint, save_checkpoint
+from race.engines.checkpoint import cut_lines, find_checkpoint, load_checkpoint, save_checkpoint
 from race.engines.common import (
     DivergedError,
     EvalSchedule,
@@ -225,8 +225,10 @@ class BuiltinEngine:
         return self.schedule.evaluate(self.evaluator, self.model, self.ledger, self.metrics, step)
 
     def _checkpoint(self, step: int) -> None:
-        save_checkpoint(self.run_dir, model=self.model, optimizer=self.optimizer, step=step,
-                        meta=self.out.checkpoint_meta(self.schedule, self.reward))
+        assert self.ledger is not None and self.metrics is not None
+        meta = dict(self.out.checkpoint_meta(self.schedule, self.reward), ledger_records=len(self.ledger),
+                    metrics_rows=len(self.metrics.rows))
+        save_checkpoint(self.run_dir, model=self.model, optimizer=self.optimizer, step=step, meta=meta)
 
     def _resume(self) -> int:
         """The step to continue after: the checkpoint's (its state restored), else 0."""
@@ -237,12 +239,16 @@ class BuiltinEngine:
         meta = load_checkpoint(ckpt, model=self.model, optimizer=self.optimizer)
         self.out.resume(meta, self.schedule, self.reward)
         self.resumed_from = int(meta["step"])
+        if "ledger_records" in meta:  # back to exactly what was written when the checkpoint was taken
+            cut_lines(self.run_dir / "ledger.jsonl", int(meta["ledger_records"]))
+            cut_lines(self.run_dir / "metrics.jsonl", int(meta["metrics_rows"]))
         return self.resumed_from
 
-    def _plan(self, step: int) -> None:
-        """Steps the budget buys at the next step's bound (the lr schedule's length)."""
+    def _plan(self) -> None:
+        """Steps the budget buys at step 1's bound (the lr schedule's length): a function of
+        the config alone, so a resumed run keeps the schedule of an uninterrupted one."""
         assert self.guard is not None
-        problems1, ids1, _ = self._prompts(max(step, 0) + 1)
+        problems1, ids1, _ = self._prompts(1)
         self.total_steps = self.guard.steps_bought(self.step_bound(ids1.shape[1], problems1), self.cfg.max_steps,
                                                    run=self.cfg.name)
 
@@ -259,10 +265,10 @@ class BuiltinEngine:
         self.ledger = FlopLedger(run_dir / "ledger.jsonl", budget=cfg.budget_flops)
         self.guard = BudgetGuard(self.ledger)
         self.metrics = MetricsLog(run_dir / "metrics.jsonl")
-        if step:
+        if step:  # a checkpoint without record counts (older runs): drop the steps after it
             self.ledger.truncate_after(step)
             self.metrics.truncate_after(step)
-        self._plan(step)
+        self._plan()
         if self.resumed_from is None:
             self._evaluate(0)
         status, stop_reason, error = "complete", "budget", None

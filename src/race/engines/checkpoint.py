@@ -78,3 +78,17 @@ def load_checkpoint(ckpt: Path, *, model: Any, optimizer: Any) -> dict[str, Any]
             params[n].copy_(t)
     optimizer.load_state_dict(torch.load(ckpt / "optimizer.pt", weights_only=True))
     return json.loads((ckpt / "meta.json").read_text())
+
+
+def cut_lines(path: Path, n: int) -> None:
+    """Keep the first ``n`` lines of the JSON Lines file ``path`` (what a run had written
+    when it checkpointed), rewritten atomically. Counts, not steps: a record written at the
+    checkpoint's own step after the checkpoint (a final evaluation cut short by a crash)
+    goes too, so a resumed run never writes it twice."""
+    if not path.exists():
+        return
+    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)[:n]
+    tmp = path.with_suffix(path.suffix + ".cut")
+    tmp.write_text("".join(x if x.endswith("\n") else x + "\n" for x in lines), encoding="utf-8")
+    os.replace(tmp, path)
+

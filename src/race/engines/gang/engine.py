@@ -119,7 +119,7 @@ class GangEngine:
                 e.metrics = MetricsLog(e.run_dir / "metrics.jsonl")
             e.guard = BudgetGuard(e.ledger)  # every budget decision of the member, as in BuiltinEngine.run
             if state is None:
-                e._plan(0)
+                e._plan()
                 t = time.perf_counter()
                 e._evaluate(0)
                 self.wall[i] += time.perf_counter() - t
