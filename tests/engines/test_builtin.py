@@ -254,3 +254,19 @@ def test_default_torch_threads_config_then_worker_then_one_for_tiny(monkeypatch)
     monkeypatch.setenv("RACE_TORCH_THREADS", "2")  # a grid worker's threads_per_worker
     assert default_torch_threads(RunConfig(model="tiny-s", budget_flops=1e9)) == 2
     assert default_torch_threads(RunConfig(model="tiny-s", budget_flops=1e9, torch_threads=4)) == 4
+
+
+def test_bfloat16_base_with_float32_adapters_trains_with_the_fast_paths(tiny_model_dir, tmp_path):
+    """``dtype: bfloat16`` loads the base in bf16 while PEFT keeps the LoRA weights in fp32
+    (its ``autocast_adapter_dtype``): the fast decoder and forward mix them as PEFT does
+    (the adapter branch in fp32, added to the bf16 base output) and the run stays within
+    its budget with finite losses."""
+    import math
+
+    from race.engines import run_engine
+
+    cfg = _cfg(tiny_model_dir, budget_flops=3e9, dtype="bfloat16")
+    out = run_engine(cfg, tmp_path / "bf16")
+    assert out["status"] == "complete" and 0 < out["total_flops"] <= cfg.budget_flops and out["steps"] >= 2
+    losses = [r["loss"] for r in _lines(tmp_path / "bf16" / "metrics.jsonl") if r["kind"] == "train"]
+    assert losses and all(math.isfinite(x) for x in losses)

@@ -200,3 +200,32 @@ def _ragged_eos(completions: torch.Tensor) -> int:
             best, spread = tok, len(firsts)
     assert best is not None and spread > 1, "no token ends the rows at different steps"
     return best
+
+
+@pytest.mark.parametrize("merge", [False, True])
+def test_fast_decoder_on_a_bfloat16_base_with_float32_adapters_is_as_close_as_hf(merge, char_tokenizer):
+    """PEFT keeps LoRA weights in fp32 over a bf16 base. The decoder's next-token logits
+    must be as close to the fp32 model's as HF's own bf16 forward is (within 2x its error:
+    both round every layer's output to bf16, in different op orders)."""
+    from race.engines.fast_decode import FastDecoder
+    from race.engines.sampling import encode_prompts
+
+    ref = _model("tiny-m", True)  # fp32 base and adapters
+    m = _model("tiny-m", True)
+    m.load_state_dict(ref.state_dict())  # PEFT draws lora_A from the global RNG: the same adapters in both
+    m.get_base_model().to(torch.bfloat16)
+    for n, p in m.named_parameters():
+        if "lora_" in n:
+            assert p.dtype == torch.bfloat16
+            p.data = p.data.float()  # what PEFT's autocast_adapter_dtype leaves
+    ids, mask = encode_prompts(char_tokenizer, PROMPTS, "cpu")
+    with torch.no_grad():
+        want = ref(input_ids=ids, attention_mask=mask).logits[:, -1].float()
+        hf = m(input_ids=ids, attention_mask=mask).logits[:, -1].float()
+    dec = FastDecoder(m)
+    if merge:
+        dec.merge_lora()
+    got = dec.prefill(ids, mask, ids.shape[1] + 4).float()
+    hf_err, err = (hf - want).abs().max().item(), (got - want).abs().max().item()
+    assert 0 < hf_err < 0.1 * want.abs().max().item()  # bf16 rounding is visible, and small
+    assert err <= 2 * hf_err, (err, hf_err)

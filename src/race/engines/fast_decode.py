@@ -92,8 +92,8 @@ class _Proj:
         for sp, sc in zip(specs, scales):
             w, ads = sp.weight, sp.adapters
             if merge:
-                for ad in ads:
-                    w = w + torch.matmul(ad.b * ad.scale, ad.a)
+                for ad in ads:  # in the adapter's dtype (PEFT keeps it fp32 over a bf16 base), then the base's
+                    w = (w + torch.matmul(ad.b * ad.scale, ad.a)).to(sp.weight.dtype)
                 ads = []
             ws.append(w * sc if sc != 1.0 else w)
             bs.append(None if sp.bias is None else (sp.bias * sc if sc != 1.0 else sp.bias))
@@ -116,12 +116,16 @@ class _Proj:
         flat = [(i, ad) for i, ads in enumerate(self.adapters) for ad in ads]
         if not flat:
             return outs
+        xl = x if x.dtype == flat[0][1].a.dtype else x.to(flat[0][1].a.dtype)  # PEFT casts x to the adapter's dtype
         if self.a_cat is not None:
-            xas = F.linear(x, self.a_cat).split([ad.a.shape[0] for _, ad in flat], dim=-1)
+            xas = F.linear(xl, self.a_cat).split([ad.a.shape[0] for _, ad in flat], dim=-1)
         else:
-            xas = [F.linear(F.dropout(x, ad.dropout) if ad.dropout else x, ad.a) for _, ad in flat]
+            xas = [F.linear(F.dropout(xl, ad.dropout) if ad.dropout else xl, ad.a) for _, ad in flat]
         for (i, ad), xa in zip(flat, xas):
-            outs[i] = torch.addmm(outs[i], xa, (ad.b * ad.scale).t())
+            if outs[i].dtype == xa.dtype:
+                outs[i] = torch.addmm(outs[i], xa, (ad.b * ad.scale).t())
+            else:  # as PEFT: the base output plus the adapter branch in the adapter's dtype, cast back
+                outs[i] = (outs[i] + torch.matmul(xa, (ad.b * ad.scale).t())).to(outs[i].dtype)
         return outs
 
 
