@@ -387,10 +387,7 @@ def test_the_stop_scan_catches_each_way_of_deciding_a_stop(tmp_path):
 
 #: Private names imported across modules that another change owns this session (module -> names).
 #: rewards.rm_likelihood arrived on main after this rule was written: make hf._renderer public there.
-KNOWN_PRIVATE_IMPORTS = {
-    "race.analysis.isoflop": {"_group_cols"}, "race.analysis.regimes": {"_group_cols"},
-    "race.analysis.validation": {"_jsonable"}, "race.rewards.rm_likelihood": {"_renderer"},
-}
+KNOWN_PRIVATE_IMPORTS = {"race.rewards.rm_likelihood": {"_renderer"}}
 
 
 def private_imports(src: Path) -> list[str]:
@@ -473,7 +470,6 @@ VOCABULARIES = [("whether a number is a budget (race.accounting.guard.is_budget)
 #: changed on main meanwhile (the line holding its copy) and rewards.rm_samples arrived there
 #: after this rule was written: both call race.tasks.step_seed after the merge.
 KNOWN_VOCABULARY_COPIES = {"race.analysis.recommend": {"whether a number is a budget"},
-                           "race.analysis.tables": {"whether a number is a budget"},
                            "race.rewards.training": {"the per-step seed formula"},
                            "race.rewards.rm_samples": {"the per-step seed formula"}}
 

@@ -12,18 +12,22 @@ learning_rate, reward)``, plus any optional allocation column (``lora_r``, ``eng
 ``axis_*``: a grid's other axes) whose value differs between runs. :func:`allocation_key`
 turns it into one readable string, the identifier every other module uses.
 
-A *reward system* is the part of ``reward`` before the first ``":"`` (``"prm:prm-s"`` ->
-``"prm"``), so that a frontier "conditioned on the reward system" can still compare
+A *reward system* is the kind of the parsed reward spec (``race.spec.reward``, the one
+parser: ``"prm:prm-s"`` -> ``"prm"``), so that a frontier "conditioned on the reward system" can still compare
 reward models of one system (the feedback axis).
 """
 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
+
+from race.accounting.guard import is_budget
 
 ALLOCATION_COLUMNS: tuple[str, ...] = (
     "model",
@@ -124,8 +128,7 @@ def validate_runs(runs: pd.DataFrame, columns: Iterable[str] | None = None) -> p
     if "run_id" in runs.columns:
         _check_unique(runs, ["run_id"], "runs")
     if "budget" in runs.columns:
-        budget = pd.to_numeric(runs["budget"], errors="coerce")
-        if budget.isna().any() or (budget <= 0).any():
+        if not runs["budget"].map(is_budget).all():
             raise SchemaError("runs.budget must be positive numbers (FLOPs)")
     return runs
 
@@ -206,8 +209,15 @@ def _fmt_extra(v: object) -> str:
 
 
 def reward_system(reward: object) -> str:
-    """The reward system of a reward name: text before the first ``":"``."""
-    return str(reward).split(":", 1)[0]
+    """The reward system of a reward spec: the ``kind`` of the parsed spec
+    (``race.spec.reward.parse_reward``, a ``RewardSpec`` read as it is; ``"prm:prm-s"`` ->
+    ``"prm"``). A spec that does not parse raises :class:`SchemaError` saying why."""
+    from race.spec.reward import RewardSpec, parse_reward  # the one reward grammar (imports pydantic's package)
+
+    try:
+        return parse_reward(reward if isinstance(reward, RewardSpec) else str(reward)).kind
+    except ValueError as e:
+        raise SchemaError(f"runs.reward {reward!r} is not a reward spec: {e}") from None
 
 
 #: The reward of random-reward control runs: never a candidate, only a comparison.
@@ -266,3 +276,26 @@ def per_problem_array(value: object) -> np.ndarray | None:
         value = json.loads(value)
     arr = np.asarray(value, dtype=float).ravel()
     return arr if arr.size else None
+
+
+def jsonable(v: Any) -> Any:
+    """Plain JSON types: DataFrames as records, numpy scalars as Python, NaN/inf as None."""
+    if isinstance(v, pd.DataFrame):
+        return [jsonable(r) for r in v.to_dict(orient="records")]
+    if isinstance(v, pd.Series):
+        return jsonable(v.to_dict())
+    if isinstance(v, dict):
+        return {str(k): jsonable(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple, set)):
+        return [jsonable(x) for x in v]
+    if isinstance(v, np.ndarray):
+        return [jsonable(x) for x in v.tolist()]
+    if isinstance(v, np.generic):
+        v = v.item()
+    if v is pd.NA or v is pd.NaT:
+        return None
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    if isinstance(v, (str, int, float, bool)) or v is None:
+        return v
+    return str(v)
