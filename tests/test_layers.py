@@ -385,9 +385,8 @@ def test_the_stop_scan_catches_each_way_of_deciding_a_stop(tmp_path):
         assert f"race/engines/loop.py:{line}: race.engines.loop" in bad and what in bad, (line, what, bad)
 
 
-#: Private names imported across modules that another change owns this session (module -> names).
-#: rewards.rm_likelihood arrived on main after this rule was written: make hf._renderer public there.
-KNOWN_PRIVATE_IMPORTS = {"race.rewards.rm_likelihood": {"_renderer"}}
+#: Private names imported across modules, allowed (module -> names): none.
+KNOWN_PRIVATE_IMPORTS: dict[str, set[str]] = {}
 
 
 def private_imports(src: Path) -> list[str]:
@@ -466,12 +465,9 @@ VOCABULARIES = [("whether a number is a budget (race.accounting.guard.is_budget)
                  _is_phase_list)]
 
 
-#: Copies another change owns this session (module -> what), left for it. rewards.training
-#: changed on main meanwhile (the line holding its copy) and rewards.rm_samples arrived there
-#: after this rule was written: both call race.tasks.step_seed after the merge.
-KNOWN_VOCABULARY_COPIES = {"race.analysis.recommend": {"whether a number is a budget"},
-                           "race.rewards.training": {"the per-step seed formula"},
-                           "race.rewards.rm_samples": {"the per-step seed formula"}}
+#: Copies another change owns this session (module -> what), left for it: analysis.recommend
+#: is being changed by another helper (its ``budget <= 0`` check becomes guard.is_budget there).
+KNOWN_VOCABULARY_COPIES = {"race.analysis.recommend": {"whether a number is a budget"}}
 
 
 def vocabulary_copies(src: Path) -> list[str]:

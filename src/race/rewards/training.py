@@ -73,7 +73,7 @@ from race.rewards.rm_eval import auc, heldout_for
 from race.rewards.rm_encoding import MAX_LENGTH, encode, head_logits, positive_prob
 from race.rewards.rm_recipes import CACHE, RM_RECIPES, RMRecipe, recipe_for, recipe_hash, rm_dir, rm_settings
 from race.rewards.rm_samples import training_pool
-from race.tasks.arith import END_MARK, FINAL_MARK, STEP_SEP, Problem
+from race.tasks.arith import END_MARK, FINAL_MARK, STEP_SEP, Problem, step_seed
 from race.tasks.verify import verify
 
 
@@ -148,7 +148,7 @@ def batch_pairs(recipe: RMRecipe, task: Any, pool: Sequence[tuple[Problem, str]]
     import random
 
     n_syn = recipe.batch_size if not pool else round(recipe.batch_size * recipe.synthetic_frac)
-    out = make_dataset(task, "train", n_syn, recipe.seed * 1_000_003 + step, recipe.correct_frac) if n_syn else []
+    out = make_dataset(task, "train", n_syn, step_seed(recipe.seed, step), recipe.correct_frac) if n_syn else []
     if pool:
         rng = random.Random(f"race-rm-pool:{recipe.seed}:{step}")
         out.extend(pool[rng.randrange(len(pool))] for _ in range(recipe.batch_size - n_syn))
