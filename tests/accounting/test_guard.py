@@ -30,7 +30,6 @@ from race.accounting.guard import (
     fits,
     is_budget,
     is_counted,
-    run_steps,
     steps_bought,
     steps_in_budget,
 )
@@ -91,9 +90,9 @@ def test_the_steps_a_budget_buys():
         steps_in_budget(2, 3)
     with pytest.raises(AccountingError, match="step must cost > 0"):
         steps_bought(10, 0)
-    assert run_steps(100, 7, max_steps=4) == 4 and run_steps(100, 7) == 14
+    assert steps_in_budget(100, 7, max_steps=4) == 4 and steps_in_budget(100, 7) == 14
     with pytest.raises(AccountingError, match="^run 'tiny': budget 5 FLOPs is smaller than one step"):
-        run_steps(5, 7, run="tiny")
+        steps_in_budget(5, 7, run="tiny")
 
 
 # -- StepPlan --------------------------------------------------------------------------------------

@@ -14,8 +14,8 @@ FORBIDDEN = ("torch", "transformers", "matplotlib", "peft", "trl", "ray", "pydan
 ALLOWED_TOP = {"numpy", "pandas", "scipy", "__future__", "collections", "dataclasses", "itertools", "json",
                "typing", "math"}
 #: RACE modules the analysis may import: the homes of the vocabularies it reads (stdlib-only
-#: budget rule; the reward grammar, imported inside the function that reads a reward).
-ALLOWED_RACE = {"race.accounting.guard", "race.spec.reward"}
+#: budget rule and table layout; the reward grammar, imported inside the function that reads a reward).
+ALLOWED_RACE = {"race.accounting.guard", "race.schema", "race.spec.reward"}
 
 
 def test_import_does_not_pull_heavy_libraries():

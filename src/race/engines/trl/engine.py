@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from race.accounting.guard import run_steps
+from race.accounting.guard import steps_in_budget
 from race.engines.common import EvalSchedule, Progress, RunDir, make_task, run_evaluator, start_policy
 from race.engines.grpo_math import lr_at
 from race.engines.trl import trainer as _trainer
@@ -163,7 +163,7 @@ class TrlEngine:
         bound += cfg.num_iterations * counted(update_components(
             self.shape, plan, n_seqs=n, seq_len=self.max_prompt + T, completion_len=T, lora=self.lora,
             conventions=cfg.conventions))
-        return run_steps(cfg.budget_flops, bound, cfg.max_steps, run=cfg.name)
+        return steps_in_budget(cfg.budget_flops, bound, cfg.max_steps, run=cfg.name)
 
     # -- the run ---------------------------------------------------------------------------------
     def _resume_point(self) -> str | None:
