@@ -49,7 +49,7 @@ def test_counted_leaves_out_every_uncounted_phase_and_is_the_ledgers_rule(tmp_pa
 
 def test_the_trl_accounting_uses_the_same_counted_rule():
     pytest.importorskip("transformers")
-    from race.engines.trl.flops import counted as trl_counted
+    from race.accounting.trl_step import counted as trl_counted
 
     assert trl_counted is counted
 

@@ -8,7 +8,7 @@ PROMPTS = ["Q:1+2\nA:", "Q:12+30-4\nA:"]
 
 def _step_bound(tok, T: int, rows: int) -> int:
     """Counted FLOPs of one full fine-tuning step (tiny-xs, no checkpointing) at the maximum lengths."""
-    from race.engines.trl.flops import TrlStepPlan, counted, generation_components, update_components
+    from race.accounting.trl_step import TrlStepPlan, counted, generation_components, update_components
     from race.models.refs import tiny_shape
 
     P = max(len(tok(text=p)["input_ids"]) for p in PROMPTS)

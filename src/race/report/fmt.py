@@ -9,8 +9,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from race.accounting.report_card import fmt_flops
 from race.analysis.tables import jsonable
+from race.cards import fmt_flops
 
 __all__ = ["fmt_flops", "text_or", "fmt_score", "fmt_pct", "fmt_prob", "fmt_num", "fmt_interval", "short_labels",
            "jsonable", "is_num"]
