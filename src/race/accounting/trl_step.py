@@ -287,11 +287,36 @@ def update_components(shape: ModelShape, plan: TrlStepPlan, *, n_seqs: int, seq_
     return comps
 
 
-# -- the step bound ----------------------------------------------------------------------------
+# -- the bounds ---------------------------------------------------------------------------------
+def trl_batch_bound(shape: ModelShape, plan: TrlStepPlan, *, prompt_len: int, completion_len: int,
+                    num_iterations: int, lora: LoRA | None, conventions: ConvLike) -> int:
+    """Counted policy FLOPs of one generation batch at its maximum lengths (the reward's
+    apart): its generation (and log-prob passes) over ``plan.generation_batch_size`` rows,
+    plus ``num_iterations`` updates over them at ``prompt_len + completion_len`` (FLOPs are
+    linear in rows, so the micro-batches of a step sum to this). The TRL engine's lr
+    schedule length is the steps a budget buys at this bound plus the reward's."""
+    n = plan.generation_batch_size
+    gen = counted(generation_components(shape, plan, n_seqs=n, prompt_len=prompt_len, completion_len=completion_len,
+                                        lora=lora, conventions=conventions))
+    upd = counted(update_components(shape, plan, n_seqs=n, seq_len=prompt_len + completion_len,
+                                    completion_len=completion_len, lora=lora, conventions=conventions))
+    return gen + num_iterations * upd
+
+
+def trl_batch_floor(shape: ModelShape, plan: TrlStepPlan, *, n_seqs: int, prompt_width: int, num_iterations: int,
+                    lora: LoRA | None, conventions: ConvLike) -> int:
+    """Counted FLOPs a batch costs at least: its ``num_iterations`` updates over ``n_seqs``
+    rows of its prompt width plus one token (the TRL engine stops building its dataset once
+    the batches' floors reach the budget)."""
+    return num_iterations * counted(update_components(shape, plan, n_seqs=n_seqs, seq_len=prompt_width + 1,
+                                                      completion_len=1, lora=lora, inputs_require_grad=False,
+                                                      conventions=conventions))
+
+
 def trl_step_bound(plan: TrlStepPlan, shape: ModelShape, micro_step: int, *, prompt_len: int, completion_len: int,
-               lora: LoRA | None, conventions: Any, reference_lora: bool,
-               last_generation: tuple[int, int, int] | None, reward_bound: Callable[[int, int, int], int],
-               reward_models: Any, buffered: bool | None = None) -> int:
+                   lora: LoRA | None, conventions: Any, reference_lora: bool,
+                   last_generation: tuple[int, int, int] | None, reward_bound: Callable[[int, int, int], int],
+                   reward_models: Any, buffered: bool | None = None) -> int:
     """Upper bound of the counted FLOPs of the optimizer step whose first micro-step is
     ``micro_step``: completions at ``completion_len`` (``max_completion_length``), prompts
     at ``prompt_len`` (the longest prompt), every old/reference pass TRL would run, the
@@ -326,5 +351,6 @@ def trl_step_bound(plan: TrlStepPlan, shape: ModelShape, micro_step: int, *, pro
 
 __all__ = [
     "ModelCall", "TrlStepPlan", "TRL_CONVENTIONS_NOTE", "TRL_EXECUTION_NOTE", "calls_components",
-    "calls_tokens_seconds", "counted", "round_up", "generation_components", "trl_step_bound", "update_components",
+    "calls_tokens_seconds", "counted", "round_up", "generation_components", "trl_batch_bound", "trl_batch_floor",
+    "trl_step_bound", "update_components",
 ]

@@ -64,7 +64,7 @@ class TrlEngine:
         steps would spend the budget. Returns (dataset, problems, longest prompt)."""
         from datasets import Dataset
 
-        from race.accounting.trl_step import counted, update_components
+        from race.accounting.trl_step import trl_batch_floor
 
         cfg = self.cfg
         n = cfg.prompts_per_step * cfg.num_generations
@@ -83,10 +83,8 @@ class TrlEngine:
                 problems.append(p)
                 texts.append(text)
             longest = max(longest, width)
-            # a batch costs at least its updates over rows of (its prompt width + 1 token)
-            floor += cfg.num_iterations * counted(update_components(
-                self.shape, self.plan, n_seqs=n, seq_len=width + 1, completion_len=1, lora=self.lora,
-                inputs_require_grad=False, conventions=cfg.conventions))
+            floor += trl_batch_floor(self.shape, self.plan, n_seqs=n, prompt_width=width,
+                                     num_iterations=cfg.num_iterations, lora=self.lora, conventions=cfg.conventions)
             if floor >= cfg.budget_flops:
                 break
         ds = Dataset.from_dict({"prompt": texts, "problem_idx": list(range(len(texts)))})
@@ -153,17 +151,13 @@ class TrlEngine:
     def _schedule_steps(self) -> int:
         """Batches of prompts the budget buys at the first batch's maximum cost (the
         built-in engine's ``total_steps``; used by warmup/cosine/linear schedules)."""
-        from race.accounting.trl_step import counted, generation_components, update_components
+        from race.accounting.trl_step import trl_batch_bound
 
         cfg, plan = self.cfg, self.plan
-        n = plan.generation_batch_size  # FLOPs are linear in rows: the micro-batches of a step sum to this
         T = cfg.max_completion_length
-        bound = counted(generation_components(self.shape, plan, n_seqs=n, prompt_len=self.max_prompt,
-                                              completion_len=T, lora=self.lora, conventions=cfg.conventions))
-        bound += reward_bound(self.reward, n, self.max_prompt, T, self.problems)
-        bound += cfg.num_iterations * counted(update_components(
-            self.shape, plan, n_seqs=n, seq_len=self.max_prompt + T, completion_len=T, lora=self.lora,
-            conventions=cfg.conventions))
+        bound = trl_batch_bound(self.shape, plan, prompt_len=self.max_prompt, completion_len=T,
+                                num_iterations=cfg.num_iterations, lora=self.lora, conventions=cfg.conventions)
+        bound += reward_bound(self.reward, plan.generation_batch_size, self.max_prompt, T, self.problems)
         return steps_in_budget(cfg.budget_flops, bound, cfg.max_steps, run=cfg.name)
 
     # -- the run ---------------------------------------------------------------------------------
