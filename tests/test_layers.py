@@ -540,11 +540,31 @@ def _is_budget_check(node: ast.AST) -> bool:
                                                               for x in sides)
 
 
+def _is_path_check(node: ast.AST) -> bool:
+    """``x.startswith((".", "/", ...))``: whether a reference names a file or directory."""
+    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "startswith"
+            and node.args and isinstance(node.args[0], ast.Tuple)):
+        return False
+    words = {e.value for e in node.args[0].elts if isinstance(e, ast.Constant)}
+    return "/" in words and bool(words & {".", "~", "./"})
+
+
+def _is_reward_split(node: ast.AST) -> bool:
+    """``reward.split(":")`` (or partition, rpartition, rsplit): the reward-spec grammar."""
+    return (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+            and node.func.attr in ("split", "rsplit", "partition", "rpartition") and bool(node.args)
+            and isinstance(node.args[0], ast.Constant) and node.args[0].value == ":"
+            and _mentions(node.func.value, "reward"))
+
+
 #: (what, the module that is its one home, a test of an AST node that restates it)
 VOCABULARIES = [("whether a number is a budget (race.accounting.guard.is_budget)", GUARD, _is_budget_check),
                 ("the per-step seed formula (race.tasks.step_seed)", "race.tasks.arith", _is_step_seed),
                 ("the phase list or the learning split (race.accounting PHASES / SPLIT)", "race.accounting.grpo",
-                 _is_phase_list)]
+                 _is_phase_list),
+                ("whether a reference is a path (race.models.refs.looks_like_path)", "race.models.refs",
+                 _is_path_check),
+                ("the reward-spec grammar (race.spec.reward.parse_reward)", "race.spec.reward", _is_reward_split)]
 
 
 #: Copies another change owns this session (module -> what), left for it: analysis.recommend
@@ -571,9 +591,13 @@ def test_the_vocabulary_scan_catches_a_copy(tmp_path):
     pkg = package_dir(tmp_path, "engines")
     (pkg / "loop.py").write_text("def seed_of(cfg, step):\n    return cfg.seed * 1_000_003 + step\n\n\n"
                                  "LEARN = ('update', 'old_logprobs', 'reference')\n\n\n"
-                                 "def ok(budget):\n    return budget > 0\n")
+                                 "def ok(budget):\n    return budget > 0\n\n\n"
+                                 "def local(name, cfg):\n    return name.startswith(('.', '/', '~')), "
+                                 "str(cfg.reward).split(':', 1)[0]\n")
     bad = vocabulary_copies(tmp_path)
     text = "\n".join(bad)
     assert "loop.py:9: race.engines.loop restates whether a number is a budget" in text
-    assert len(bad) == 3 and "loop.py:2: race.engines.loop restates the per-step seed formula" in text
+    assert len(bad) == 5 and "loop.py:2: race.engines.loop restates the per-step seed formula" in text
     assert "loop.py:5: race.engines.loop restates the phase list" in text
+    assert "loop.py:13: race.engines.loop restates whether a reference is a path" in text
+    assert "loop.py:13: race.engines.loop restates the reward-spec grammar" in text
