@@ -4,7 +4,9 @@ fails naming the file and line.
 
 The house, bottom to top (a package may import only packages on lower floors):
 
-    accounting   stdlib only: shapes, per-term FLOPs, GRPO phases, ledger
+    accounting   stdlib only: shapes, per-term FLOPs (TRL's too), GRPO phases, ledger, budget guard
+    schema       stdlib only: the layout of a study's tables (race/schema.py)
+    cards        stdlib only: the report card rendered (Markdown, LaTeX, its files; race/cards.py)
     spec         stdlib, pydantic, PyYAML: run / grid / cell / reward spec / flops query
     tasks        task generators and verifiers
     builds       the cached-artefact builder (warm starts, reward models)
@@ -15,7 +17,8 @@ The house, bottom to top (a package may import only packages on lower floors):
     engines      the built-in loop and the TRL adapter
     grid         the pilot grid: plan, store, runners
     analysis     pure pandas/numpy/scipy (never engines or models)
-    report       figures and the report; validation
+    protocol     reading a study, its recommendation; the validation stage (runs through grid)
+    report       figures and the report: renders only (imports no grid, engine or training module)
     cli          Typer commands (nothing imports cli)
 
 ``race/__init__.py`` is the facade: it re-exports the public surface lazily and may reach
@@ -34,12 +37,21 @@ import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 
-FLOORS = ["accounting", "spec", "tasks", "builds", "measure", "models", "rewards", "estimate", "engines", "grid",
-          "analysis", "report", "cli"]
+FLOORS = ["accounting", "schema", "cards", "spec", "tasks", "builds", "measure", "models", "rewards", "estimate",
+          "engines", "grid", "analysis", "protocol", "report", "cli"]
 #: Packages that must never reach (directly or through others) the packages listed.
 NEVER_REACHES = {"analysis": {"engines", "models"}, "engines": {"grid"}}
+#: Packages that may import (directly) only the packages listed: the report renders what the
+#: protocol reads; it imports no grid, engine, model, reward or training module.
+IMPORTS_ONLY = {"report": {"accounting", "schema", "cards", "analysis", "protocol"}}
+#: Modules a package must never import directly (package -> modules): the report launches no
+#: run; the per-term FLOP formulas and the pass compositions are composed into rules inside
+#: the accounting only (an engine asks race.accounting for a phase's FLOPs, never for a term).
+FORMULAS = {"race.accounting.terms", "race.accounting.passes"}
+NEVER_IMPORTS = {p: set(FORMULAS) for p in FLOORS if p != "accounting"}
+NEVER_IMPORTS["report"] |= {"race.protocol.validate"}
 #: Third-party imports allowed on the ground floors (besides the standard library).
-GROUND = {"accounting": set(), "spec": {"pydantic", "yaml"}}
+GROUND = {"accounting": set(), "schema": set(), "cards": set(), "spec": {"pydantic", "yaml"}}
 ROOT = "race"  # the facade (race/__init__.py)
 MAX_LINES = 400
 
@@ -138,6 +150,23 @@ def rule_violations(imports: list[Import], floors: list[str] = FLOORS,
         for q in sorted(seen & forbidden):
             bad.append(f"{via[q].where()}: {pkg} reaches {q} (first step: {via[q].module} imports "
                        f"{via[q].target}): {pkg} must never reach {q}")
+    return bad
+
+
+def room_violations(imports: list[Import], only: dict[str, set[str]] = IMPORTS_ONLY,
+                    never: dict[str, set[str]] = NEVER_IMPORTS) -> list[str]:
+    """One message per direct import of a package outside the importer's
+    :data:`IMPORTS_ONLY` list, or of a module its :data:`NEVER_IMPORTS` names."""
+    bad = []
+    for i in _internal(imports):
+        a, b = package_of(i.module), package_of(i.target)
+        if a == b or b == ROOT:
+            continue
+        if a in only and b not in only[a]:
+            bad.append(f"{i.where()}: {i.module} imports {i.target}: {a} may import only "
+                       f"{', '.join(sorted(only[a]))}")
+        elif any(i.target == m or i.target.startswith(m + ".") for m in never.get(a, ())):
+            bad.append(f"{i.where()}: {i.module} imports {i.target}: {a} must not import it")
     return bad
 
 
@@ -241,6 +270,59 @@ def test_no_cycle_between_modules(tree):
     assert not found, "module import cycles: " + "; ".join(" <-> ".join(c) for c in found)
 
 
+def test_each_room_imports_only_what_its_job_needs(tree):
+    bad = room_violations(tree)
+    assert not bad, "\n".join(bad)
+
+
+def test_the_room_check_catches_a_report_that_trains():
+    bad = room_violations([_imp("race.report.build", "race.engines.builtin", 3),
+                           _imp("race.report.doc", "race.protocol.validate", 4),
+                           _imp("race.report.doc", "race.protocol.study", 5), _imp("race.report.fmt", "race.cards", 6)])
+    assert len(bad) == 2 and "report.build imports race.engines.builtin: report may import only" in bad[0]
+    assert "src/race/report/doc.py:4" in bad[1] and "must not import it" in bad[1]
+    bad = room_violations([_imp("race.engines.trl.flops", "race.accounting.terms", 62),
+                           _imp("race.engines.trl.flops", "race.accounting.guard", 65)])
+    assert bad == ["src/race/engines/trl/flops.py:62: race.engines.trl.flops imports race.accounting.terms: engines "
+                   "must not import it"]
+
+
+def walk_nodes(src: Path):
+    """(module, file relative to ``src``'s parent, AST node) for every node of every module."""
+    for mod, f in modules_of(src).items():
+        rel = str(f.relative_to(src.parent))
+        for node in ast.walk(ast.parse(f.read_text(), str(f))):
+            yield mod, rel, node
+
+
+def rendering_in(src: Path, package: str = "accounting") -> list[str]:
+    """One message per rendering inside ``race.<package>``: a function named like a
+    renderer (``to_markdown``, ``to_latex``, ``*_html``, ``latex_*``, ``write``), or a string
+    holding Markdown-table, LaTeX-table or HTML markup. The report card's rendering is
+    ``race.cards``'s."""
+    bad = []
+    marks = ("|---|", "\\begin{tabular}", "\\hline", "<table", "<td")
+    for mod, rel, node in walk_nodes(src):
+        if package_of(mod) != package:
+            continue
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and (
+                node.name in ("to_markdown", "to_latex", "to_html", "write") or "latex" in node.name
+                or "markdown" in node.name or node.name.endswith("_html")):
+            bad.append(f"{rel}:{node.lineno}: {mod} defines {node.name}: rendering belongs in race.cards")
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and any(m in node.value for m in marks):
+            bad.append(f"{rel}:{node.lineno}: {mod} holds markup {node.value[:30]!r}: rendering belongs in race.cards")
+    return bad
+
+
+def test_the_accounting_renders_nothing_and_the_scan_would_see_a_renderer(tmp_path):
+    assert not (found := rendering_in(SRC)), "\n".join(found)
+    pkg = package_dir(tmp_path, "accounting")
+    (pkg / "card.py").write_text("class Card:\n    def to_markdown(self):\n        return '|---|---|'\n")
+    bad = rendering_in(tmp_path)
+    assert len(bad) == 2 and bad[0].endswith("card.py:2: race.accounting.card defines to_markdown: rendering "
+                                             "belongs in race.cards") and "card.py:3" in bad[1]
+
+
 def test_ground_floors_import_only_what_they_may(tree):
     bad = ground_floor_violations(tree)
     assert not bad, "\n".join(bad)
@@ -253,6 +335,15 @@ def test_no_module_exceeds_400_lines():
 
 
 # -- the checks can fail -------------------------------------------------------------------------------
+def package_dir(root: Path, package: str) -> Path:
+    """An empty ``race.<package>`` under ``root`` (a synthetic tree for the scans to read)."""
+    pkg = root / "race" / package
+    pkg.mkdir(parents=True)
+    (root / "race" / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("")
+    return pkg
+
+
 def _imp(a: str, b: str, line: int = 1) -> Import:
     return Import(a, b, f"src/{a.replace('.', '/')}.py", line)
 
@@ -271,7 +362,7 @@ def test_the_rules_catch_a_synthetic_violating_graph():
     bad = rule_violations(graph)
     text = "\n".join(bad)
     assert "src/race/grid/plan.py:76: race.grid.plan imports race.cli.flops: nothing imports cli" in text
-    assert "src/race/models/loading.py:9" in text and "models (floor 5) may not import engines" in text
+    assert "src/race/models/loading.py:9" in text and "models (floor 7) may not import engines" in text
     assert "analysis reaches models" in text and "src/race/analysis/fits.py:3" in text
     assert "engines reaches grid" in text
     assert "'newpkg' has no floor" in text
@@ -298,10 +389,7 @@ def test_the_ground_floor_check_catches_third_party_imports():
 
 
 def test_imports_inside_functions_count(tmp_path):
-    pkg = tmp_path / "race" / "grid"
-    pkg.mkdir(parents=True)
-    (tmp_path / "race" / "__init__.py").write_text("")
-    (pkg / "__init__.py").write_text("")
+    pkg = package_dir(tmp_path, "grid")
     (tmp_path / "race" / "cli").mkdir()
     (tmp_path / "race" / "cli" / "__init__.py").write_text("")
     (tmp_path / "race" / "cli" / "flops.py").write_text("X = 1\n")
@@ -365,10 +453,7 @@ def test_only_the_guard_decides_a_stop():
 
 
 def test_the_stop_scan_catches_each_way_of_deciding_a_stop(tmp_path):
-    pkg = tmp_path / "race" / "engines"
-    pkg.mkdir(parents=True)
-    (tmp_path / "race" / "__init__.py").write_text("")
-    (pkg / "__init__.py").write_text("")
+    pkg = package_dir(tmp_path, "engines")
     (pkg / "loop.py").write_text(
         "def run(ledger, bound, control, budget, step):\n"
         "    if ledger.would_exceed(bound):\n"
@@ -385,12 +470,8 @@ def test_the_stop_scan_catches_each_way_of_deciding_a_stop(tmp_path):
         assert f"race/engines/loop.py:{line}: race.engines.loop" in bad and what in bad, (line, what, bad)
 
 
-#: Private names imported across modules that another change owns this session (module -> names).
-#: rewards.rm_likelihood arrived on main after this rule was written: make hf._renderer public there.
-KNOWN_PRIVATE_IMPORTS = {
-    "race.analysis.isoflop": {"_group_cols"}, "race.analysis.regimes": {"_group_cols"},
-    "race.analysis.validation": {"_jsonable"}, "race.rewards.rm_likelihood": {"_renderer"},
-}
+#: Private names imported across modules, allowed (module -> names): none.
+KNOWN_PRIVATE_IMPORTS: dict[str, set[str]] = {}
 
 
 def private_imports(src: Path) -> list[str]:
@@ -424,10 +505,7 @@ def test_no_cross_module_private_imports():
 
 
 def test_the_private_import_scan_catches_one(tmp_path):
-    pkg = tmp_path / "race" / "report"
-    pkg.mkdir(parents=True)
-    (tmp_path / "race" / "__init__.py").write_text("")
-    (pkg / "__init__.py").write_text("")
+    pkg = package_dir(tmp_path, "report")
     (pkg / "kit.py").write_text("def _grid():\n    return 1\n")
     (pkg / "figs.py").write_text("from .kit import _grid\nfrom .kit import _grid as ok\n")
     found = [m.split(": ", 1)[0] for m in private_imports(tmp_path)]
@@ -462,31 +540,45 @@ def _is_budget_check(node: ast.AST) -> bool:
                                                               for x in sides)
 
 
+def _is_path_check(node: ast.AST) -> bool:
+    """``x.startswith((".", "/", ...))``: whether a reference names a file or directory."""
+    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "startswith"
+            and node.args and isinstance(node.args[0], ast.Tuple)):
+        return False
+    words = {e.value for e in node.args[0].elts if isinstance(e, ast.Constant)}
+    return "/" in words and bool(words & {".", "~", "./"})
+
+
+def _is_reward_split(node: ast.AST) -> bool:
+    """``reward.split(":")`` (or partition, rpartition, rsplit): the reward-spec grammar."""
+    return (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+            and node.func.attr in ("split", "rsplit", "partition", "rpartition") and bool(node.args)
+            and isinstance(node.args[0], ast.Constant) and node.args[0].value == ":"
+            and _mentions(node.func.value, "reward"))
+
+
 #: (what, the module that is its one home, a test of an AST node that restates it)
 VOCABULARIES = [("whether a number is a budget (race.accounting.guard.is_budget)", GUARD, _is_budget_check),
                 ("the per-step seed formula (race.tasks.step_seed)", "race.tasks.arith", _is_step_seed),
                 ("the phase list or the learning split (race.accounting PHASES / SPLIT)", "race.accounting.grpo",
-                 _is_phase_list)]
+                 _is_phase_list),
+                ("whether a reference is a path (race.models.refs.looks_like_path)", "race.models.refs",
+                 _is_path_check),
+                ("the reward-spec grammar (race.spec.reward.parse_reward)", "race.spec.reward", _is_reward_split)]
 
 
-#: Copies another change owns this session (module -> what), left for it. rewards.training
-#: changed on main meanwhile (the line holding its copy) and rewards.rm_samples arrived there
-#: after this rule was written: both call race.tasks.step_seed after the merge.
-KNOWN_VOCABULARY_COPIES = {"race.analysis.recommend": {"whether a number is a budget"},
-                           "race.analysis.tables": {"whether a number is a budget"},
-                           "race.rewards.training": {"the per-step seed formula"},
-                           "race.rewards.rm_samples": {"the per-step seed formula"}}
+#: Copies another change owns this session (module -> what), left for it: analysis.recommend
+#: is being changed by another helper (its ``budget <= 0`` check becomes guard.is_budget there).
+KNOWN_VOCABULARY_COPIES = {"race.analysis.recommend": {"whether a number is a budget"}}
 
 
 def vocabulary_copies(src: Path) -> list[str]:
     bad = []
-    for mod, f in modules_of(src).items():
+    for mod, rel, node in walk_nodes(src):
         known = KNOWN_VOCABULARY_COPIES.get(mod, set())
-        rel = str(f.relative_to(src.parent))
-        for node in ast.walk(ast.parse(f.read_text(), str(f))):
-            for what, home, restates in VOCABULARIES:
-                if mod != home and restates(node) and not any(what.startswith(k) for k in known):
-                    bad.append(f"{rel}:{node.lineno}: {mod} restates {what}: import it from {home}")
+        for what, home, restates in VOCABULARIES:
+            if mod != home and restates(node) and not any(what.startswith(k) for k in known):
+                bad.append(f"{rel}:{node.lineno}: {mod} restates {what}: import it from {home}")
     return bad
 
 
@@ -496,15 +588,16 @@ def test_every_vocabulary_has_one_home():
 
 
 def test_the_vocabulary_scan_catches_a_copy(tmp_path):
-    pkg = tmp_path / "race" / "engines"
-    pkg.mkdir(parents=True)
-    (tmp_path / "race" / "__init__.py").write_text("")
-    (pkg / "__init__.py").write_text("")
+    pkg = package_dir(tmp_path, "engines")
     (pkg / "loop.py").write_text("def seed_of(cfg, step):\n    return cfg.seed * 1_000_003 + step\n\n\n"
                                  "LEARN = ('update', 'old_logprobs', 'reference')\n\n\n"
-                                 "def ok(budget):\n    return budget > 0\n")
+                                 "def ok(budget):\n    return budget > 0\n\n\n"
+                                 "def local(name, cfg):\n    return name.startswith(('.', '/', '~')), "
+                                 "str(cfg.reward).split(':', 1)[0]\n")
     bad = vocabulary_copies(tmp_path)
     text = "\n".join(bad)
     assert "loop.py:9: race.engines.loop restates whether a number is a budget" in text
-    assert len(bad) == 3 and "loop.py:2: race.engines.loop restates the per-step seed formula" in text
+    assert len(bad) == 5 and "loop.py:2: race.engines.loop restates the per-step seed formula" in text
     assert "loop.py:5: race.engines.loop restates the phase list" in text
+    assert "loop.py:13: race.engines.loop restates whether a reference is a path" in text
+    assert "loop.py:13: race.engines.loop restates the reward-spec grammar" in text

@@ -1,10 +1,12 @@
-"""The compute report card: JSON, Markdown and LaTeX contents; the split sums to the total."""
+"""The compute report card: its data and JSON (race.accounting), its Markdown and LaTeX
+renderings and files (race.cards); the split sums to the total."""
 
 from __future__ import annotations
 
 import json
 
-from race.accounting import FlopLedger, ReportCard, fmt_flops
+from race.accounting import FlopLedger, ReportCard
+from race.cards import card_latex, card_markdown, fmt_flops, write_card
 
 
 def _card(budget=2e12) -> ReportCard:
@@ -44,7 +46,7 @@ def test_json():
 
 
 def test_markdown():
-    md = _card().to_markdown()
+    md = card_markdown(_card())
     assert md.startswith("# Compute report card")
     assert "| Total FLOPs (model, counted) | 2 TFLOP |" in md
     assert "| Budget | 2 TFLOP (100.0% used) |" in md
@@ -58,7 +60,7 @@ def test_markdown():
 
 
 def test_latex_escapes_and_keeps_the_conventions_out_of_the_l_column():
-    tex = _card().to_latex()
+    tex = card_latex(_card())
     assert tex.startswith("% RACE compute report card")
     assert "\\begin{tabular}{@{}lp{0.55\\linewidth}@{}}" in tex and tex.rstrip().endswith("\\end{tabular}")
     assert "qwen2.5\\_0.5b" in tex
@@ -74,7 +76,7 @@ def test_latex_escapes_and_keeps_the_conventions_out_of_the_l_column():
 
 
 def test_latex_escape_every_special_character():
-    from race.accounting.report_card import latex_escape
+    from race.cards import latex_escape
 
     assert latex_escape("a_b|c%d&e#f$g{h}i^j~k\\l<m>") == (
         "a\\_b\\textbar{}c\\%d\\&e\\#f\\$g\\{h\\}i\\^{}j\\~{}k\\textbackslash{}l\\textless{}m\\textgreater{}")
@@ -82,11 +84,11 @@ def test_latex_escape_every_special_character():
 
 def test_full_finetune_and_write(tmp_path):
     card = ReportCard(total_flops=10, phase_flops={"update": 10}, model="m")
-    assert "| LoRA rank | full fine-tuning |" in card.to_markdown()
-    card.write(tmp_path / "out")
+    assert "| LoRA rank | full fine-tuning |" in card_markdown(card)
+    write_card(card, tmp_path / "out")
     assert json.loads((tmp_path / "out" / "report_card.json").read_text())["split"]["learning"] == 10
-    assert (tmp_path / "out" / "report_card.md").read_text() == card.to_markdown()
-    assert (tmp_path / "out" / "report_card.tex").read_text() == card.to_latex()
+    assert (tmp_path / "out" / "report_card.md").read_text() == card_markdown(card)
+    assert (tmp_path / "out" / "report_card.tex").read_text() == card_latex(card)
 
 
 def test_fmt_flops():

@@ -30,7 +30,6 @@ from race.accounting.guard import (
     fits,
     is_budget,
     is_counted,
-    run_steps,
     steps_bought,
     steps_in_budget,
 )
@@ -50,7 +49,7 @@ def test_counted_leaves_out_every_uncounted_phase_and_is_the_ledgers_rule(tmp_pa
 
 def test_the_trl_accounting_uses_the_same_counted_rule():
     pytest.importorskip("transformers")
-    from race.engines.trl.flops import counted as trl_counted
+    from race.accounting.trl_step import counted as trl_counted
 
     assert trl_counted is counted
 
@@ -91,9 +90,9 @@ def test_the_steps_a_budget_buys():
         steps_in_budget(2, 3)
     with pytest.raises(AccountingError, match="step must cost > 0"):
         steps_bought(10, 0)
-    assert run_steps(100, 7, max_steps=4) == 4 and run_steps(100, 7) == 14
+    assert steps_in_budget(100, 7, max_steps=4) == 4 and steps_in_budget(100, 7) == 14
     with pytest.raises(AccountingError, match="^run 'tiny': budget 5 FLOPs is smaller than one step"):
-        run_steps(5, 7, run="tiny")
+        steps_in_budget(5, 7, run="tiny")
 
 
 # -- StepPlan --------------------------------------------------------------------------------------

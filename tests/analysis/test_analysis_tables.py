@@ -15,6 +15,7 @@ from race.analysis import (
     validate_evals,
     validate_runs,
 )
+from race.spec.reward import parse_reward
 
 from analysis_synth import LARGE, SMALL, make_study
 
@@ -34,6 +35,8 @@ def test_validate_runs_rejects_duplicates_and_bad_budgets():
         validate_runs(pd.concat([runs, runs.iloc[:1]]))
     with pytest.raises(SchemaError, match="positive"):
         validate_runs(runs.assign(budget=0.0))
+    with pytest.raises(SchemaError, match="positive"):  # the guard's rule: a budget is finite
+        validate_runs(runs.assign(budget=float("inf")))
 
 
 def test_validate_evals_checks_columns_and_score_range():
@@ -57,6 +60,10 @@ def test_allocation_key_ignores_budget_and_seed_only():
 def test_reward_system_and_prepare_runs_drop_failed():
     assert reward_system("prm:prm-s") == "prm"
     assert reward_system("rule") == "rule"
+    # the one parser decides: a path-like PRM name with ':' and typed specs read their kind
+    assert reward_system("prm:./rm:v2:min+outcome") == "prm" and reward_system(parse_reward("orm:orm-s")) == "orm"
+    with pytest.raises(SchemaError, match="not a reward spec"):
+        reward_system("reward-model-a")
     runs, _ = make_study([SMALL], budgets=[1e14], n_problems=0)
     runs.loc[0, "status"] = "failed"
     pr = prepare_runs(runs)

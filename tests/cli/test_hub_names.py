@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from race.accounting import AccountingError
 from race.cli.app import app
-from race.models.refs import cached_hub_config, resolve_shape
+from race.models.refs import cached_hub_config, looks_like_hub_name, looks_like_path, resolve_shape
 
 CONFIG = {"model_type": "qwen2", "hidden_size": 896, "intermediate_size": 4864, "num_hidden_layers": 24,
           "num_attention_heads": 14, "num_key_value_heads": 2, "vocab_size": 151936,
@@ -69,3 +69,36 @@ def test_race_flops_names_the_missing_cache_entry_in_one_line(tmp_path):
     assert res.exit_code == 2, out
     assert len(out.splitlines()) == 1 and "Traceback" not in out
     assert REPO in out and "not in the local Hugging Face cache" in out and "no network" in out
+
+
+@pytest.mark.parametrize("ref, is_path", [("Qwen/Qwen2.5-0.5B", False), ("tiny-s", False), ("qwen2.5-7b", False),
+                                          ("prm-xs", False), ("./x", True), ("../x", True), ("/abs", True),
+                                          ("~/x", True), ("x.json", True)])
+def test_one_rule_says_what_is_a_path(ref, is_path, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # nothing named like a hub id lies here
+    assert looks_like_path(ref) is is_path
+    assert looks_like_hub_name(ref) is (ref == "Qwen/Qwen2.5-0.5B")
+
+
+def test_an_existing_directory_is_a_path_even_without_markers(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "Qwen" / "Qwen2.5-0.5B").mkdir(parents=True)
+    assert looks_like_path("Qwen/Qwen2.5-0.5B") and not looks_like_hub_name("Qwen/Qwen2.5-0.5B")
+
+
+def test_a_hub_name_reward_model_is_not_loaded_as_a_path(tmp_path, monkeypatch):
+    """``prm:Qwen/...`` is a reward-model name, not a directory: the builder says the name is
+    unknown (it used to try to load ``Qwen/...`` as a local directory); the policy loader
+    tries the hub cache; a ``./`` path is loaded as a path and refused as missing."""
+    from race.models.loading import resolve_source
+    from race.rewards.learned import build_learned
+    from race.spec.reward import parse_reward
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError, match="unknown reward model 'Qwen/Qwen2.5-0.5B'"):
+        build_learned(parse_reward("prm:Qwen/Qwen2.5-0.5B"), device="cpu", build_missing=False)
+    assert resolve_source("Qwen/Qwen2.5-0.5B") == ("Qwen/Qwen2.5-0.5B", {"local_files_only": True})
+    with pytest.raises(FileNotFoundError, match="cannot load policy from './x'"):
+        resolve_source("./x")
+    with pytest.raises(FileNotFoundError, match="cannot load policy from 'x.json'"):
+        resolve_source("x.json")

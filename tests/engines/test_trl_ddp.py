@@ -34,7 +34,7 @@ def _by_step_key(path: Path) -> dict:
 
 def _global_bound(model_dir: Path) -> int:
     """The two ranks' step bound at the maximum lengths (each rank generates every step)."""
-    from race.engines.trl.flops import TrlStepPlan, counted, generation_components, update_components
+    from race.accounting.trl_step import TrlStepPlan, counted, generation_components, update_components
     from race.models.refs import tiny_shape
     from race.models.tokenizer import build_char_tokenizer
 
@@ -97,7 +97,7 @@ def test_two_ranks_share_one_budget_and_stop_on_the_same_step(tiny_model_dir, tm
 def test_per_device_batch_below_num_generations_runs_on_two_ranks(tiny_model_dir, tmp_path):
     """per_device_train_batch_size=2 < num_generations=4 on 2 ranks: TRL's global generation
     batch (4) holds full groups, so TRL accepts it; so must the ledger (it refused it)."""
-    from race.engines.trl.flops import TrlStepPlan
+    from race.accounting.trl_step import TrlStepPlan
 
     with pytest.raises(Exception, match="not a multiple of num_generations"):
         TrlStepPlan(per_device_train_batch_size=2, num_generations=4)  # one process: half a group

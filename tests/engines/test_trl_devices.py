@@ -69,7 +69,7 @@ def test_hooks_read_the_device_at_the_first_call_not_at_attach(monkeypatch):
 def test_sync_switch_keeps_the_flops_and_drops_the_per_call_synchronizes(monkeypatch):
     import torch
 
-    from race.engines.trl.flops import calls_components
+    from race.accounting.trl_step import calls_components
     from race.engines.trl.hooks import FlopTracker
     from race.models.family import build_tiny_model
     from race.models.refs import model_shape
@@ -103,7 +103,7 @@ def test_compiled_model_keeps_the_ledger_and_breaks_only_at_the_lm_boundary():
     import torch
     from torch._dynamo.utils import counters
 
-    from race.engines.trl.flops import calls_components
+    from race.accounting.trl_step import calls_components
     from race.engines.trl.hooks import FlopTracker
     from race.models.family import build_tiny_model
     from race.models.refs import model_shape
@@ -190,7 +190,7 @@ def test_fsdp_checkpoint_wrapper_is_seen_as_checkpointing(impl):
         checkpoint_wrapper,
     )
 
-    from race.engines.trl.flops import calls_components
+    from race.accounting.trl_step import calls_components
     from race.engines.trl.hooks import FlopTracker, _decoder_layers
     from race.measure import Counter
     from race.models.family import build_tiny_model

@@ -34,7 +34,7 @@ def test_fsdp2_sharded_checkpointed_model_is_charged_like_the_unsharded_one(tmp_
     import torch
     from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
 
-    from race.engines.trl.flops import calls_components
+    from race.accounting.trl_step import calls_components
     from race.engines.trl.hooks import FlopTracker
     from race.measure import Counter
     from race.models.family import build_tiny_model

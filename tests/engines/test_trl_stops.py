@@ -8,13 +8,13 @@ PROMPTS = ["Q:1+2\nA:", "Q:12+30-4\nA:"]
 
 def _step_bound(tok, T: int, rows: int) -> int:
     """Counted FLOPs of one full fine-tuning step (tiny-xs, no checkpointing) at the maximum lengths."""
-    from race.engines.trl.flops import TrlStepPlan, counted, generation_components, update_components
+    from race.accounting.trl_step import TrlStepPlan, trl_batch_bound
     from race.models.refs import tiny_shape
 
     P = max(len(tok(text=p)["input_ids"]) for p in PROMPTS)
-    shape, plan = tiny_shape("tiny-xs"), TrlStepPlan(per_device_train_batch_size=rows, num_generations=4)
-    return counted(generation_components(shape, plan, n_seqs=rows, prompt_len=P, completion_len=T)) + counted(
-        update_components(shape, plan, n_seqs=rows, seq_len=P + T, completion_len=T))
+    plan = TrlStepPlan(per_device_train_batch_size=rows, num_generations=4)
+    return trl_batch_bound(tiny_shape("tiny-xs"), plan, prompt_len=P, completion_len=T, num_iterations=1, lora=None,
+                           conventions=None)
 
 
 def test_budget_stop_saves_a_checkpoint_and_evaluates(tiny_model_dir, tmp_path):

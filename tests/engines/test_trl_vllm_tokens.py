@@ -50,7 +50,7 @@ def _generate_row_by_row(lm, prompt_ids, eos):
 
 @pytest.mark.parametrize("conventions", ["race", "torch"])
 def test_rollout_blocks_equal_what_the_hooks_measure_row_by_row(tiny_policy, conventions):
-    from race.engines.trl.flops import calls_components, calls_tokens_seconds
+    from race.accounting.trl_step import calls_components, calls_tokens_seconds
     from race.engines.trl.hooks import FlopTracker
     from race.engines.trl.rollouts import rollout_blocks
     from race.models.refs import model_shape

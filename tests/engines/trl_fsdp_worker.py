@@ -21,7 +21,7 @@ def main(out: str) -> None:
     from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
     from torch.distributed.fsdp import fully_shard
 
-    from race.engines.trl.flops import calls_components
+    from race.accounting.trl_step import calls_components
     from race.engines.trl.hooks import FlopTracker, lora_of
     from race.models.family import build_tiny_model
     from race.models.refs import model_shape

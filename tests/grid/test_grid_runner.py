@@ -201,6 +201,11 @@ def test_cli_run_status_export_and_tables(tmp_path):
         validate_runs(runs)
         validate_evals(evals)
         assert len(prepare_runs(runs)) == 4
+        # the grid writes the parsed spec's kind; the analysis reads that column as it is
+        from race.spec.reward import parse_reward
+
+        assert list(runs.reward_system) == [parse_reward(r).kind for r in runs.reward]
+        assert list(prepare_runs(runs.assign(reward_system="sentinel")).reward_system) == ["sentinel"] * 4
 
     import pandas as pd
 

@@ -10,13 +10,13 @@ from race.models.family import (
     family_table,
     lm_head_params,
     non_embedding_params,
-    non_embedding_params_from_config,
     tiny_config,
+    tiny_shape,
 )
 
 
 def test_family_spans_30x_and_smallest_is_about_100k():
-    counts = {n: non_embedding_params_from_config(n) for n in TINY_FAMILY}
+    counts = {n: tiny_shape(n).non_embedding_params() for n in TINY_FAMILY}
     assert len(counts) >= 4
     assert max(counts.values()) / min(counts.values()) >= 30
     assert 50_000 <= min(counts.values()) <= 200_000
@@ -35,7 +35,9 @@ def test_non_embedding_params_match_config_arithmetic(name):
     h, v = model.config.hidden_size, model.config.vocab_size
     total = sum(p.numel() for p in model.parameters())
     tied = model.config.tie_word_embeddings
-    assert non_embedding_params(model) == non_embedding_params_from_config(name)
+    # the one parameter formula (race.accounting's ModelShape) counts the real tensors
+    assert non_embedding_params(model) == tiny_shape(name).non_embedding_params()
+    assert total == tiny_shape(name).num_params()
     assert non_embedding_params(model) == total - v * h * (1 if tied else 2)
     assert lm_head_params(model) == v * h
     assert (model.lm_head.weight is model.model.embed_tokens.weight) == tied

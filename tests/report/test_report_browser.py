@@ -11,7 +11,7 @@ from html import unescape
 import pytest
 
 import report_synth as rs
-from race.accounting import fmt_flops
+from race.cards import fmt_flops
 
 CHROMIUM = next((shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome") if shutil.which(n)), None)
 pytestmark = [pytest.mark.browser,

@@ -14,9 +14,10 @@ import pytest
 
 import report_synth as rs
 from report_synth import N_BOOT, N_BOOT_FIT
-from race.accounting import fmt_flops
 from race.analysis import realised_regret, recommend
-from race.report import ReportError, build_report
+from race.cards import fmt_flops
+from race.protocol import ReportError
+from race.report import build_report
 from race.report.fmt import fmt_score
 
 ALL_FIGURES = {"frontier", "compute_split", "isoflop", "learning_curves", "regime_heatmap", "flops_seconds",
@@ -189,3 +190,32 @@ def test_errors_are_clear(tmp_path):
         build_report({"runs": runs, "evals": evals})
     with pytest.raises(ReportError, match="positive"):
         build_report({"runs": runs, "evals": evals}, tmp_path / "out", target_budget=-1.0)
+
+
+def test_the_recommendation_is_made_once_whichever_section_asks_first(full_tables):
+    """The report's context owns the recommendation: a section that runs before the
+    recommendation section (here the validation) sees it, every section shares one object,
+    and a failed recommendation fails once and is None for every reader."""
+    import dataclasses
+
+    from race.protocol import load_study
+    from race.report.build import DEFAULT_TARGETS, make_context
+    from race.report.sections_decision import recommendation_section, validation_result
+
+    ctx = make_context(load_study(full_tables), target_budget=None, targets=DEFAULT_TARGETS, rng=0, n_boot=N_BOOT,
+                       n_boot_fit=N_BOOT_FIT)
+    assert "rec" not in ctx.cache
+    validation_result(ctx)
+    rec = ctx.rec
+    assert rec is not None and rec is ctx.recommendation[0]
+    expected = recommend(ctx.evals, ctx.runs, ctx.primary, ctx.target_budget, n_boot=N_BOOT_FIT, rng=0)
+    assert rec.allocation == expected.allocation and rec.predicted_score == expected.predicted_score
+    sec = recommendation_section(ctx)
+    assert sec.data["recommendation"]["allocation"] == rec.allocation and ctx.recommendation[0] is rec
+
+    broken = dataclasses.replace(ctx, evals=ctx.evals.iloc[:0], cache={})
+    assert broken.rec is None
+    err = broken.cache["rec"]
+    with pytest.raises(type(err)):
+        broken.recommendation
+    assert broken.cache["rec"] is err  # not recomputed

@@ -11,7 +11,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from race.accounting import fmt_flops
+from race.cards import fmt_flops
 from race.cli.study_cmds import register
 from race.grid import Store, load_tables, run_grid
 
@@ -99,7 +99,7 @@ def test_cli_errors_for_missing_or_empty_studies(tmp_path, cli):
 
 
 def test_the_grids_first_eval_target_is_the_studys_primary_target(tmp_path, cli):
-    from race.report import load_study
+    from race.protocol import load_study
 
     grid = json.loads(json.dumps(GRID))
     grid["base"]["eval"]["targets"] = ["greedy", "pass@k"]

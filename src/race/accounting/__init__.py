@@ -38,7 +38,7 @@ from .passes import (
     shared_prompt_work,
     train_flops,
 )
-from .report_card import ReportCard, fmt_flops, log_values
+from .report_card import ReportCard, log_values
 from .shapes import LAYER_MATRICES, ModelShape, preset_names, published_sizes
 
 __all__ = [
@@ -46,7 +46,7 @@ __all__ = [
     "steps_bought", "CONVENTION_PRESETS", "Conventions", "FlopLedger",
     "LAYER_MATRICES", "LedgerCorruptError", "LedgerRecord", "LoRA", "ModelShape", "PHASES", "PhaseFlops", "RULE",
     "SPLIT",
-    "ReportCard", "RewardSystem", "Work", "backward_components", "fmt_flops", "forward_components", "forward_flops",
+    "ReportCard", "RewardSystem", "Work", "backward_components", "forward_components", "forward_flops",
     "generate_components", "generate_flops", "generate_work", "grpo_step_flops", "layers_forward_flops",
     "learning_components", "log_values", "phase_flops", "prompt_groups", "rollout_components", "plan_allocations", "recompute_flops", "preset_names", "published_sizes", "reward_model_flops", "sequence_work", "shared_prompt_work", "split_shares",
     "steps_in_budget", "train_flops", "uniform_step_flops",

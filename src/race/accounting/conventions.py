@@ -26,7 +26,7 @@ Presets reproduce other published conventions so users can compare:
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from typing import Literal
 
 from .errors import AccountingError
@@ -70,9 +70,6 @@ class Conventions:
         if key not in PRESETS:
             raise AccountingError(f"unknown conventions {name!r}; choose one of: {', '.join(PRESETS)}")
         return PRESETS[key]
-
-    def with_(self, **changes: object) -> "Conventions":
-        return replace(self, **changes)  # type: ignore[arg-type]
 
     def to_dict(self) -> dict[str, object]:
         return asdict(self)

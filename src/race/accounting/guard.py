@@ -10,8 +10,9 @@ callback:
   rule (``LedgerRecord.counted``).
 - **a budget** (:func:`check_budget`): a finite number of FLOPs > 0.
 - **whether FLOPs fit** (:func:`fits`): ``spent + flops <= budget``; no budget fits anything.
-- **the steps a budget buys** (:func:`steps_bought`, :func:`steps_in_budget`):
-  ``floor(budget / step_flops)``, capped by ``max_steps``.
+- **the steps a budget buys** (:func:`steps_bought`; :func:`steps_in_budget` for a run,
+  which refuses a budget that buys no step): ``floor(budget / step_flops)``, capped by
+  ``max_steps``.
 - **the stop** (:class:`BudgetGuard`): before a step, the step's upper bound must fit, or
   the run stops; once a step's exact cost is known, the part still to run must fit with
   what ran, or what ran is recorded as uncounted ``overrun`` and the run stops; a charge
@@ -89,28 +90,19 @@ def steps_bought(budget: float, step_flops: float, max_steps: int | None = None)
     return min(n, max_steps) if max_steps else n
 
 
-def run_steps(budget: float, step_bound: float, max_steps: int | None = None, *, run: str | None = None) -> int:
-    """The steps a run's budget buys at ``step_bound`` FLOPs a step (an engine's lr
-    schedule length): :func:`steps_in_budget`, at most ``max_steps``; the refusal of a
-    budget smaller than one step names ``run``."""
-    try:
-        n = steps_in_budget(budget, step_bound)
-    except AccountingError as e:
-        raise AccountingError(f"run {run!r}: {e}" if run is not None else str(e)) from None
-    return min(n, max_steps) if max_steps else n
-
-
-def steps_in_budget(budget: float, step_flops: float) -> int:
-    """floor(budget / step_flops): whole steps that fit. Raises when not even one fits,
-    saying what one step costs."""
+def steps_in_budget(budget: float, step_flops: float, max_steps: int | None = None, *,
+                    run: str | None = None) -> int:
+    """The steps a run's budget buys at ``step_flops`` FLOPs a step (an engine's lr
+    schedule length, a dry run's step count): :func:`steps_bought`, at most ``max_steps``.
+    Refuses a budget that is not one or that buys not even one step, saying what one step
+    costs (and naming ``run``, when given)."""
     check_budget(budget)
     n = steps_bought(budget, step_flops)
     if n < 1:
-        raise AccountingError(
-            f"budget {budget:.4g} FLOPs is smaller than one step ({step_flops:.4g} FLOPs); "
-            f"raise the budget to at least {step_flops:.4g} or shrink the step (prompts, group, lengths)"
-        )
-    return n
+        msg = (f"budget {budget:.4g} FLOPs is smaller than one step ({step_flops:.4g} FLOPs); "
+               f"raise the budget to at least {step_flops:.4g} or shrink the step (prompts, group, lengths)")
+        raise AccountingError(f"run {run!r}: {msg}" if run is not None else msg)
+    return min(n, max_steps) if max_steps else n
 
 
 # -- a step's shapes and settings ----------------------------------------------------------------------
@@ -231,7 +223,7 @@ class BudgetGuard:
         ``max_steps``; refuses a budget smaller than one step (naming ``run``)."""
         if self.budget is None:
             raise AccountingError("no budget: steps_bought needs a ledger with a budget")
-        return run_steps(self.budget, step_bound, max_steps, run=run)
+        return steps_in_budget(self.budget, step_bound, max_steps, run=run)
 
     def _stop(self) -> bool:
         self.stop_reason = BUDGET_STOP
@@ -281,4 +273,4 @@ class BudgetGuard:
 
 
 __all__ = ["BUDGET_STOP", "BudgetExceededError", "BudgetGuard", "StepPlan", "UNCOUNTED_PHASES", "check_budget",
-           "counted", "fits", "is_budget", "is_counted", "record_overrun_step", "run_steps", "steps_bought", "steps_in_budget"]
+           "counted", "fits", "is_budget", "is_counted", "record_overrun_step", "steps_bought", "steps_in_budget"]

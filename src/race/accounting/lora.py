@@ -41,3 +41,11 @@ class LoRA:
         """Trainable parameters: r * (in + out) per adapted matrix per layer."""
         dims = shape.matrix_dims()
         return shape.num_layers * sum(self.rank * (dims[t][0] + dims[t][1]) for t in self.targets)
+
+
+def lora_merge_flops(shape: ModelShape, lora: LoRA) -> int:
+    """FLOPs of folding a LoRA adapter into the weights once (a merged rollout): ``2 r in
+    out`` (the ``B A`` matmul) per adapted matrix per layer; the scale and the add are
+    elementwise (0)."""
+    dims = shape.matrix_dims()
+    return shape.num_layers * sum(2 * lora.rank * dims[t][0] * dims[t][1] for t in lora.targets)

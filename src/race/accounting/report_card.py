@@ -1,6 +1,8 @@
-"""The compute report card: total FLOPs and how they split among search (rollout),
+"""The compute report card's data: total FLOPs and how they split among search (rollout),
 learning (update + log-prob passes) and feedback (reward), beside the model size, LoRA
-rank, group size, steps, tokens and the conventions used. JSON, Markdown and LaTeX."""
+rank, group size, steps, tokens and the conventions used; and the ledger's values for a
+training log. JSON here; the Markdown and LaTeX renderings and the card's files are
+``race.cards``'s (the accounting renders nothing)."""
 
 from __future__ import annotations
 
@@ -11,10 +13,6 @@ from typing import Any
 from .conventions import Conventions, resolve
 from .grpo import SPLIT
 from .ledger import FlopLedger
-
-_LATEX_ESCAPES = {"&": r"\&", "%": r"\%", "_": r"\_", "#": r"\#", "$": r"\$", "{": r"\{", "}": r"\}",
-                  "^": r"\^{}", "~": r"\~{}", "\\": r"\textbackslash{}", "|": r"\textbar{}",
-                  "<": r"\textless{}", ">": r"\textgreater{}"}
 
 
 def log_values(ledger: FlopLedger, prefix: str = "race/") -> dict[str, float]:
@@ -33,21 +31,6 @@ def log_values(ledger: FlopLedger, prefix: str = "race/") -> dict[str, float]:
     for axis, ps in SPLIT.items():
         out[f"{prefix}split/{axis}"] = sum(counted.get(p, 0) for p in ps) / total if total else 0.0
     return out
-
-
-def latex_escape(text: str) -> str:
-    """Text safe inside a LaTeX table cell: the ten special characters escaped, and ``|``,
-    ``<``, ``>`` spelled as text commands (in the default OT1 encoding they print as other
-    glyphs)."""
-    return "".join(_LATEX_ESCAPES.get(c, c) for c in str(text))
-
-
-def fmt_flops(x: float) -> str:
-    """Engineering format: 1.23e15 -> '1.23 PFLOP'."""
-    for unit, scale in (("EFLOP", 1e18), ("PFLOP", 1e15), ("TFLOP", 1e12), ("GFLOP", 1e9), ("MFLOP", 1e6)):
-        if abs(x) >= scale:
-            return f"{x / scale:.3g} {unit}"
-    return f"{x:.3g} FLOP"
 
 
 @dataclass
@@ -102,50 +85,3 @@ class ReportCard:
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2, sort_keys=True)
-
-    def _rows(self, conventions: bool = True) -> list[tuple[str, str]]:
-        rows = [("Total FLOPs (model, counted)", fmt_flops(self.total_flops))]
-        if self.budget_flops:
-            rows.append(("Budget", f"{fmt_flops(self.budget_flops)} ({self.total_flops / self.budget_flops:.1%} used)"))
-        for k, v in self.split.items():
-            rows.append((f"  {k}", f"{fmt_flops(v)} ({self.shares[k]:.1%})"))
-        for k, v in sorted(self.hardware_flops.items()):
-            rows.append((f"Not counted: {k}", fmt_flops(v)))
-        rows += [("Model", f"{self.model} ({self.model_params:,} parameters)"),
-                 ("LoRA rank", str(self.lora_rank) if self.lora_rank else "full fine-tuning"),
-                 ("Group size", str(self.num_generations)), ("Steps", str(self.steps)),
-                 ("Rollout tokens", f"{self.tokens:,}")]
-        if self.seconds:
-            rows.append(("Wall seconds by phase", ", ".join(f"{k} {v:.1f}" for k, v in sorted(self.seconds.items()))))
-        if conventions:
-            rows.append(("Conventions", self.conventions_text))
-        return rows
-
-    def to_markdown(self) -> str:
-        lines = ["# Compute report card", "", "| item | value |", "|---|---|"]
-        lines += [f"| {k.strip()} | {v} |" for k, v in self._rows()]
-        return "\n".join(lines) + "\n"
-
-    def to_latex(self) -> str:
-        r"""A ``tabular`` to ``\input`` in a table environment (no package needed). Long
-        values wrap in a ``p`` column; the conventions, a long line, are a note under the
-        table, marked from the total with a dagger."""
-        lines = []
-        for i, (k, v) in enumerate(self._rows(conventions=False)):
-            mark = r"$^\dagger$" if i == 0 else ""
-            lines.append(f"{latex_escape(k.strip())}{mark} & {latex_escape(v)} \\\\")
-        note = latex_escape(self.conventions_text or "not recorded")
-        return ("% RACE compute report card: \\input it inside a table environment (no package needed).\n"
-                "\\begin{tabular}{@{}lp{0.55\\linewidth}@{}}\n\\hline\nItem & Value \\\\\n\\hline\n"
-                + "\n".join(lines)
-                + "\n\\hline\n\\multicolumn{2}{@{}p{\\linewidth}@{}}{\\footnotesize $^\\dagger$Conventions: "
-                + note + "} \\\\\n\\end{tabular}\n")
-
-    def write(self, directory: "str | Any") -> None:
-        from pathlib import Path
-
-        d = Path(directory)
-        d.mkdir(parents=True, exist_ok=True)
-        (d / "report_card.json").write_text(self.to_json())
-        (d / "report_card.md").write_text(self.to_markdown())
-        (d / "report_card.tex").write_text(self.to_latex())

@@ -25,11 +25,6 @@ def _whole(x: Pairs) -> int:
     return x
 
 
-def matmul_flops(m: int, k: int, n: int) -> int:
-    """(m x k) @ (k x n): 2*m*k*n (one multiply and one add per MAC)."""
-    return 2 * m * k * n
-
-
 def linear_flops(tokens: int, d_in: int, d_out: int) -> int:
     """A dense layer over ``tokens`` rows: 2 * tokens * d_in * d_out (bias add free)."""
     return 2 * tokens * d_in * d_out

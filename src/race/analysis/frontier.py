@@ -22,7 +22,9 @@ from .tables import ALLOCATION_COLUMNS, require_columns, without_controls
 CONDITIONS = ("reward_system", "reward", None)
 
 
-def _group_cols(condition_on: str | None) -> list[str]:
+def group_cols(condition_on: str | None) -> list[str]:
+    """The columns a frontier is conditioned on: ``[condition_on]`` (one of
+    :data:`CONDITIONS`), or none."""
     if condition_on not in CONDITIONS:
         raise ValueError(f"condition_on must be one of {CONDITIONS}, got {condition_on!r}")
     return [] if condition_on is None else [condition_on]
@@ -66,7 +68,7 @@ def frontier(
     ``runner_up`` with its ``runner_up_score`` (None/NaN with a single allocation).
     ``reward == "random"`` controls are left out unless ``exclude_random=False``.
     """
-    group = _group_cols(condition_on)
+    group = group_cols(condition_on)
     finals = final_scores(evals, runs, target, at=at)
     if exclude_random:
         finals = without_controls(finals)
@@ -105,7 +107,7 @@ def frontier_envelope(
     so the envelope never decreases. Returns ``[condition], flops, score, allocation, budget,
     n_curves`` (curves defined at C), one row per (condition, C).
     """
-    group = _group_cols(condition_on)
+    group = group_cols(condition_on)
     curves = learning_curves(evals, runs, target=target)
     if exclude_random:
         curves = without_controls(curves)

@@ -31,7 +31,7 @@ import pandas as pd
 
 from .bootstrap import as_rng, bootstrap_cells
 from .curves import final_scores
-from .frontier import _group_cols
+from .frontier import group_cols
 from .tables import require_columns, without_controls
 
 
@@ -166,7 +166,7 @@ def isoflop_table(
     opens_upward, frac_valid, coef, sizes, scores, level, located, warnings`` (warnings joined by "; ",
     empty when none). One generator is consumed in sorted (budget, condition) order.
     """
-    group = _group_cols(condition_on)
+    group = group_cols(condition_on)
     finals = final_scores(evals, runs, target, at=at)
     if exclude_random:
         finals = without_controls(finals)

@@ -26,12 +26,15 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from race.schema import ALLOCATION_COLUMNS
+
 from .bootstrap import as_rng
 from .curves import final_scores, learning_curves
 from .tables import per_problem_array
 
-RUN_COLUMNS = ("run_id", "allocation", "budget", "seed", "model", "model_params", "reward", "reward_system",
-               "num_generations", "prompts_per_step", "num_iterations", "learning_rate")
+#: The runs columns a :class:`StudyMatrix` keeps: ``race.schema``'s (``allocation`` and
+#: ``reward_system`` as ``race.analysis.tables.prepare_runs`` adds them).
+RUN_COLUMNS = ("run_id", "allocation", "budget", "seed", "model_params", "reward_system", *ALLOCATION_COLUMNS)
 
 
 @dataclass

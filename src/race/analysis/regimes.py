@@ -27,7 +27,7 @@ from scipy.stats import kendalltau
 
 from .bootstrap import bootstrap_cells, difference, win_probabilities
 from .curves import final_scores
-from .frontier import _group_cols, allocation_scores
+from .frontier import group_cols, allocation_scores
 from .tables import AXIS_PREFIX, OPTIONAL_ALLOCATION_COLUMNS, allocation_table, without_controls
 
 AXES: dict[str, tuple[str, ...]] = {
@@ -86,7 +86,7 @@ def regimes(
     diff_hi, tie, decisive, axes`` ("size+search", "" for none), ``detail,
     n_allocations``. ``decisive`` = not a tie.
     """
-    group = _group_cols(condition_on)
+    group = group_cols(condition_on)
     finals = final_scores(evals, runs, target, at=at)
     if exclude_random:
         finals = without_controls(finals)
@@ -205,7 +205,7 @@ def rank_stability(
     kendall_tau`` (tau-b between seed-mean scores at b and the next budget over their
     common allocations), ``n_common``, ``largest_budget, pda_vs_largest, n_pairs``.
     """
-    group = _group_cols(condition_on)
+    group = group_cols(condition_on)
     finals = final_scores(evals, runs, target, at=at)
     if exclude_random:
         finals = without_controls(finals)

@@ -1,8 +1,10 @@
-"""Input tables of the analysis and their schemas.
+"""Input tables of the analysis: their checks and the allocation key.
 
-Three tables feed every analysis function (one row each):
+Three tables feed every analysis function (one row each), in the layout of
+``race.schema`` (the one home of the columns, which the grid writes; re-exported here):
 
-- ``runs``: one row per pilot run (see :data:`RUNS_COLUMNS`).
+- ``runs``: one row per pilot run (see :data:`RUNS_COLUMNS`; ``model_params`` counts all
+  parameters, embeddings included).
 - ``evals``: one row per (run_id, evaluation point, target) (see :data:`EVALS_COLUMNS`).
 - ``train``: optional per-step training log (see :data:`TRAIN_COLUMNS`).
 
@@ -12,83 +14,35 @@ learning_rate, reward)``, plus any optional allocation column (``lora_r``, ``eng
 ``axis_*``: a grid's other axes) whose value differs between runs. :func:`allocation_key`
 turns it into one readable string, the identifier every other module uses.
 
-A *reward system* is the part of ``reward`` before the first ``":"`` (``"prm:prm-s"`` ->
-``"prm"``), so that a frontier "conditioned on the reward system" can still compare
-reward models of one system (the feedback axis).
+A *reward system* is the kind of the parsed reward spec (``race.spec.reward``, the one
+parser: ``"prm:prm-s"`` -> ``"prm"``; the grid writes it as the ``reward_system``
+column), so that a frontier "conditioned on the reward system" can still compare reward
+models of one system (the feedback axis).
 """
 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
-ALLOCATION_COLUMNS: tuple[str, ...] = (
-    "model",
-    "num_generations",
-    "prompts_per_step",
-    "num_iterations",
-    "learning_rate",
-    "reward",
+from race.accounting.guard import is_budget
+from race.schema import (  # the tables' layout has one home; re-exported here for the analysis API
+    ALLOCATION_COLUMNS,
+    AXIS_PREFIX,
+    EVALS_COLUMNS,
+    EVALS_OPTIONAL,
+    KNOWN_STATUSES,
+    OPTIONAL_ALLOCATION_COLUMNS,
+    RUNS_COLUMNS,
+    RUNS_CORE,
+    RUNS_OPTIONAL,
+    TRAIN_COLUMNS,
 )
-
-#: Optional columns that also tell allocations apart, when their value varies between
-#: runs; so do ``axis_<name>`` columns (the grid's other axes, e.g. ``axis_max_completion_length``).
-OPTIONAL_ALLOCATION_COLUMNS: tuple[str, ...] = ("lora_r", "engine")
-AXIS_PREFIX = "axis_"
-
-RUNS_COLUMNS: dict[str, str] = {
-    "run_id": "run identifier (unique)",
-    "study": "study name",
-    "budget": "FLOP budget of the run (float)",
-    "model": "policy model name",
-    "model_params": "non-embedding parameters of the policy (float)",
-    "num_generations": "completions per prompt (G)",
-    "prompts_per_step": "prompts per optimizer batch",
-    "num_iterations": "updates per generation batch",
-    "learning_rate": "optimizer learning rate",
-    "reward": "reward name, e.g. 'rule', 'prm:prm-s', 'random'",
-    "seed": "random seed",
-    "status": "'complete', 'failed', ...",
-    "total_flops": "FLOPs spent in total",
-    "rollout_flops": "FLOPs of rollout/search",
-    "learning_flops": "FLOPs of updates and log-prob passes",
-    "feedback_flops": "FLOPs of reward/feedback",
-    "steps": "optimizer steps taken",
-    "wall_s": "wall-clock seconds",
-    "zero_var_frac": "share of groups whose rewards are all equal",
-    "trunc_rate": "share of completions that hit the length limit",
-}
-RUNS_OPTIONAL: dict[str, str] = {
-    "proxy_reward_trend": "slope of the proxy (training) reward over the run",
-    "verified_trend": "slope of the verified accuracy over the run",
-}
-#: The columns most analysis functions need from ``runs``.
-RUNS_CORE: tuple[str, ...] = ("run_id", "budget", "seed", "status", "model_params") + ALLOCATION_COLUMNS
-
-EVALS_COLUMNS: dict[str, str] = {
-    "run_id": "run identifier (matches runs.run_id)",
-    "step": "optimizer step of the evaluation",
-    "flops": "cumulative training FLOPs at the evaluation",
-    "target": "'greedy', 'pass@k', 'hard', ...",
-    "score": "score in [0, 1]",
-    "n": "number of evaluation problems",
-}
-EVALS_OPTIONAL: dict[str, str] = {
-    "per_problem": "list of per-problem 0/1 (or fractional) scores, same problems and order "
-    "for every run of a target",
-}
-
-TRAIN_COLUMNS: dict[str, str] = {
-    "run_id": "run identifier",
-    "step": "optimizer step",
-    "flops": "cumulative training FLOPs after the step",
-    "reward_mean": "mean proxy/training reward of the step's completions",
-}
-
-KNOWN_STATUSES = ("complete", "failed", "running", "pending", "stopped")
 
 
 class SchemaError(ValueError):
@@ -124,8 +78,7 @@ def validate_runs(runs: pd.DataFrame, columns: Iterable[str] | None = None) -> p
     if "run_id" in runs.columns:
         _check_unique(runs, ["run_id"], "runs")
     if "budget" in runs.columns:
-        budget = pd.to_numeric(runs["budget"], errors="coerce")
-        if budget.isna().any() or (budget <= 0).any():
+        if not runs["budget"].map(is_budget).all():
             raise SchemaError("runs.budget must be positive numbers (FLOPs)")
     return runs
 
@@ -206,8 +159,15 @@ def _fmt_extra(v: object) -> str:
 
 
 def reward_system(reward: object) -> str:
-    """The reward system of a reward name: text before the first ``":"``."""
-    return str(reward).split(":", 1)[0]
+    """The reward system of a reward spec: the ``kind`` of the parsed spec
+    (``race.spec.reward.parse_reward``, a ``RewardSpec`` read as it is; ``"prm:prm-s"`` ->
+    ``"prm"``). A spec that does not parse raises :class:`SchemaError` saying why."""
+    from race.spec.reward import RewardSpec, parse_reward  # the one reward grammar (imports pydantic's package)
+
+    try:
+        return parse_reward(reward if isinstance(reward, RewardSpec) else str(reward)).kind
+    except ValueError as e:
+        raise SchemaError(f"runs.reward {reward!r} is not a reward spec: {e}") from None
 
 
 #: The reward of random-reward control runs: never a candidate, only a comparison.
@@ -225,7 +185,8 @@ def without_controls(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def prepare_runs(runs: pd.DataFrame, include_failed: bool = False) -> pd.DataFrame:
-    """Runs with ``allocation`` and ``reward_system`` columns added, sorted by run_id.
+    """Runs with ``allocation`` and ``reward_system`` columns added (the latter read as the
+    grid wrote it, else from the parsed reward), sorted by run_id.
 
     Only ``status == "complete"`` runs are kept unless ``include_failed``.
     """
@@ -236,7 +197,8 @@ def prepare_runs(runs: pd.DataFrame, include_failed: bool = False) -> pd.DataFra
         out = out[out["status"].astype(str) == "complete"].copy()
     out["budget"] = out["budget"].astype(float)
     out["model_params"] = out["model_params"].astype(float)
-    out["reward_system"] = out["reward"].map(reward_system)
+    if "reward_system" not in out.columns or out["reward_system"].isna().any():  # not written by the grid
+        out["reward_system"] = out["reward"].map(reward_system)
     return out.sort_values("run_id", kind="mergesort").reset_index(drop=True)
 
 
@@ -266,3 +228,26 @@ def per_problem_array(value: object) -> np.ndarray | None:
         value = json.loads(value)
     arr = np.asarray(value, dtype=float).ravel()
     return arr if arr.size else None
+
+
+def jsonable(v: Any) -> Any:
+    """Plain JSON types: DataFrames as records, numpy scalars as Python, NaN/inf as None."""
+    if isinstance(v, pd.DataFrame):
+        return [jsonable(r) for r in v.to_dict(orient="records")]
+    if isinstance(v, pd.Series):
+        return jsonable(v.to_dict())
+    if isinstance(v, dict):
+        return {str(k): jsonable(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple, set)):
+        return [jsonable(x) for x in v]
+    if isinstance(v, np.ndarray):
+        return [jsonable(x) for x in v.tolist()]
+    if isinstance(v, np.generic):
+        v = v.item()
+    if v is pd.NA or v is pd.NaT:
+        return None
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    if isinstance(v, (str, int, float, bool)) or v is None:
+        return v
+    return str(v)

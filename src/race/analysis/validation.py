@@ -25,7 +25,8 @@ from scipy.stats import norm
 
 from .bootstrap import as_rng
 from .joint import draw_replicates, study_matrix
-from .recommend import Recommendation, _jsonable
+from .recommend import Recommendation
+from .tables import jsonable
 
 
 @dataclass
@@ -58,7 +59,7 @@ class ValidationResult:
     notes: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict:
-        return {k: _jsonable(getattr(self, k)) for k in self.__dataclass_fields__}
+        return {k: jsonable(getattr(self, k)) for k in self.__dataclass_fields__}
 
 
 def _half_scores(pp: np.ndarray, half: np.ndarray, weights: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:

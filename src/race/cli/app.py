@@ -91,7 +91,7 @@ def flops(
 def _print_flops(rep: dict) -> None:
     from rich.table import Table
 
-    from race.accounting import fmt_flops
+    from race.cards import fmt_flops
     from race.cli.tables import print_table
 
     c = _console()
@@ -191,7 +191,7 @@ def plan(
 def _print_plan(budget: float, allocs: list, skipped: list, hold: str, prompts: int, gmax: int) -> None:
     from rich.table import Table
 
-    from race.accounting import fmt_flops
+    from race.cards import fmt_flops
     from race.cli.tables import print_table
 
     held = (f"sequences per step held at {prompts * gmax} ({prompts} prompts x G={gmax}): a larger G means fewer "

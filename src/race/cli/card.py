@@ -26,6 +26,7 @@ def card(
     files merged, e.g. after a crash."""
     from race.accounting import AccountingError
     from race.accounting.guard import is_budget
+    from race.cards import card_markdown, write_card
     from race.engines.trl_card import rebuild_report_card
 
     if budget is not None and not is_budget(budget):
@@ -36,8 +37,8 @@ def card(
     except (AccountingError, ValueError, OSError) as e:
         _fail(one_line(str(e)))
     target = out or output_dir
-    rc.write(target)
-    typer.echo(rc.to_markdown())
+    write_card(rc, target)
+    typer.echo(card_markdown(rc))
     for note in rc.extra.get("rebuild_notes", []):
         typer.secho(f"note: {note}", fg=typer.colors.YELLOW, err=True)
     typer.echo(f"wrote {target / 'report_card.json'}, report_card.md, report_card.tex "

@@ -47,7 +47,7 @@ def build(
     from rich.console import Console
     from rich.table import Table
 
-    from race.accounting import fmt_flops
+    from race.cards import fmt_flops
     from race.cli.tables import print_table
     from race.cli.ui import build_with_bars
     from race.rewards import training
@@ -95,7 +95,7 @@ def eval_(
     from rich.console import Console
     from rich.table import Table
 
-    from race.accounting import fmt_flops
+    from race.cards import fmt_flops
     from race.cli.tables import print_table
     from race.rewards.rm_report import quality_rows
 

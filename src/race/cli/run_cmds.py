@@ -27,7 +27,8 @@ def train(
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from race.accounting import AccountingError, fmt_flops
+    from race.accounting import AccountingError
+    from race.cards import fmt_flops
     from race.spec.errors import ConfigError
     from race.spec.run import load_run_config
 
@@ -64,7 +65,7 @@ def train(
 def _print_summary(console: Any, out: dict[str, Any], run_dir: Path) -> None:
     from rich.table import Table
 
-    from race.accounting import fmt_flops
+    from race.cards import fmt_flops
 
     t = Table(title=f"{out['name']} ({out['status']}, stopped by {out['stop_reason']})")
     t.add_column("")
@@ -161,8 +162,8 @@ def demo(
 def _demo_validation(con: Any, study_dir: Path, rivals: int, workers: int | None) -> None:
     """``race validate`` inside the demo: the report then shows forecast vs realised. A
     validation that cannot run (e.g. no pilot run completed) is reported, not fatal."""
-    from race.accounting import fmt_flops
-    from race.report import ReportError, validate_study
+    from race.cards import fmt_flops
+    from race.protocol import ReportError, validate_study
 
     try:
         res = validate_study(study_dir, rivals=rivals, workers=workers, on_event=cell_events(con.print))

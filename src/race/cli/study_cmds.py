@@ -1,6 +1,7 @@
 """`race report` and `race validate`: a study's report, and the validation stage.
 
-Each command is a few lines over ``race.report``; heavy imports stay inside. The lead's
+Each command is a few lines over ``race.protocol`` (the study, the validation stage) and
+``race.report`` (rendering); heavy imports stay inside. The lead's
 ``race.cli.run_cmds`` calls :func:`register` to add them to the main app.
 """
 
@@ -25,7 +26,7 @@ def _targets(target: str) -> tuple[str, ...]:
 
 def _load(study_dir: Path, target: str | None, target_budget: float | None) -> tuple[Any, str]:
     """The study and the primary target (``--target``, else the study's own)."""
-    from race.report import ReportError, load_study
+    from race.protocol import ReportError, load_study
 
     try:
         study = load_study(study_dir, target_budget=target_budget)
@@ -39,7 +40,7 @@ def _load(study_dir: Path, target: str | None, target_budget: float | None) -> t
 
 
 def _print_report(paths: Any) -> None:
-    from race.accounting import fmt_flops
+    from race.cards import fmt_flops
 
     typer.echo(f"report: {paths.html}")
     typer.echo(f"        {paths.markdown} (figures in {paths.out_dir / 'figures'}), numbers in {paths.json}")
@@ -64,7 +65,8 @@ def report(
     seed: Annotated[int, typer.Option(help="random seed of the bootstraps")] = 0,
 ) -> None:
     """Write the study's report (HTML, Markdown, JSON) and print its recommendation."""
-    from race.report import ReportError, build_report
+    from race.protocol import ReportError
+    from race.report import build_report
 
     study, target = _load(study_dir, target, target_budget)
     try:
@@ -103,8 +105,9 @@ def validate(
     seed: Annotated[int, typer.Option(help="random seed of the bootstraps")] = 0,
 ) -> None:
     """Run the recommendation and its rivals at the target budget; report realised regret."""
-    from race.accounting import fmt_flops
-    from race.report import ReportError, build_report, validate_study
+    from race.cards import fmt_flops
+    from race.protocol import ReportError, validate_study
+    from race.report import build_report
 
     seed_list = _parse_seeds(seeds)
     _, target = _load(study_dir, target, target_budget)

@@ -45,6 +45,7 @@ from typing import Any
 import torch
 
 from race.accounting import BudgetGuard, FlopLedger, ReportCard, StepPlan
+from race.cards import write_card
 from race.engines.checkpoint import cut_lines, find_checkpoint, load_checkpoint, save_checkpoint
 from race.engines.common import (
     DivergedError,
@@ -362,7 +363,7 @@ class BuiltinEngine:
                                       lora_rank=cfg.lora.r if cfg.lora is not None else None,
                                       num_generations=cfg.num_generations, extra={"engine": self.name,
                                                                                   "reward": str(cfg.reward)})
-        card.write(self.run_dir)
+        write_card(card, self.run_dir)
         return self.out.finish(engine=self.name, ledger=self.ledger, metrics=self.metrics, steps=step, status=status,
                                stop_reason=stop_reason, error=error, wall=wall, shape=self.shape,
                                resumed_from=self.resumed_from)

@@ -11,7 +11,7 @@ Evaluation FLOPs are computed from what executed and recorded apart from the bud
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Callable
 
 import torch
 
@@ -28,11 +28,6 @@ class EvalResult:
     tokens: int = 0
     seconds: float = 0.0
     extra: dict[str, float] = field(default_factory=dict)
-
-
-def _batched(seq: Sequence[Any], n: int):
-    for i in range(0, len(seq), n):
-        yield seq[i:i + n]
 
 
 class Evaluator:

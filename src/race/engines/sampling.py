@@ -33,7 +33,7 @@ FLOPs than running the adapters over every position of a full-length rollout (at
 scale it always does, and a decode step runs one matmul per projection instead of three).
 The ledger charges what executed, never the LoRA convention for a merged rollout: the
 base model's prefill and decode (no LoRA term) plus ``merge`` = ``2 r in out`` per adapted
-matrix (:func:`lora_merge_flops`). Merging only when it costs fewer FLOPs at full length
+matrix (``race.accounting.lora.lora_merge_flops``). Merging only when it costs fewer FLOPs at full length
 keeps a step's rollout charge at or below the unmerged bound the budget check uses.
 """
 
@@ -43,6 +43,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+
+from race.accounting.lora import lora_merge_flops  # the merge's FLOP rule (re-exported for race.engines.gang)
 
 
 @dataclass
@@ -101,13 +103,6 @@ def sample(model: Any, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, **kw
                    completion_ids=ro.completion_ids.clone(), completion_mask=ro.completion_mask.clone(),
                    truncated=ro.truncated.clone(), n_prompts=ro.n_prompts, group=ro.group, merged=ro.merged,
                    decoded=None if ro.decoded is None else ro.decoded.clone())
-
-
-def lora_merge_flops(shape: Any, lora: Any) -> int:
-    """FLOPs of folding a LoRA adapter into the weights once: ``2 r in out`` (the ``B A``
-    matmul) per adapted matrix per layer; the scale and the add are elementwise (0)."""
-    dims = shape.matrix_dims()
-    return shape.num_layers * sum(2 * lora.rank * dims[t][0] * dims[t][1] for t in lora.targets)
 
 
 def rollout_flops(shape: Any, ro: Rollout, *, lora: Any, conventions: Any) -> dict[str, int]:

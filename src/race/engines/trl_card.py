@@ -126,7 +126,7 @@ def rebuild_report_card(directory: str | Path, *, conventions: str | None = None
                         model: str | None = None, model_params: int | None = None, lora_rank: int | None = None,
                         num_generations: int | None = None) -> ReportCard:
     """The report card of the TRL run whose ledgers are in ``directory`` (module docstring)."""
-    from race.engines.trl.flops import TRL_CONVENTIONS_NOTE
+    from race.accounting.trl_step import TRL_CONVENTIONS_NOTE
 
     d = Path(directory)
     earlier: dict[str, Any] = {}

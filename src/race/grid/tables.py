@@ -2,7 +2,7 @@
 
 :func:`load_tables` gives the analysis module its inputs: ``runs`` (one row per cell,
 allocation + outcome + FLOP split) and ``evals`` (one row per evaluation point), plus
-``ledger`` and ``train``. Readers never take the study lock; WAL lets them read while a
+``ledger`` and ``train``, in the layout of ``race.schema``. Readers never take the study lock; WAL lets them read while a
 driver writes.
 """
 
@@ -16,16 +16,16 @@ from typing import Any
 from race.accounting import SPLIT
 from race.grid.lock import StudyLock
 from race.grid.store import FINISHED, STATUSES, Store
+from race.schema import EVALS_COLUMNS, EVALS_OPTIONAL, LEDGER_COLUMNS as LEDGER_SCHEMA, OWN_COLUMN_AXES, \
+    RUNS_COLUMNS, RUNS_EXTRA, axis_column
+from race.spec.reward import parse_reward
 
-RUN_COLUMNS = ["run_id", "study", "budget", "model", "model_params", "num_generations", "prompts_per_step",
-               "num_iterations", "learning_rate", "reward", "seed", "status", "total_flops", "rollout_flops",
-               "learning_flops", "feedback_flops", "steps", "wall_s", "zero_var_frac", "trunc_rate"]
-EXTRA_RUN_COLUMNS = ["lora_r", "engine", "allocation", "attempts", "error", "conventions"]
-EVAL_COLUMNS = ["run_id", "step", "flops", "target", "score", "n", "per_problem"]
-LEDGER_COLUMNS = ["run_id", "step", "phase", "component", "flops", "tokens", "seconds", "counted"]
+#: The tables' columns, in order: ``race.schema`` (the one layout the analysis reads too).
+RUN_COLUMNS = list(RUNS_COLUMNS)
+EXTRA_RUN_COLUMNS = list(RUNS_EXTRA)
+EVAL_COLUMNS = [*EVALS_COLUMNS, *EVALS_OPTIONAL]
+LEDGER_COLUMNS = list(LEDGER_SCHEMA)
 LEARNING_PHASES = SPLIT["learning"]
-_AXIS_COLUMNS = {"model", "num_generations", "prompts_per_step", "num_iterations", "learning_rate", "reward",
-                 "lora.r", "engine"}
 
 
 @dataclass
@@ -63,12 +63,6 @@ def _phase_flops(run: dict[str, Any], ledger_sums: dict[str, float]) -> dict[str
     return {k: float(v) for k, v in phases.items()} if isinstance(phases, dict) else ledger_sums
 
 
-def _axis_column(path: str) -> str:
-    """Column of a grid axis outside the standard allocation columns: ``axis_`` + the
-    dotted path with dots as underscores (the analysis keys allocations on ``axis_*``)."""
-    return "axis_" + path.replace(".", "_")
-
-
 def _axis_value(v: Any) -> Any:
     return v if v is None or isinstance(v, (str, int, float, bool)) else json.dumps(v, sort_keys=True)
 
@@ -92,8 +86,8 @@ def load_tables(study_dir: str | Path) -> dict[str, "Any"]:
     extra_axes: list[str] = []
     for r in runs:
         for path in json.loads(r["allocation_json"]):
-            if path not in _AXIS_COLUMNS and _axis_column(path) not in extra_axes:
-                extra_axes.append(_axis_column(path))
+            if path not in OWN_COLUMN_AXES and axis_column(path) not in extra_axes:
+                extra_axes.append(axis_column(path))
     records = []
     for r in runs:
         run = json.loads(r["run_json"]) if r["run_json"] else {}
@@ -115,11 +109,12 @@ def load_tables(study_dir: str | Path) -> dict[str, "Any"]:
             "zero_var_frac": diag.get("zero_var_frac"), "trunc_rate": diag.get("trunc_rate"),
             "lora_r": r["lora_r"], "engine": r["engine"], "allocation": r["label"], "attempts": r["attempts"],
             "error": r["error"], "conventions": run.get("conventions"),
+            "reward_system": parse_reward(r["reward"]).kind if r["reward"] else None,
         }
         alloc = json.loads(r["allocation_json"])
         for path in alloc:
-            if _axis_column(path) in extra_axes:
-                rec[_axis_column(path)] = _axis_value(alloc[path])
+            if axis_column(path) in extra_axes:
+                rec[axis_column(path)] = _axis_value(alloc[path])
         records.append(rec)
     runs_df = pd.DataFrame.from_records(records, columns=RUN_COLUMNS + EXTRA_RUN_COLUMNS + extra_axes)
     for col in ("budget", "model_params", "total_flops", "rollout_flops", "learning_flops", "feedback_flops",

@@ -13,9 +13,9 @@ from race.models.family import (
     is_tiny_name,
     lm_head_params,
     non_embedding_params,
-    non_embedding_params_from_config,
     tiny_config,
     tiny_config_kwargs,
+    tiny_shape,
 )
 from race.models.loading import (
     cache_dir,
@@ -44,7 +44,7 @@ __all__ = [
     "TINY_FAMILY", "VOCAB_SIZE", "DEFAULT_RECIPE", "BaseInfo", "SFTRecipe",
     "base_dir", "build_all", "build_base", "build_char_tokenizer", "build_tiny_model", "cache_dir",
     "check_vocab_fits", "device_clock", "evaluate_greedy", "family_table", "greedy_completions", "is_cuda", "is_tiny_name",
-    "lm_head_params", "load_policy", "load_tokenizer", "model_shape", "resolve_shape", "non_embedding_params", "non_embedding_params_from_config",
-    "reference_policy", "resolve_device", "resolve_dtype", "save_policy", "tiny_config", "tiny_config_kwargs",
+    "lm_head_params", "load_policy", "load_tokenizer", "model_shape", "resolve_shape", "non_embedding_params",
+    "reference_policy", "resolve_device", "resolve_dtype", "save_policy", "tiny_config", "tiny_config_kwargs", "tiny_shape",
     "trainable_params", "validate_lora", "wrap_lora",
 ]

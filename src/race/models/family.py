@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from race.accounting import ModelShape
 from race.models.tokenizer import BOS_ID, EOS_ID, PAD_ID, VOCAB_SIZE
 
 #: Maximum sequence length (prompt + completion) of the tiny models.
@@ -139,17 +140,11 @@ def lm_head_params(model: Any) -> int:
     return 0 if head is None else sum(p.numel() for p in head.parameters())
 
 
-def non_embedding_params_from_config(name: str) -> int:
-    """Non-embedding parameters of a size computed from its config alone (no torch):
-    per layer q/k/v (with bias), o (no bias), SwiGLU MLP (3 matrices), two RMSNorms; plus
-    the final RMSNorm."""
-    kw = tiny_config_kwargs(name)
-    h, i, n_layers = kw["hidden_size"], kw["intermediate_size"], kw["num_hidden_layers"]
-    head_dim = h // kw["num_attention_heads"]
-    kv = kw["num_key_value_heads"] * head_dim
-    attn = (h * h + h) + 2 * (h * kv + kv) + h * h
-    mlp = 3 * h * i
-    return n_layers * (attn + mlp + 2 * h) + h
+def tiny_shape(name: str) -> ModelShape:
+    """``ModelShape`` of tiny-family size ``name`` from its config alone (no torch); its
+    parameter counts are the accounting's (``ModelShape.non_embedding_params`` ...), the
+    one formula for every model."""
+    return ModelShape.from_hf_config(dict(tiny_config_kwargs(name), model_type="qwen2"), name=name)
 
 
 def family_table() -> list[dict[str, Any]]:
@@ -161,6 +156,6 @@ def family_table() -> list[dict[str, Any]]:
             name=name, layers=kw["num_hidden_layers"], hidden=kw["hidden_size"],
             heads=kw["num_attention_heads"], kv_heads=kw["num_key_value_heads"],
             intermediate=kw["intermediate_size"], vocab=kw["vocab_size"],
-            tied=kw["tie_word_embeddings"], non_embedding_params=non_embedding_params_from_config(name),
+            tied=kw["tie_word_embeddings"], non_embedding_params=tiny_shape(name).non_embedding_params(),
         ))
     return rows

@@ -21,6 +21,7 @@ from typing import Any
 
 from race.builds.cache import cache_root as cache_dir  # race.models.cache_dir: the cache root (race.builds)
 from race.models.family import is_tiny_name
+from race.models.refs import looks_like_path
 from race.models.tokenizer import check_vocab_fits
 from race.models.warmstart import base_dir, build_base
 
@@ -94,7 +95,7 @@ def resolve_source(name_or_path: str | os.PathLike[str], *, cache_dir: str | os.
             path = Path(build_base(name, cache_dir=cache_dir).path)
         return str(path), {}
     path = Path(name).expanduser()
-    if path.exists() or name.startswith((".", "/", "~")):
+    if looks_like_path(name):
         problem = _local_dir_problem(path)
         if problem is not None:
             raise FileNotFoundError(f"cannot load policy from {name!r}: {problem}")

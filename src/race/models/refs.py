@@ -15,12 +15,15 @@ from typing import Any
 
 from race.accounting import AccountingError, ModelShape, preset_names
 from race.accounting.shapes import preset_shape
-from race.models.family import TINY_FAMILY, is_tiny_name, tiny_config_kwargs
+from race.models.family import TINY_FAMILY, is_tiny_name, tiny_shape
 
 
 def looks_like_path(ref: str) -> bool:
-    """``./x``, ``/x``, ``~/x`` or ``*.json``: the user meant a file or directory."""
-    return ref.startswith((".", "/", "~")) or ref.endswith(".json")
+    """Whether a model or reward-model reference names a file or directory: ``./x``,
+    ``../x``, ``/abs``, ``~/x`` or ``x.json``, or anything that exists on disk. A hub name
+    (``Qwen/Qwen2.5-0.5B``), a preset or a tiny-family name that is not a local path is
+    not one. The one rule of "is this a path?" (policies, reward models, shapes)."""
+    return ref.startswith((".", "/", "~")) or ref.endswith(".json") or Path(ref).expanduser().exists()
 
 
 def resolve_shape(ref: str) -> ModelShape:
@@ -55,7 +58,7 @@ def resolve_shape(ref: str) -> ModelShape:
 
 
 def looks_like_hub_name(ref: str) -> bool:
-    """``org/name`` with no path markers: a Hugging Face hub repository id."""
+    """``org/name`` that is not a path (:func:`looks_like_path`): a Hugging Face hub repository id."""
     parts = ref.split("/")
     return len(parts) == 2 and all(parts) and not looks_like_path(ref) and " " not in ref
 
@@ -84,11 +87,6 @@ def cached_hub_config(repo_id: str) -> Path | None:
             return cfg
     found = [d / "config.json" for d in snaps.iterdir() if (d / "config.json").is_file()]
     return max(found, key=lambda c: c.stat().st_mtime) if found else None
-
-
-def tiny_shape(name: str) -> ModelShape:
-    """``ModelShape`` of tiny-family size ``name`` from its config alone."""
-    return ModelShape.from_hf_config(dict(tiny_config_kwargs(name), model_type="qwen2"), name=name)
 
 
 def model_shape(model: Any) -> ModelShape:

@@ -5,7 +5,7 @@ frontier, compute split, isoFLOP profiles, learning curves, regimes and rank sta
 diagnostics, FLOPs vs seconds, how to read. Each section degrades on its own: a missing
 ingredient (one budget, fewer than 3 sizes, no random control, failed cells, ...) turns
 into a note in its place, never an exception. Only a study that cannot be read, or has no
-complete pilot run, raises :class:`~race.report.study.ReportError`.
+complete pilot run, raises :class:`~race.protocol.study.ReportError`.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from typing import Any
 import pandas as pd
 
 from race.analysis import prepare_runs
+from race.protocol import ReportError, StudyData, default_target_budget, load_study
 
 from .doc import Context, Section, guarded
 from .fmt import fmt_flops, jsonable, short_labels
@@ -41,7 +42,6 @@ from .sections_study import (
     split_section,
     summary_section,
 )
-from .study import ReportError, StudyData, default_target_budget, load_study
 
 DEFAULT_TARGETS = ("greedy", "pass@k", "pass@1", "hard")
 
@@ -149,8 +149,7 @@ def build_report(source: "str | Path | Mapping[str, pd.DataFrame] | StudyData", 
             path = fig_dir / f"{f.key}.png"
             path.write_bytes(f.png)
             figures[f.key] = path
-    rec = ctx.cache.get("rec")
-    total = ctx.cache.get("total_flops")
+    rec, total = ctx.rec, ctx.total_flops
     title = f"RACE report: {study.name}"
     subtitle = (f"{len(ctx.prepared)} complete pilot runs, {ctx.prepared['allocation'].nunique()} allocations, "
                 f"{ctx.prepared['budget'].nunique()} budgets"

@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 import pandas as pd
 
-from .study import StudyData
+from race.protocol import StudyData, recommend_for
 
 
 @dataclass
@@ -79,6 +79,11 @@ class Section:
         return [b for b in self.blocks if isinstance(b, Figure)]
 
 
+def finished(runs: pd.DataFrame) -> pd.DataFrame:
+    """Runs that finished (complete or diverged) with a FLOP total."""
+    return runs[runs["status"].astype(str).isin(["complete", "diverged"]) & runs["total_flops"].notna()]
+
+
 @dataclass
 class Context:
     """Shared inputs and cached results of the report's analysis."""
@@ -104,6 +109,36 @@ class Context:
         if key not in self.cache:
             self.cache[key] = fn()
         return self.cache[key]
+
+    @property
+    def recommendation(self) -> tuple[Any, list[str]]:
+        """(recommendation, its notes) for the primary target at the target budget, computed
+        once, on first use, whichever section asks first (``recommend_for``); an error is
+        kept and raised again to every caller."""
+        if "rec" not in self.cache:
+            try:
+                self.cache["rec"] = recommend_for(self.evals, self.runs, self.primary, self.target_budget,
+                                                  n_boot=self.n_boot_fit, rng=self.rng)
+            except Exception as e:  # noqa: BLE001 - the recommendation section reports it
+                self.cache["rec"] = e
+        got = self.cache["rec"]
+        if isinstance(got, Exception):
+            raise got
+        return got
+
+    @property
+    def rec(self) -> Any:
+        """The recommendation, or None when none could be made (the recommendation section
+        says why)."""
+        try:
+            return self.recommendation[0]
+        except Exception:  # noqa: BLE001
+            return None
+
+    @property
+    def total_flops(self) -> float:
+        """Counted FLOPs of every finished run of the study (pilot and validation)."""
+        return float(finished(self.study.runs)["total_flops"].sum())
 
     def label(self, key: str) -> str:
         return self.labels.get(key, key)

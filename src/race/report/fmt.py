@@ -9,7 +9,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from race.accounting.report_card import fmt_flops
+from race.analysis.tables import jsonable
+from race.cards import fmt_flops
 
 __all__ = ["fmt_flops", "text_or", "fmt_score", "fmt_pct", "fmt_prob", "fmt_num", "fmt_interval", "short_labels",
            "jsonable", "is_num"]
@@ -69,26 +70,3 @@ def short_labels(keys: Iterable[str]) -> dict[str, str]:
     if not vary:  # one allocation (or all equal): keep the model and the reward
         vary = [0, len(parts[0]) - 1] if len(parts[0]) > 1 else [0]
     return {k: " ".join(p[i] for i in vary) for k, p in zip(keys, parts)}
-
-
-def jsonable(v: Any) -> Any:
-    """Plain JSON types: DataFrames as records, numpy scalars as Python, NaN/inf as None."""
-    if isinstance(v, pd.DataFrame):
-        return [jsonable(r) for r in v.to_dict(orient="records")]
-    if isinstance(v, pd.Series):
-        return jsonable(v.to_dict())
-    if isinstance(v, dict):
-        return {str(k): jsonable(x) for k, x in v.items()}
-    if isinstance(v, (list, tuple, set)):
-        return [jsonable(x) for x in v]
-    if isinstance(v, np.ndarray):
-        return [jsonable(x) for x in v.tolist()]
-    if isinstance(v, np.generic):
-        v = v.item()
-    if v is pd.NA or v is pd.NaT:
-        return None
-    if isinstance(v, float) and not math.isfinite(v):
-        return None
-    if isinstance(v, (str, int, float, bool)) or v is None:
-        return v
-    return str(v)

@@ -20,7 +20,7 @@ from typing import Any, Mapping
 import pandas as pd
 
 from race.accounting import Conventions
-from race.accounting.report_card import latex_escape
+from race.cards import latex_escape
 
 #: The runs-table column behind each axis of the split.
 SPLIT_COLUMNS = {"search": "rollout_flops", "learning": "learning_flops", "feedback": "feedback_flops"}

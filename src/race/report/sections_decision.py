@@ -13,7 +13,6 @@ from race.analysis import (
     rank_stability,
     random_control,
     realised_regret,
-    recommend,
     regime_changes,
     waste_table,
 )
@@ -24,16 +23,6 @@ from .fmt import fmt_flops, fmt_interval, fmt_num, fmt_pct, fmt_prob, fmt_score,
 from .sections_study import target_regimes
 
 TONES = {"stable regime": "good", "unstable": "caution", "extrapolation too far": "bad", NO_LEARNING: "bad"}
-
-
-def recommend_for(evals: pd.DataFrame, runs: pd.DataFrame, target: str, target_budget: float, *,
-                  n_boot: int = 200, rng: int = 0) -> tuple[Recommendation, list[str]]:
-    """:func:`race.analysis.recommend` (curve families chosen on held-out points).
-
-    Returns (recommendation, notes): the notes are the recommendation's own (missing
-    step-0 or per-problem data, fewer than 3 seeds)."""
-    rec = recommend(evals, runs, target, target_budget, n_boot=n_boot, rng=rng)
-    return rec, list(rec.notes)
 
 
 def interval_note(rec: Recommendation) -> str | None:
@@ -128,9 +117,7 @@ def _gate_table(rec: Recommendation) -> Table:
 
 def recommendation_section(ctx: Context) -> Section:
     sec = Section("recommendation", f"Recommendation for {fmt_flops(ctx.target_budget)}")
-    rec, notes = recommend_for(ctx.evals, ctx.runs, ctx.primary, ctx.target_budget, n_boot=ctx.n_boot_fit,
-                               rng=ctx.rng)
-    ctx.cache["rec"] = rec
+    rec, notes = ctx.recommendation
     sec.add(Callout("Recommended allocation" if rec.forecast_made else "No recommendation: nothing was learned",
                     [headline(rec)] + [f"- {r}" for r in rec.reasons],
                     label=rec.confidence, tone=TONES.get(rec.confidence, "neutral")))
@@ -188,7 +175,7 @@ def validation_result(ctx: Context) -> tuple[object, str | None, list[str]]:
     if "validation" in ctx.cache:
         return ctx.cache["validation"]
     st = ctx.study
-    rec: Recommendation | None = ctx.cache.get("rec")
+    rec: Recommendation | None = ctx.rec
     entry = st.validation_for(ctx.target_budget, ctx.primary)
     how = (f"run `race validate {st.study_dir or 'STUDY_DIR'} --target-budget {ctx.target_budget:.3g}` to train the "
            "recommendation and its strongest rivals at the target budget and measure the realised regret")
@@ -315,7 +302,7 @@ def diagnostics_section(ctx: Context) -> Section:
 
 def method_section(ctx: Context) -> Section:
     sec = Section("method", "How to read this report")
-    rec: Recommendation | None = ctx.cache.get("rec")
+    rec: Recommendation | None = ctx.rec
     resampled = rec.resampled if rec is not None else "no recommendation was made"
     sec.add(Text("RACE is a diagnostic: it identifies allocation regimes from cheap pilot runs before an expensive "
                  "run; it does not promise held-out improvement. Allocations are compared at equal counted FLOPs "
@@ -346,5 +333,5 @@ def method_section(ctx: Context) -> Section:
 
 
 __all__ = ["regimes_section", "recommendation_section", "validation_section", "diagnostics_section", "method_section",
-           "recommend_for", "headline",
+           "headline",
            "interval_note"]

@@ -19,7 +19,7 @@ from race.analysis import (
 )
 
 from . import figures as F
-from .doc import Context, KeyValues, Note, Section, Table, Text, figure
+from .doc import Context, KeyValues, Note, Section, Table, Text, figure, finished
 from .fmt import fmt_flops, fmt_interval, fmt_num, fmt_pct, fmt_score, is_num, jsonable, text_or
 
 
@@ -70,14 +70,10 @@ def summary_section(ctx: Context) -> Section:
     return sec
 
 
-def _finished(runs: pd.DataFrame) -> pd.DataFrame:
-    return runs[runs["status"].astype(str).isin(["complete", "diverged"]) & runs["total_flops"].notna()]
-
-
 def card_section(ctx: Context) -> Section:
     st = ctx.study
     sec = Section("card", "Compute report card")
-    done = _finished(st.runs)
+    done = finished(st.runs)
     tot = float(done["total_flops"].sum())
     parts = {k: float(done[c].fillna(0).sum()) for k, c in
              (("rollout", "rollout_flops"), ("update", "learning_flops"), ("reward", "feedback_flops"))}
@@ -116,7 +112,6 @@ def card_section(ctx: Context) -> Section:
                       [[str(p), "yes" if c else "no (recorded only)", fmt_flops(f), f"{s:,.1f}" if is_num(s) else "n/a"]
                        for p, c, f, s in g.itertuples(index=False)], "Per phase, from the ledger"))
     sec.data = {"report_card": jsonable(card.to_dict()), "by_model": jsonable(by_model), "total_flops": tot}
-    ctx.cache["total_flops"] = tot
     return sec
 
 
@@ -236,7 +231,7 @@ def curves_section(ctx: Context) -> Section:
 
 def seconds_section(ctx: Context) -> Section:
     sec = Section("seconds", "FLOPs and wall-clock seconds")
-    runs = _finished(ctx.runs)
+    runs = finished(ctx.runs)
     runs = runs[runs["wall_s"].notna() & (runs["wall_s"] > 0) & (runs["total_flops"] > 0)]
     if runs.empty:
         sec.missing = "no wall-clock seconds recorded for the runs (runs.wall_s is empty)"

@@ -169,7 +169,7 @@ def _load_model(path: Path, kind: str, config: dict[str, Any], device: Any) -> A
     return model.to(device).eval()
 
 
-def _renderer(kind: str, tok: Any, settings: dict[str, Any]) -> tuple[Any, frozenset[int] | None, int | None]:
+def rm_renderer(kind: str, tok: Any, settings: dict[str, Any]) -> tuple[Any, frozenset[int] | None, int | None]:
     """(render, marker ids, final marker id) for this RM."""
     def tok_id(t: str) -> int:
         i = tok.convert_tokens_to_ids(t)
@@ -218,7 +218,7 @@ def load_hf_scorer(path: str | Path, kind: str, *, device: Any = "auto", name: s
     tok = load_rm_tokenizer(p)
     check_vocab_fits(tok, int(config.get("vocab_size", len(tok))), where=str(p))
     model = _load_model(p, kind, config, resolve_device(device))
-    render, markers, final_id = _renderer(kind, tok, settings)
+    render, markers, final_id = rm_renderer(kind, tok, settings)
     max_len = int(settings.get("max_length") or min(int(getattr(model.config, "max_position_embeddings", 4096)), 4096))
     return Scorer(model=model, tokenizer=tok, shape=scorer_shape(model, name or p.name), render=render,
                   markers=markers, max_length=max_len, final_marker=final_id,

@@ -22,12 +22,12 @@ RM's whole window (``max_length``); without ``problems`` the prompt is taken as 
 
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 from typing import Any, Sequence
 
 from race.accounting import RewardSystem, reward_model_flops
+from race.models.refs import looks_like_path
 from race.rewards.base import RewardOutput
 from race.rewards.hf import JudgeReward, article, load_hf_scorer
 from race.rewards.rm_encoding import MAX_MARKERS, Scorer, encode, head_logits, positive_prob
@@ -143,10 +143,6 @@ def tokens_per_policy_token(policy_tokenizer: Any, rm_tokenizer: Any, limit: int
 
 
 # -- building from a spec -------------------------------------------------------------------------
-def _is_path(target: str) -> bool:
-    return target.startswith((".", "/", "~")) or os.sep in target or Path(target).expanduser().exists()
-
-
 def load_race_rm(name: str, *, device: Any = "auto", cache_dir: Any = None, build_missing: bool = True) -> Scorer:
     """Load RACE-built RM ``name`` (building it first when missing and ``build_missing``);
     its ``race_rm.json`` says how it reads texts (see ``race.rewards.hf``)."""
@@ -166,7 +162,7 @@ def build_learned(spec: RewardSpec, *, device: Any = "auto", conventions: Any = 
                   tokenizer: Any = None, build_missing: bool = True, **_: Any) -> LearnedReward:
     """An ORM or PRM from its parsed spec: a local HF directory or one RACE builds."""
     kind = spec.kind
-    if _is_path(spec.target):
+    if looks_like_path(spec.target):
         scorer = load_hf_scorer(spec.target, kind, device=device)
         name = Path(spec.target).expanduser().name
     else:

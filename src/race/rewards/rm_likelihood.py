@@ -142,14 +142,14 @@ def load_likelihood_scorer(path: Any, settings: dict[str, Any], *, device: Any =
 
     from race.models.loading import load_policy
     from race.models.refs import model_shape
-    from race.rewards.hf import _renderer
+    from race.rewards.hf import rm_renderer
     from race.rewards.rm_encoding import Scorer
 
     lm, tok = load_policy(str(path), device=device, dtype="float32")
     cal = settings["calibration"]
     kind = settings["kind"]
     model = likelihood_model(lm, boundary_ids(tok, kind), cal["weight"], cal["bias"]).to(next(lm.parameters()).device)
-    render, markers, final_id = _renderer(kind, tok, settings)
+    render, markers, final_id = rm_renderer(kind, tok, settings)
     scorer = Scorer(model, tok, replace(model_shape(lm), name=name), render, markers, int(settings["max_length"]),
                     final_marker=final_id)
     scorer.head_positions = "all"  # type: ignore[attr-defined]  # the lm_head runs at every position

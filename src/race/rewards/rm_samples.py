@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from race.builds.cache import cache_root, recipe_digest
-from race.tasks.arith import ArithTask, Problem, make_problem
+from race.tasks.arith import ArithTask, Problem, make_problem, step_seed
 
 #: Bumped when sampling changes in a way the set's description does not capture.
 SAMPLES_VERSION = 1
@@ -77,7 +77,7 @@ def set_problems(task: ArithTask, s: SampleSet, exclude: set[str] | None = None)
     """The set's problems: ``n_problems`` of its split under its seed, none in ``exclude``."""
     split, offset = KINDS[s.kind]
     extra = len(exclude or ())
-    probs = task.problems(split, s.n_problems + min(extra, 4 * s.n_problems), seed=s.seed * 1_000_003 + offset)
+    probs = task.problems(split, s.n_problems + min(extra, 4 * s.n_problems), seed=step_seed(s.seed, offset))
     kept = [p for p in probs if p.expression not in (exclude or set())]
     return kept[: s.n_problems]
 
@@ -140,7 +140,7 @@ def load_samples(task: ArithTask, s: SampleSet, *, exclude: set[str] | None = No
         rows: list[list[str]] = []
         flops: dict[str, int] = {}
         for j, name in enumerate(s.policies):
-            texts, f = sample_completions(name, problems, temperature=s.temperature, seed=s.seed * 1_000_003 + j,
+            texts, f = sample_completions(name, problems, temperature=s.temperature, seed=step_seed(s.seed, j),
                                           max_new_tokens=s.max_new_tokens, cache_dir=cache_dir)
             rows.extend([p.expression, t, name] for p, t in zip(problems, texts))
             flops[name] = f

@@ -5,10 +5,9 @@ reward models are read from their recipes, other models from presets or config f
 from __future__ import annotations
 
 from dataclasses import replace
-from pathlib import Path
 
 from race.accounting import RewardSystem
-from race.models.refs import resolve_shape
+from race.models.refs import looks_like_path, resolve_shape
 from race.spec.reward import RewardSpec, parse_reward
 
 
@@ -22,7 +21,7 @@ def reward_system(spec: str | RewardSpec) -> RewardSystem:
     if not parsed.learned:
         return RewardSystem("random" if parsed.kind == "random" else "rule")
     kind, model = parsed.kind, parsed.target
-    if kind in ("orm", "prm") and not Path(model).expanduser().exists() and not model.startswith("qwen"):
+    if kind in ("orm", "prm") and not looks_like_path(model) and not model.startswith("qwen"):
         from race.rewards.rm_recipes import RM_RECIPES, shape_of_rm  # RACE's own reward models (torch-free)
 
         if model in RM_RECIPES:

@@ -62,7 +62,6 @@ from pathlib import Path
 from typing import Any
 
 from race.accounting import train_flops
-from race.builds.cache import build_each
 from race.builds.train import optimise
 from race.models.family import tiny_config_kwargs
 from race.models.tokenizer import build_char_tokenizer
@@ -71,9 +70,9 @@ from race.rewards.hf import scorer_shape
 from race.rewards.rm_data import make_dataset, marker_labels
 from race.rewards.rm_eval import auc, heldout_for
 from race.rewards.rm_encoding import MAX_LENGTH, encode, head_logits, positive_prob
-from race.rewards.rm_recipes import CACHE, RM_RECIPES, RMRecipe, recipe_for, recipe_hash, rm_dir, rm_settings
+from race.rewards.rm_recipes import CACHE, RMRecipe, recipe_for, recipe_hash, rm_dir, rm_settings
 from race.rewards.rm_samples import training_pool
-from race.tasks.arith import END_MARK, FINAL_MARK, STEP_SEP, Problem
+from race.tasks.arith import END_MARK, FINAL_MARK, STEP_SEP, Problem, step_seed
 from race.tasks.verify import verify
 
 
@@ -148,7 +147,7 @@ def batch_pairs(recipe: RMRecipe, task: Any, pool: Sequence[tuple[Problem, str]]
     import random
 
     n_syn = recipe.batch_size if not pool else round(recipe.batch_size * recipe.synthetic_frac)
-    out = make_dataset(task, "train", n_syn, recipe.seed * 1_000_003 + step, recipe.correct_frac) if n_syn else []
+    out = make_dataset(task, "train", n_syn, step_seed(recipe.seed, step), recipe.correct_frac) if n_syn else []
     if pool:
         rng = random.Random(f"race-rm-pool:{recipe.seed}:{step}")
         out.extend(pool[rng.randrange(len(pool))] for _ in range(recipe.batch_size - n_syn))
@@ -341,15 +340,6 @@ def _train(name: str, recipe: RMRecipe, final: Path, cache_dir: str | os.PathLik
 
     CACHE.publish(final, info.to_json(), write)
     return info
-
-
-def build_rms(names: Sequence[str] | None = None, *, cache_dir: str | os.PathLike[str] | None = None,
-              force: bool = False, progress: Callable[[str, int, int, float], None] | None = None,
-              recipes: dict[str, RMRecipe] | None = None) -> list[RMInfo]:
-    """:func:`build_rm` for each name (default: every registered RM)."""
-    return build_each(list(names or RM_RECIPES),
-                      lambda name, progress: build_rm(name, cache_dir=cache_dir, force=force, progress=progress,
-                                                      recipe=(recipes or {}).get(name)), progress)
 
 
 def resolve_rm(name: str, *, cache_dir: str | os.PathLike[str] | None = None, build_missing: bool = True,

@@ -13,7 +13,7 @@ full fine-tuning run with ``beta != 0`` is not visible to the callback: use ``ad
 which attaches it).
 
 What it records: every call of the policy (and reference) model, turned into ``phase/component``
-FLOPs as ``race.engines.trl.flops`` describes, one ledger record per key per optimizer step
+FLOPs as ``race.accounting.trl_step`` describes, one ledger record per key per optimizer step
 (``step`` = ``state.global_step``). Rollouts that bypass the hooked model (vLLM colocate or server,
 continuous batching, a ``rollout_func``) are charged from the token ids they return
 (``race.engines.trl.rollouts``); reward models passed as modules in ``reward_funcs`` from their
@@ -50,9 +50,9 @@ from race.accounting import AccountingError, BudgetGuard, FlopLedger, LoRA, Mode
     counted, log_values
 from race.accounting.conventions import resolve
 from race.accounting.guard import is_counted
+from race.accounting.trl_step import TrlStepPlan, calls_components, calls_tokens_seconds, trl_step_bound
+from race.cards import write_card
 from race.engines.trl import internals, wiring
-from race.engines.trl.flops import TrlStepPlan, calls_components, calls_tokens_seconds
-from race.engines.trl.bounds import step_bound
 from race.engines.trl.distributed import RunLedgers
 from race.engines.trl.hooks import FlopTracker, causal_lm, lora_of
 from race.engines.trl.internals import compact_head
@@ -222,11 +222,11 @@ class RaceFlopCallback(TrainerCallback):
         (``buffered``; default: whether a generation was seen)."""
         assert self.plan is not None and self.shape is not None and self.max_prompt_length is not None
         given = self.reward_step_bound
-        return step_bound(self.plan, self.shape, micro_step, prompt_len=self.max_prompt_length,
-                          completion_len=self._max_completion, lora=self.lora, conventions=self.conventions,
-                          reference_lora=self.reference_lora, last_generation=self.tracker.last_generation,
-                          reward_bound=given if given is not None else lambda n, p, t: self._reward_seen,
-                          reward_models=self.reward_models, buffered=buffered)
+        return trl_step_bound(self.plan, self.shape, micro_step, prompt_len=self.max_prompt_length,
+                              completion_len=self._max_completion, lora=self.lora, conventions=self.conventions,
+                              reference_lora=self.reference_lora, last_generation=self.tracker.last_generation,
+                              reward_bound=given if given is not None else lambda n, p, t: self._reward_seen,
+                              reward_models=self.reward_models, buffered=buffered)
 
     def next_step_bound(self, state: Any) -> int:
         """``step_bound`` of the next optimizer step: the micro-step counted from the
@@ -373,7 +373,7 @@ class RaceFlopCallback(TrainerCallback):
         if self.ledger is not None:
             self._flush_outside(int(state.global_step))
             if self.write_card and self.output_dir is not None and self.ledgers is not None and self.ledgers.is_main:
-                self.report_card().write(self.output_dir)
+                write_card(self.report_card(), self.output_dir)
         self._uninstall()
 
     def report_card(self, **meta: Any) -> ReportCard:

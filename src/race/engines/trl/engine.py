@@ -12,7 +12,7 @@ around ``race.rewards``. What TRL executes is recorded by ``RaceFlopCallback``
 (docs/run-format.md): config, ledger, metrics with evaluation rows, report card, adapter
 and ``run.json``.
 
-Where TRL and the built-in engine differ (see ``race.engines.trl.flops``): TRL prefills and
+Where TRL and the built-in engine differ (see ``race.accounting.trl_step``): TRL prefills and
 runs its log-prob and update passes over each row (no shared prompt prefix), runs its fused head at every position but the last of each
 row on CPU, recomputes logits (and, with checkpointing, the layers) in the backward, keeps
 zero-variance groups in the update, and counts a step per optimizer step (a batch spans
@@ -30,7 +30,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from race.accounting.guard import run_steps
+from race.accounting.guard import steps_in_budget
+from race.cards import write_card
 from race.engines.common import EvalSchedule, Progress, RunDir, make_task, run_evaluator, start_policy
 from race.engines.grpo_math import lr_at
 from race.engines.trl import trainer as _trainer
@@ -63,7 +64,7 @@ class TrlEngine:
         steps would spend the budget. Returns (dataset, problems, longest prompt)."""
         from datasets import Dataset
 
-        from race.engines.trl.flops import counted, update_components
+        from race.accounting.trl_step import trl_batch_floor
 
         cfg = self.cfg
         n = cfg.prompts_per_step * cfg.num_generations
@@ -82,10 +83,8 @@ class TrlEngine:
                 problems.append(p)
                 texts.append(text)
             longest = max(longest, width)
-            # a batch costs at least its updates over rows of (its prompt width + 1 token)
-            floor += cfg.num_iterations * counted(update_components(
-                self.shape, self.plan, n_seqs=n, seq_len=width + 1, completion_len=1, lora=self.lora,
-                inputs_require_grad=False, conventions=cfg.conventions))
+            floor += trl_batch_floor(self.shape, self.plan, n_seqs=n, prompt_width=width,
+                                     num_iterations=cfg.num_iterations, lora=self.lora, conventions=cfg.conventions)
             if floor >= cfg.budget_flops:
                 break
         ds = Dataset.from_dict({"prompt": texts, "problem_idx": list(range(len(texts)))})
@@ -96,7 +95,7 @@ class TrlEngine:
         from transformers import PrinterCallback, ProgressCallback
 
         from race.engines.trl.callback import RaceFlopCallback
-        from race.engines.trl.flops import TrlStepPlan
+        from race.accounting.trl_step import TrlStepPlan
         from race.engines.trl.internals import compact_head
         from race.engines.trl.run_callback import RunCallback
         from race.models import validate_lora
@@ -152,18 +151,14 @@ class TrlEngine:
     def _schedule_steps(self) -> int:
         """Batches of prompts the budget buys at the first batch's maximum cost (the
         built-in engine's ``total_steps``; used by warmup/cosine/linear schedules)."""
-        from race.engines.trl.flops import counted, generation_components, update_components
+        from race.accounting.trl_step import trl_batch_bound
 
         cfg, plan = self.cfg, self.plan
-        n = plan.generation_batch_size  # FLOPs are linear in rows: the micro-batches of a step sum to this
         T = cfg.max_completion_length
-        bound = counted(generation_components(self.shape, plan, n_seqs=n, prompt_len=self.max_prompt,
-                                              completion_len=T, lora=self.lora, conventions=cfg.conventions))
-        bound += reward_bound(self.reward, n, self.max_prompt, T, self.problems)
-        bound += cfg.num_iterations * counted(update_components(
-            self.shape, plan, n_seqs=n, seq_len=self.max_prompt + T, completion_len=T, lora=self.lora,
-            conventions=cfg.conventions))
-        return run_steps(cfg.budget_flops, bound, cfg.max_steps, run=cfg.name)
+        bound = trl_batch_bound(self.shape, plan, prompt_len=self.max_prompt, completion_len=T,
+                                num_iterations=cfg.num_iterations, lora=self.lora, conventions=cfg.conventions)
+        bound += reward_bound(self.reward, plan.generation_batch_size, self.max_prompt, T, self.problems)
+        return steps_in_budget(cfg.budget_flops, bound, cfg.max_steps, run=cfg.name)
 
     # -- the run ---------------------------------------------------------------------------------
     def _resume_point(self) -> str | None:
@@ -203,7 +198,7 @@ class TrlEngine:
         return self._finish(step, status, stop_reason, diverged, time.perf_counter() - t_start)
 
     def _finish(self, step: int, status: str, stop_reason: str, error: str | None, wall: float) -> dict[str, Any]:
-        from race.engines.trl.flops import builtin_same_shapes
+        from race.accounting.trl_compare import builtin_same_shapes
 
         cfg, led = self.cfg, self.flops.ledger
         assert led is not None and self.run_cb.metrics is not None
@@ -221,7 +216,7 @@ class TrlEngine:
             "vs_builtin_note": "FLOPs the built-in engine charges for the same batches (prompt prefix shared in "
                                "every pass, head at completion predictions, no checkpointing, no group dropped); a resumed run "
                                "counts the generations since the resume"})
-        card.write(self.run_dir)
+        write_card(card, self.run_dir)
         return self.out.finish(engine=self.name, ledger=led, metrics=self.run_cb.metrics, steps=step, status=status,
                                stop_reason=stop_reason, error=error, wall=wall, shape=self.shape,
                                resumed_from=self.resumed_from)

@@ -1,6 +1,6 @@
 """Hooks that see what TRL's ``GRPOTrainer`` executes: :class:`FlopTracker` records every
 call of the policy (and of TRL's separate reference model) as a
-:class:`race.engines.trl.flops.ModelCall`; the phase rules are in ``trl_flops``'s
+:class:`race.accounting.trl_step.ModelCall`; the phase rules are in ``trl_flops``'s
 docstring. Also reads a model's shape and LoRA adapter for the formulas.
 
 The hooks are a forward pre-hook and a forward hook on the causal LM (under PEFT, the
@@ -35,7 +35,7 @@ from typing import Any, Iterator, Sequence
 
 from race.accounting import LoRA, ModelShape
 from race.accounting.errors import AccountingError
-from race.engines.trl.flops import ModelCall
+from race.accounting.trl_step import ModelCall
 from race.engines.trl.internals import FUSED_HEAD_KWARG
 from race.engines.trl.internals import compact_head as _compact_head
 from race.models.timing import device_clock

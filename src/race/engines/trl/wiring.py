@@ -11,7 +11,7 @@ from dataclasses import replace
 from typing import Any, Callable
 
 from race.accounting.errors import AccountingError
-from race.engines.trl.flops import TrlStepPlan
+from race.accounting.trl_step import TrlStepPlan
 from race.engines.trl.hooks import bound_prompt_length
 from race.models.timing import device_clock
 
@@ -152,7 +152,7 @@ def report_card(cb: Any, meta: dict[str, Any]) -> Any:
     """Callback ``cb``'s compute report card from its ledger so far (``meta``: more
     ``ReportCard.from_ledger`` fields and ``extra`` entries)."""
     from race.accounting import ReportCard
-    from race.engines.trl.flops import TRL_CONVENTIONS_NOTE, TRL_EXECUTION_NOTE
+    from race.accounting.trl_step import TRL_CONVENTIONS_NOTE, TRL_EXECUTION_NOTE
     from race.engines.trl.rollouts import ROLLOUT_NOTE
 
     if cb.ledger is None or cb.shape is None or cb.plan is None:

@@ -1,4 +1,5 @@
-"""A study as the report sees it: its tables, split into pilot runs and validation runs.
+"""A study as the protocol reads it (and the report renders it): its tables, split into
+pilot runs and validation runs, and its recommendation for a target budget.
 
 A study comes from a study directory (``race.grid.load_tables``) or from tables passed in
 directly (``{"runs": ..., "evals": ..., "train"?: ..., "ledger"?: ...}`` in the analysis
@@ -28,6 +29,8 @@ from typing import Any, Mapping
 
 import numpy as np
 import pandas as pd
+
+from race.analysis import Recommendation, recommend
 
 VALIDATION_FILE = "validation.json"
 FINISHED = ("complete", "diverged")
@@ -208,6 +211,17 @@ def load_study(source: "str | Path | Mapping[str, pd.DataFrame]", *,
     return data
 
 
+def recommend_for(evals: pd.DataFrame, runs: pd.DataFrame, target: str, target_budget: float, *,
+                  n_boot: int = 200, rng: int = 0) -> tuple[Recommendation, list[str]]:
+    """:func:`race.analysis.recommend` (curve families chosen on held-out points): what the
+    report shows and what ``race validate`` runs.
+
+    Returns (recommendation, notes): the notes are the recommendation's own (missing
+    step-0 or per-problem data, fewer than 3 seeds)."""
+    rec = recommend(evals, runs, target, target_budget, n_boot=n_boot, rng=rng)
+    return rec, list(rec.notes)
+
+
 def default_target_budget(study: StudyData, target: str | None = None) -> float:
     """The latest validated target budget if any, else :data:`DEFAULT_TARGET_RATIO` (4x) the
     largest pilot budget: inside the recommendation's extrapolation limit (below 10x), so the
@@ -220,5 +234,5 @@ def default_target_budget(study: StudyData, target: str | None = None) -> float:
     return DEFAULT_TARGET_RATIO * study.largest_pilot_budget()
 
 
-__all__ = ["StudyData", "ReportError", "load_study", "read_validations", "write_validation",
-           "default_target_budget", "VALIDATION_FILE"]
+__all__ = ["StudyData", "ReportError", "load_study", "read_validations", "write_validation", "grid_primary_target",
+           "default_target_budget", "recommend_for", "VALIDATION_FILE"]

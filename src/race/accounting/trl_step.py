@@ -1,4 +1,5 @@
-"""FLOPs of what TRL's ``GRPOTrainer`` executes, seen from the model's side.
+"""FLOPs of what TRL's ``GRPOTrainer`` executes, seen from the model's side: the pure rules
+(standard library only; ``race.engines.trl`` records the calls and charges them).
 
 :class:`race.engines.trl.hooks.FlopTracker` hooks the policy (and TRL's separate reference model, when there is
 one) and records every call of the causal LM: its padded input shape, the KV cache it
@@ -44,25 +45,16 @@ trl/kernels/chunked_logprob.py):
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
-from race.accounting import (
-    LoRA,
-    ModelShape,
-    Work,
-    backward_components,
-    forward_components,
-    learning_components,
-    prompt_groups,
-    recompute_flops,
-    rollout_components,
-    sequence_work,
-    shared_prompt_work,
-)
-from race.accounting import terms
-from race.accounting.conventions import Conventions, resolve
-from race.accounting.errors import AccountingError
-from race.accounting.guard import counted  # what the budget is charged: the one rule (re-exported here)
+from . import terms
+from .conventions import Conventions, resolve
+from .errors import AccountingError
+from .grpo import learning_components, rollout_components
+from .guard import counted  # what the budget is charged: the one rule (re-exported here)
+from .lora import LoRA
+from .passes import Work, backward_components, forward_components, recompute_flops, sequence_work
+from .shapes import ModelShape
 
 ConvLike = Conventions | str | None
 
@@ -295,103 +287,70 @@ def update_components(shape: ModelShape, plan: TrlStepPlan, *, n_seqs: int, seq_
     return comps
 
 
-# -- the built-in engine on the same shapes ----------------------------------------------------
-def _split(c: dict[str, int]) -> tuple[int, int]:
-    return sum(v for k, v in c.items() if k != "head"), c.get("head", 0)
+# -- the bounds ---------------------------------------------------------------------------------
+def trl_batch_bound(shape: ModelShape, plan: TrlStepPlan, *, prompt_len: int, completion_len: int,
+                    num_iterations: int, lora: LoRA | None, conventions: ConvLike) -> int:
+    """Counted policy FLOPs of one generation batch at its maximum lengths (the reward's
+    apart): its generation (and log-prob passes) over ``plan.generation_batch_size`` rows,
+    plus ``num_iterations`` updates over them at ``prompt_len + completion_len`` (FLOPs are
+    linear in rows, so the micro-batches of a step sum to this). The TRL engine's lr
+    schedule length is the steps a budget buys at this bound plus the reward's."""
+    n = plan.generation_batch_size
+    gen = counted(generation_components(shape, plan, n_seqs=n, prompt_len=prompt_len, completion_len=completion_len,
+                                        lora=lora, conventions=conventions))
+    upd = counted(update_components(shape, plan, n_seqs=n, seq_len=prompt_len + completion_len,
+                                    completion_len=completion_len, lora=lora, conventions=conventions))
+    return gen + num_iterations * upd
 
 
-def compare_with_builtin(shape: ModelShape, *, prompts: int, num_generations: int, prompt_len: int,
-                         completion_len: int, lora: LoRA | None = None, num_iterations: int = 1,
-                         beta: float = 0.0, gradient_checkpointing: bool = False, compact_head: bool = False,
-                         conventions: ConvLike = None) -> list[dict[str, Any]]:
-    """Per-phase FLOPs the built-in engine and TRL charge for ONE batch of ``prompts`` x G
-    sequences at the same padded lengths, with no group dropped (the built-in engine's
-    ``drop_zero_variance_groups`` is a difference of what runs, not of shapes).
-
-    Each row: ``key``, ``builtin``, ``trl``, ``same`` (bool) and ``why`` where they differ.
-    Passes are split into the layers (``.../layers``: every matrix, LoRA and attention) and
-    the output head (``.../head``): the layers agree wherever both run the same pass; the
-    head runs at T positions per row in the built-in engine and at TRL's fused-head
-    positions (S-1 on CPU, the real completion tokens with Triton)."""
-    conv = resolve(conventions)
-    G, P, T = num_generations, prompt_len, completion_len
-    n, S = prompts * G, prompt_len + completion_len
-    mu = num_iterations
-    plan = TrlStepPlan(per_device_train_batch_size=n, num_generations=G, num_iterations=mu, beta=beta,
-                       compact_head=compact_head)
-    needs_old = mu > 1  # both engines: the policy moves between the passes over one batch
-    b_roll = rollout_components(shape, [P] * prompts, [T] * n, lora=lora, share_prompt=True, conventions=conv)
-    t_roll = rollout_components(shape, [P] * n, [T] * n, lora=lora, share_prompt=False, conventions=conv)
-    rows: list[dict[str, Any]] = []
-
-    def row(key: str, b: int, t: int, why: str = "") -> None:
-        rows.append({"key": key, "builtin": int(b), "trl": int(t), "same": b == t, "why": "" if b == t else why})
-
-    row("rollout/prefill", b_roll["rollout/prefill"], t_roll["rollout/prefill"],
-        f"built-in prefills each prompt once and shares the KV cache across the G={G} samples; TRL prefills every row")
-    row("rollout/decode", b_roll["rollout/decode"], t_roll["rollout/decode"], "")
-    # built-in: each prompt once for its group, completions over its keys (the last token not run)
-    w_b = shared_prompt_work([P] * prompts, [T] * n, [G] * prompts, conventions=conv)
-    w_t = sequence_work([S] * n, [plan.head_positions(S, T)] * n, conv)
-    head_why = (f"head positions: built-in {w_b.logit_positions} (each prompt's last position once, then the "
-                f"first T-1={T - 1} completion positions per row), TRL {plan.head_positions(S, T)} per row "
-                f"({'completion tokens' if compact_head else 'S-1: fused head on CPU'})")
-    layers_why = (f"the built-in engine runs each prompt once for its G={G} completions and not the last completion "
-                  f"token ({w_b.tokens} tokens through the layers against TRL's {w_t.tokens})")
-    lo = lora
-    fb, ft = _split(forward_components(shape, w_b, lora=lo, conventions=conv)), \
-        _split(forward_components(shape, w_t, lora=lo, conventions=conv))
-    ref_b, ref_t = _split(forward_components(shape, w_b, lora=None, conventions=conv)), \
-        _split(forward_components(shape, w_t, lora=None, conventions=conv))
-    irg_t = gradient_checkpointing and lora is not None
-    bb = _split(backward_components(shape, w_b, lora=lo, conventions=conv, inputs_require_grad=False))
-    bt = _split(backward_components(shape, w_t, lora=lo, conventions=conv, inputs_require_grad=irg_t))
-    if needs_old:
-        row("old_logprobs/layers", fb[0], ft[0], layers_why)
-        row("old_logprobs/head", fb[1], ft[1], head_why)
-    if beta != 0:
-        row("reference/layers", ref_b[0], ref_t[0], layers_why)
-        row("reference/head", ref_b[1], ref_t[1], head_why)
-    row("update/forward/layers", mu * fb[0], mu * ft[0], layers_why)
-    row("update/forward/head", mu * fb[1], mu * ft[1], head_why)
-    row("update/backward/layers", mu * bb[0], mu * bt[0], layers_why + (
-        "; with gradient checkpointing the embedding output requires grad, so TRL also runs layer-0 q/k/v input "
-        "gradients" if irg_t else ""))
-    row("update/backward/head", mu * bb[1], mu * bt[1], head_why)
-    rec = 0
-    if gradient_checkpointing:
-        rec = mu * recompute_flops(shape, w_t, lora=lo, conventions=conv, early_stop=True)
-    row("recompute/forward", 0, rec, "TRL checkpoints the decoder layers (hardware FLOPs, not charged); "
-        "the built-in engine does not checkpoint")
-    row("recompute/lm_head", 0, mu * terms.head_flops(w_t.logit_positions, shape.head_matrices()),
-        "TRL's fused head recomputes the logits in its backward (hardware FLOPs, not charged)")
-    return rows
+def trl_batch_floor(shape: ModelShape, plan: TrlStepPlan, *, n_seqs: int, prompt_width: int, num_iterations: int,
+                    lora: LoRA | None, conventions: ConvLike) -> int:
+    """Counted FLOPs a batch costs at least: its ``num_iterations`` updates over ``n_seqs``
+    rows of its prompt width plus one token (the TRL engine stops building its dataset once
+    the batches' floors reach the budget)."""
+    return num_iterations * counted(update_components(shape, plan, n_seqs=n_seqs, seq_len=prompt_width + 1,
+                                                      completion_len=1, lora=lora, inputs_require_grad=False,
+                                                      conventions=conventions))
 
 
-def builtin_same_shapes(shape: ModelShape, generations: Iterable[tuple[int, int, int]], *, num_generations: int,
-                        num_iterations: int = 1, beta: float = 0.0, lora: LoRA | None = None,
-                        conventions: ConvLike = None) -> dict[str, int]:
-    """Per-phase FLOPs the built-in engine would charge for the same batches: each
-    generation ``(rows, padded prompt length, generated width)`` prefilled once per prompt,
-    decoded to the same width, and trained ``num_iterations`` times with each prompt run
-    once per group and the head at the completion predictions (no group dropped, no
-    checkpointing, one micro-batch)."""
-    conv = resolve(conventions)
-    out: dict[str, int] = {}
-    for rows, P, W in generations:
-        comps = rollout_components(shape, [P] * (rows // num_generations), [W] * rows, lora=lora, share_prompt=True,
-                                   conventions=conv)
-        comps.update(learning_components(shape, [P + W] * rows, [W] * rows, lora=lora, num_iterations=num_iterations,
-                                         beta=beta, needs_old_logprobs=num_iterations > 1, train_logits="completion",
-                                         prompt_groups=prompt_groups(rows, num_generations, rows),
-                                         conventions=conv))
-        for k, v in comps.items():
-            phase = k.split("/", 1)[0]
-            out[phase] = out.get(phase, 0) + v
-    return out
+def trl_step_bound(plan: TrlStepPlan, shape: ModelShape, micro_step: int, *, prompt_len: int, completion_len: int,
+                   lora: LoRA | None, conventions: Any, reference_lora: bool,
+                   last_generation: tuple[int, int, int] | None, reward_bound: Callable[[int, int, int], int],
+                   reward_models: Any, buffered: bool | None = None) -> int:
+    """Upper bound of the counted FLOPs of the optimizer step whose first micro-step is
+    ``micro_step``: completions at ``completion_len`` (``max_completion_length``), prompts
+    at ``prompt_len`` (the longest prompt), every old/reference pass TRL would run, the
+    reward functions' bound ``reward_bound(sequences, prompt_len, completion_len)`` and
+    the reward models' (``reward_models.bound``). A micro-step generates when TRL's counter
+    says so or when no generated batch is buffered (``buffered``; default: whether a
+    generation was seen, ``last_generation``: the tracker's last (rows, prompt width,
+    completion width))."""
+    P, T = prompt_len, completion_len
+    pad = plan.pad_to_multiple_of
+    total = 0
+    last = last_generation
+    if buffered is None:
+        buffered = last is not None
+    width = None if last is None or not buffered else (
+        round_up(last[1], pad) + round_up(last[2], pad), round_up(last[2], pad))
+    for i in range(plan.gradient_accumulation_steps):
+        m = micro_step + i
+        if plan.generates(m) or width is None:
+            gen = generation_components(shape, plan, n_seqs=plan.generation_batch_size, prompt_len=P,
+                                        completion_len=T, lora=lora, conventions=conventions,
+                                        reference_lora=reference_lora)
+            total += counted(gen)
+            total += int(reward_bound(plan.generation_batch_size, P, T))
+            total += reward_models.bound(plan.generation_batch_size, P + T)
+            width = (round_up(P, pad) + round_up(T, pad), round_up(T, pad))
+        total += counted(update_components(shape, plan, n_seqs=plan.per_device_train_batch_size,
+                                           seq_len=width[0], completion_len=width[1], lora=lora,
+                                           inputs_require_grad=True, conventions=conventions))
+    return total
 
 
 __all__ = [
-    "ModelCall", "TrlStepPlan", "TRL_CONVENTIONS_NOTE", "TRL_EXECUTION_NOTE", "builtin_same_shapes", "calls_components",
-    "calls_tokens_seconds", "compare_with_builtin", "counted", "round_up", "generation_components", "update_components",
+    "ModelCall", "TrlStepPlan", "TRL_CONVENTIONS_NOTE", "TRL_EXECUTION_NOTE", "calls_components",
+    "calls_tokens_seconds", "counted", "round_up", "generation_components", "trl_batch_bound", "trl_batch_floor",
+    "trl_step_bound", "update_components",
 ]

@@ -8,7 +8,7 @@ budget, seed and output directory) and runs it with :func:`race.grid.run_grid` (
 cell function, runner and retry settings as the study's grid), asking it to run these
 configs into the study without recording them as the study's grid
 (``as_study_spec=False``). The validation is recorded in ``<study_dir>/validation.json`` (see
-:mod:`race.report.study`) before the runs start and updated when they end.
+:mod:`race.protocol.study`) before the runs start and updated when they end.
 """
 
 from __future__ import annotations
@@ -22,10 +22,9 @@ from typing import Any
 
 from race.analysis import Recommendation, ValidationResult, prepare_runs, realised_regret
 from race.spec.grid import DEFAULT_CELL_FN, GRID_OWNED
+from race.analysis.tables import jsonable
 
-from .fmt import jsonable
-from .sections_decision import recommend_for
-from .study import ReportError, StudyData, default_target_budget, load_study, write_validation
+from .study import ReportError, StudyData, default_target_budget, load_study, recommend_for, write_validation
 
 
 
