@@ -1,6 +1,10 @@
 """The compute report card: total FLOPs and how they split among search (rollout),
 learning (update + log-prob passes) and feedback (reward), beside the model size, LoRA
-rank, group size, steps, tokens and the conventions used. JSON, Markdown and LaTeX."""
+rank, group size, steps, tokens and the conventions used. JSON, Markdown and LaTeX.
+
+Training the reward models a study uses (``rm_training_flops``, per RM) is a separate,
+labelled line: NOT counted in the total or the budget unless ``count_rm_training`` (then
+the counted total is the runs' FLOPs plus the RM training, and every share is of that)."""
 
 from __future__ import annotations
 
@@ -68,6 +72,13 @@ class ReportCard:
     conventions: dict[str, Any] = field(default_factory=dict)
     conventions_text: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
+    #: FLOPs that trained each reward model the runs read (name -> FLOPs): a separate line,
+    #: never part of ``total_flops`` (the runs' ledgers); counted only with ``count_rm_training``.
+    rm_training_flops: dict[str, int] = field(default_factory=dict)
+    count_rm_training: bool = False
+    #: ``run`` (one run's card) or ``study`` (a sum over a study's runs: model, steps and
+    #: LoRA rank only where they are known; group size and tokens left out).
+    scope: str = "run"
 
     @property
     def split(self) -> dict[str, int]:
@@ -75,9 +86,25 @@ class ReportCard:
         return {k: sum(self.phase_flops.get(p, 0) for p in ps) for k, ps in SPLIT.items()}
 
     @property
+    def rm_training_total(self) -> int:
+        """FLOPs that trained the reward models (whether counted or not)."""
+        return sum(self.rm_training_flops.values())
+
+    @property
+    def counted_flops(self) -> int:
+        """What the card counts: ``total_flops`` (the runs), plus the RM training when
+        ``count_rm_training``."""
+        return self.total_flops + (self.rm_training_total if self.count_rm_training else 0)
+
+    @property
     def shares(self) -> dict[str, float]:
-        tot = self.total_flops or 1
-        return {k: v / tot for k, v in self.split.items()}
+        """Each axis's share of :attr:`counted_flops` (with RM training counted, also
+        ``rm_training``; the shares then still sum to 1)."""
+        tot = self.counted_flops or 1
+        out = {k: v / tot for k, v in self.split.items()}
+        if self.count_rm_training and self.rm_training_flops:
+            out["rm_training"] = self.rm_training_total / tot
+        return out
 
     @classmethod
     def from_ledger(cls, ledger: FlopLedger, *, conventions: "Conventions | str | None" = None,
@@ -98,23 +125,43 @@ class ReportCard:
         d = asdict(self)
         d["split"] = self.split
         d["shares"] = {k: round(v, 6) for k, v in self.shares.items()}
+        d["rm_training_total"] = self.rm_training_total
+        d["counted_flops"] = self.counted_flops
         return d
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2, sort_keys=True)
 
     def _rows(self, conventions: bool = True) -> list[tuple[str, str]]:
-        rows = [("Total FLOPs (model, counted)", fmt_flops(self.total_flops))]
+        counted = self.count_rm_training and bool(self.rm_training_flops)
+        total = fmt_flops(self.counted_flops)
+        if counted:
+            total += f" (runs {fmt_flops(self.total_flops)} + RM training {fmt_flops(self.rm_training_total)})"
+        rows = [("Total FLOPs (model, counted)", total)]
         if self.budget_flops:
-            rows.append(("Budget", f"{fmt_flops(self.budget_flops)} ({self.total_flops / self.budget_flops:.1%} used)"))
+            rows.append(("Budget", f"{fmt_flops(self.budget_flops)} ({self.counted_flops / self.budget_flops:.1%} used)"))
+        shares = self.shares
         for k, v in self.split.items():
-            rows.append((f"  {k}", f"{fmt_flops(v)} ({self.shares[k]:.1%})"))
+            rows.append((f"  {k}", f"{fmt_flops(v)} ({shares[k]:.1%})"))
+        if self.rm_training_flops:
+            each = ", ".join(f"{n} {fmt_flops(v)}" for n, v in sorted(self.rm_training_flops.items()))
+            if counted:
+                rows.append(("  RM training (counted)", f"{fmt_flops(self.rm_training_total)} "
+                             f"({shares['rm_training']:.1%}; {each}; counted as asked: count_rm_training)"))
+            else:
+                rows.append(("RM training (not counted)", f"{fmt_flops(self.rm_training_total)} ({each}; "
+                             "separate: not in the total, the split or the budget)"))
         for k, v in sorted(self.hardware_flops.items()):
             rows.append((f"Not counted: {k}", fmt_flops(v)))
-        rows += [("Model", f"{self.model} ({self.model_params:,} parameters)"),
-                 ("LoRA rank", str(self.lora_rank) if self.lora_rank else "full fine-tuning"),
-                 ("Group size", str(self.num_generations)), ("Steps", str(self.steps)),
-                 ("Rollout tokens", f"{self.tokens:,}")]
+        if self.scope == "run":  # a study's card shows only what holds for the whole study
+            rows += [("Model", f"{self.model} ({self.model_params:,} parameters)"),
+                     ("LoRA rank", str(self.lora_rank) if self.lora_rank else "full fine-tuning"),
+                     ("Group size", str(self.num_generations)), ("Steps", str(self.steps)),
+                     ("Rollout tokens", f"{self.tokens:,}")]
+        else:
+            rows += [(k, v) for k, v, known in (("Models", self.model, self.model),
+                                                ("LoRA rank", str(self.lora_rank), self.lora_rank),
+                                                ("Steps", f"{self.steps:,}", self.steps)) if known]
         if self.seconds:
             rows.append(("Wall seconds by phase", ", ".join(f"{k} {v:.1f}" for k, v in sorted(self.seconds.items()))))
         if conventions:
