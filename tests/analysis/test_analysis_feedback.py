@@ -99,3 +99,56 @@ def test_the_training_reward_is_the_proxy_without_an_rm_score():
     runs, train = _study()
     table = divergence_table(runs, train.drop(columns=["rm_score_mean"]))
     assert table.iloc[0]["proxy"] == "reward_mean" and table.iloc[0]["diverged"]
+
+
+def _arms_study(n_problems=400):
+    """tiny-s at one budget, 2 seeds: rule:outcome and prm-s score 0.5 on the same problems,
+    prm-m 0.7 (a superset of them), rule:partial 0.9."""
+    from race.analysis import feedback_comparisons  # noqa: F401 (import checked here)
+
+    solved = {"rule:outcome": 200, "prm:prm-s:min+outcome": 200, "prm:prm-m:min+outcome": 280, "rule:partial": 360}
+    runs, evals = [], []
+    for reward, k in solved.items():
+        for seed in (0, 1):
+            rid = f"{reward}-{seed}"
+            runs.append(dict(run_id=rid, budget=1e11, model="tiny-s", model_params=301200, num_generations=8,
+                             prompts_per_step=4, num_iterations=1, learning_rate=1e-4, reward=reward, seed=seed,
+                             status="complete", total_flops=1e11))
+            for step, flops, n_ok in ((0, 0.0, 150), (50, 1e11, k)):
+                pp = [1] * n_ok + [0] * (n_problems - n_ok)
+                evals.append(dict(run_id=rid, step=step, flops=flops, target="greedy", score=n_ok / n_problems,
+                                  n=n_problems, per_problem=pp))
+    return pd.DataFrame(runs), pd.DataFrame(evals)
+
+
+def test_feedback_comparisons_call_wins_ties_and_losses_with_paired_intervals():
+    from race.analysis import feedback_comparisons
+
+    runs, evals = _arms_study()
+    strength = {"prm:prm-s:min+outcome": 0.75, "prm:prm-m:min+outcome": 0.93}
+    comp = feedback_comparisons(evals, runs, "greedy", strength, n_boot=300, rng=0)
+    got = {(r.kind, r.a, r.b): r for r in comp.itertuples()}
+    assert set(got) == {
+        ("stronger RM", "prm:prm-m:min+outcome", "prm:prm-s:min+outcome"),
+        ("RM vs its rule", "prm:prm-m:min+outcome", "rule:outcome"),
+        ("RM vs its rule", "prm:prm-s:min+outcome", "rule:outcome"),
+        ("RM vs rule:partial", "prm:prm-m:min+outcome", "rule:partial"),
+        ("RM vs rule:partial", "prm:prm-s:min+outcome", "rule:partial"),
+    }
+    stronger = got[("stronger RM", "prm:prm-m:min+outcome", "prm:prm-s:min+outcome")]
+    assert stronger.diff == pytest.approx(0.2) and stronger.verdict == "won" and stronger.lo > 0
+    # the same problems solved: every paired replicate differs by exactly 0 -> a tie at 0
+    same = got[("RM vs its rule", "prm:prm-s:min+outcome", "rule:outcome")]
+    assert same.diff == 0 and same.lo == same.hi == 0 and same.verdict == "tied"
+    assert got[("RM vs rule:partial", "prm:prm-m:min+outcome", "rule:partial")].verdict == "lost"
+    assert set(comp["budget"]) == {1e11} and set(comp["group"]) == {"tiny-s|G=8|P=4|it=1|lr=0.0001|*"}
+
+
+def test_feedback_comparisons_without_strengths_compare_only_against_rules():
+    from race.analysis import feedback_comparisons
+
+    runs, evals = _arms_study()
+    comp = feedback_comparisons(evals, runs, "greedy", {}, n_boot=50)
+    assert "stronger RM" not in set(comp["kind"]) and len(comp) == 4
+    only_rules = runs[runs["reward"].str.startswith("rule")]
+    assert feedback_comparisons(evals[evals["run_id"].isin(only_rules["run_id"])], only_rules, "greedy", {}).empty

@@ -72,6 +72,18 @@ def test_the_report_shows_rm_quality_divergence_and_a_separate_rm_training_line(
     expected = (f"{fmt_flops(direct['flops'])} (step {direct['step']})" if direct["diverged"]
                 else "no divergence within the pilots")
     assert prm_rows[0]["divergence"] == expected
+    # did it pay: the PRM arm against the rule it mixes in, per budget, at equal FLOPs
+    from race.analysis import feedback_comparisons
+    from race.report import load_study
+
+    st = load_study(study)
+    direct = feedback_comparisons(st.evals_of(st.pilot_runs), st.pilot_runs, "greedy",
+                                  {REWARDS[1]: info.eval["step_auc"]}, n_boot=40, rng=0)
+    comps = fb["comparisons"]
+    assert [(c["budget"], c["kind"], c["a"], c["b"]) for c in comps] == [
+        (b, "RM vs its rule", REWARDS[1], "rule:partial") for b in (3e9, 8e9)]
+    assert [c["diff"] for c in comps] == pytest.approx(list(direct["diff"]))
+    assert [c["verdict"] for c in comps] == list(direct["verdict"])
     # RM training: a separate line, not in the total or the budget
     assert fb["rm_training_flops"] == {"prm-xs": info.train_flops} and not fb["count_rm_training"]
     assert card["rm_training_flops"] == {"prm-xs": info.train_flops} and card["count_rm_training"] is False

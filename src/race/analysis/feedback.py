@@ -40,6 +40,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from .bootstrap import bootstrap_cells, difference
+from .curves import final_scores
 from .tables import prepare_runs, require_columns
 
 LEARNED_PREFIXES = ("prm:", "orm:", "judge:")
@@ -174,4 +176,76 @@ def divergence_table(runs: pd.DataFrame, train: pd.DataFrame, **settings: Any) -
     return pd.DataFrame(rows, columns=cols)
 
 
-__all__ = ["divergence_point", "divergence_table", "LEARNED_PREFIXES", "PROXY_COLUMNS"]
+def _rule_of(reward: str) -> str | None:
+    """The rule a learned reward mixes its model score with (``prm:X:min+outcome`` ->
+    ``rule:outcome``), ``None`` when it mixes none or cannot be parsed."""
+    from race.spec.reward import parse_reward
+
+    try:
+        spec = parse_reward(reward)
+    except ValueError:
+        return None
+    terms = sorted(t for t in spec.weights if t != "rm")
+    return "rule:" + "+".join(terms) if spec.learned and terms else None
+
+
+def _same_rule(a: str, b: str) -> bool:
+    from race.spec.reward import parse_reward
+
+    try:
+        pa, pb = parse_reward(a), parse_reward(b)
+    except ValueError:
+        return False
+    return pa.kind == pb.kind == "rule" and set(pa.weights) == set(pb.weights)
+
+
+def feedback_comparisons(evals: pd.DataFrame, runs: pd.DataFrame, target: str, strength: dict[str, float], *,
+                         n_boot: int = 1000, rng: Any = 0, level: float = 0.95) -> pd.DataFrame:
+    """Did stronger feedback pay at equal FLOPs? Within each budget and each group of
+    allocations that differ only in their reward, paired differences of the scores on
+    ``target`` read at equal counted FLOPs (:func:`race.analysis.final_scores`, ``at="equal"``;
+    one bootstrap over seeds and problems shared by every cell, :func:`bootstrap_cells`):
+
+    - ``stronger RM``: each learned reward against each learned reward of a weaker RM
+      (``strength``: reward spec -> a number, larger = stronger, e.g. the RM's step AUC);
+    - ``RM vs its rule``: each learned reward against the rule it mixes in, alone
+      (``prm:prm-s:min+outcome`` against ``rule:outcome``): what the RM's score added;
+    - ``RM vs rule:partial``: against the exact dense process reward, where the group has it.
+
+    One row per comparison: ``budget, group, kind, a, b, score_a, score_b, diff, lo, hi,
+    p_greater, verdict`` (``won``: the interval of a - b above 0; ``lost``: below; else
+    ``tied``). Empty when no group holds two comparable rewards."""
+    cols = ["budget", "group", "kind", "a", "b", "score_a", "score_b", "diff", "lo", "hi", "p_greater", "verdict"]
+    fin = final_scores(evals, runs, target, at="equal")
+    fin = fin[fin["reward"].astype(str) != "random"]
+    if fin.empty:
+        return pd.DataFrame(columns=cols)
+    fin = fin.assign(group=[a.replace(f"|{r}", "|*", 1) for a, r in zip(fin["allocation"], fin["reward"].astype(str))])
+    boot = bootstrap_cells(fin, ("budget", "allocation"), n_boot=n_boot, rng=rng)
+    rows = []
+    for (budget, group), g in fin.groupby(["budget", "group"], sort=True):
+        arms = {str(r): str(a) for r, a in zip(g["reward"], g["allocation"])}
+        pairs = []
+        learned = [r for r in arms if r.startswith(LEARNED_PREFIXES)]
+        for a in learned:
+            pairs += [("stronger RM", a, b) for b in learned if b != a and a in strength and b in strength
+                      and strength[a] > strength[b]]
+            rule = _rule_of(a)
+            own = next((r for r in arms if rule and _same_rule(r, rule)), None)
+            if own is not None:
+                pairs.append(("RM vs its rule", a, own))
+            dense = next((r for r in arms if _same_rule(r, "rule:partial")), None)
+            if dense is not None and dense != own:
+                pairs.append(("RM vs rule:partial", a, dense))
+        for kind, a, b in pairs:
+            ia = boot.index_of(budget=budget, allocation=arms[a])
+            ib = boot.index_of(budget=budget, allocation=arms[b])
+            sa, sb = float(boot.cells["score"].iloc[ia]), float(boot.cells["score"].iloc[ib])
+            d = difference(sa, sb, boot.reps[:, ia], boot.reps[:, ib], level=level)
+            verdict = "won" if d.lo > 0 else "lost" if d.hi < 0 else "tied"
+            rows.append(dict(budget=float(budget), group=group, kind=kind, a=a, b=b, score_a=sa, score_b=sb,
+                             diff=d.diff, lo=d.lo, hi=d.hi, p_greater=d.p_greater, verdict=verdict))
+    return pd.DataFrame(rows, columns=cols)
+
+
+__all__ = ["divergence_point", "divergence_table", "feedback_comparisons", "LEARNED_PREFIXES", "PROXY_COLUMNS"]

@@ -16,10 +16,10 @@ from typing import Any
 
 import pandas as pd
 
-from race.analysis import divergence_table, waste_table
+from race.analysis import divergence_table, feedback_comparisons, waste_table
 
 from .doc import Context, Note, Section, Table, Text
-from .fmt import fmt_flops, fmt_num, fmt_pct, fmt_score, is_num, jsonable
+from .fmt import fmt_flops, fmt_interval, fmt_num, fmt_pct, fmt_score, is_num, jsonable
 
 
 def rm_cards(ctx: Context) -> dict[str, dict[str, Any] | None]:
@@ -101,6 +101,7 @@ def feedback_section(ctx: Context) -> Section:
     for c in learned.values():
         if not c.get("found"):
             sec.add(Note(f"{c.get('name')}: {c.get('note')}", "warn"))
+    comp = _comparison_block(ctx, sec, learned)
     _divergence_block(ctx, sec, div)
     _cost_block(ctx, sec, learned)
     sec.data = {"rms": jsonable({k: v for k, v in cards.items()}),
@@ -109,8 +110,43 @@ def feedback_section(ctx: Context) -> Section:
                 "divergence": jsonable(div.drop(columns=["per_seed"])) if div is not None else [],
                 "divergence_per_seed": jsonable({r.allocation: r.per_seed for r in div.itertuples()}
                                                 if div is not None else {}),
+                "comparisons": jsonable(comp) if comp is not None else [],
                 "rm_training_flops": rm_training(ctx), "count_rm_training": ctx.count_rm_training}
     return sec
+
+
+def strength_of(cards: dict[str, dict[str, Any] | None]) -> dict[str, float]:
+    """Reward spec -> the strength of its RM: step AUC (a PRM), else outcome AUC, as recorded."""
+    out = {}
+    for reward, c in cards.items():
+        if c and c.get("found"):
+            v = c.get("step_auc") if is_num(c.get("step_auc")) else c.get("outcome_auc")
+            if is_num(v):
+                out[reward] = float(v)
+    return out
+
+
+def _comparison_block(ctx: Context, sec: Section, learned: dict[str, dict[str, Any]]) -> pd.DataFrame | None:
+    comp = feedback_comparisons(ctx.evals, ctx.runs, ctx.primary, strength_of(learned), n_boot=ctx.n_boot,
+                                rng=ctx.rng)
+    if comp.empty:
+        sec.add(Note("no two rewards of one allocation group to compare at equal FLOPs (a learned reward beside a "
+                     "weaker RM, the rule it mixes in, or rule:partial)"))
+        return comp
+    sec.add(Text(f"Did the feedback pay? Paired differences of {ctx.primary} at equal counted FLOPs (each budget's "
+                 "runs read at the smallest FLOPs all reached; 95% bootstrap intervals over seeds and problems, one "
+                 "problem draw shared by every run): a stronger RM (higher step AUC) against a weaker one, each "
+                 "learned reward against the rule it mixes in alone, and against rule:partial (exact dense credit). "
+                 "Won: the interval is above 0; lost: below; tied: it covers 0. The RM's inference is charged, so "
+                 "a stronger RM buys fewer steps at the same budget."))
+    counts = comp.groupby(["budget", "kind"])["verdict"].value_counts().unstack(fill_value=0)
+    sec.add(Table(["budget", "comparison", "won", "tied", "lost"],
+                  [[fmt_flops(b), k, str(int(r.get("won", 0))), str(int(r.get("tied", 0))), str(int(r.get("lost", 0)))]
+                   for (b, k), r in counts.iterrows()], "Verdicts per budget"))
+    sec.add(Table(["budget", "allocations (reward = *)", "comparison", "a", "b", "a - b [95%]", "verdict"],
+                  [[fmt_flops(r.budget), r.group, r.kind, r.a, r.b, f"{fmt_score(r.diff)} {fmt_interval(r.lo, r.hi)}",
+                    r.verdict] for r in comp.itertuples()], f"Feedback at equal FLOPs ({ctx.primary})"))
+    return comp
 
 
 def _divergence_block(ctx: Context, sec: Section, div: pd.DataFrame | None) -> None:
