@@ -40,11 +40,16 @@ def rm_cards(ctx: Context) -> dict[str, dict[str, Any] | None]:
 
 def rm_training(ctx: Context) -> dict[str, int]:
     """RM name -> FLOPs that trained it (training + sampling its data), for each RM found
-    behind a reward of the study (each RM once, however many arms read it)."""
+    behind a reward of the study: each RM once, however many arms read it, and a pool of
+    policy samples shared by several RMs once (with the first of them by name)."""
+    found = {c["name"]: c for c in rm_cards(ctx).values() if c and c.get("found")}
     out: dict[str, int] = {}
-    for card in rm_cards(ctx).values():
-        if card and card.get("found"):
-            out[card["name"]] = int(card.get("training_flops") or 0)
+    pools: set[str] = set()
+    for name, card in sorted(found.items()):
+        pool = card.get("pool_digest") or ""
+        shared = bool(pool) and pool in pools
+        pools.add(pool)
+        out[name] = int(card.get("train_flops") or 0) + (0 if shared else int(card.get("sampling_flops") or 0))
     return out
 
 
@@ -186,7 +191,7 @@ def _cost_block(ctx: Context, sec: Section, learned: dict[str, dict[str, Any]]) 
     if not found:
         return
     total = float(ctx.prepared["total_flops"].sum())
-    rm_tot = sum(c["training_flops"] for c in found.values())
+    rm_tot = sum(rm_training(ctx).values())
     sec.add(Table(["reward model", "kind", "parameters", "inference FLOPs / token", "training FLOPs",
                    "of which: sampling its data", "warm-start SFT behind it (not counted)"],
                   [[n, c.get("kind", ""), fmt_num(c.get("params")),
@@ -197,7 +202,8 @@ def _cost_block(ctx: Context, sec: Section, learned: dict[str, dict[str, Any]]) 
     how = ("COUNTED in the compute report card's total (count_rm_training)" if ctx.count_rm_training else
            "a separate line of the compute report card, NOT counted in the pilot budget or the total (set "
            "report.count_rm_training: true in the grid, or race report --count-rm-training, to count it)")
-    sec.add(Text(f"Training the study's reward models cost {fmt_flops(rm_tot)} (training plus sampling its data; "
+    sec.add(Text(f"Training the study's reward models cost {fmt_flops(rm_tot)} (training plus sampling their data, a "
+                 "pool that several RMs share counted once; "
                  f"{fmt_pct(rm_tot / total) if total else 'n/a'} of the pilot runs' {fmt_flops(total)}): {how}. "
                  "Each RM is counted once, however many arms read it. A likelihood PRM is read off a warm start; "
                  "that warm start's SFT is shown beside it and never counted, as the policies' warm starts are not."))

@@ -18,8 +18,8 @@ report says which it shows.
 
 Cost (FLOPs, ``race`` conventions as recorded): ``train_flops`` (forward + backward of a
 classifier's training; a likelihood PRM's calibration forwards), ``sampling_flops``
-(generating its training pool of policy samples), ``training_flops`` = the two together,
-the RM's training as a report card counts it; ``base_sft_flops`` (the warm start's SFT a
+(generating its training pool of policy samples; ``pool_digest`` names the pool, which
+several RMs may share), ``training_flops`` = the two together, the RM's training; ``base_sft_flops`` (the warm start's SFT a
 likelihood PRM is read off: shared with the policy warm start of that size, reported, never
 counted); ``flops_per_token`` (inference, averaged over the held-out batches).
 """
@@ -85,7 +85,7 @@ def summarise_info(info: dict[str, Any]) -> dict[str, Any]:
                 quality_on=on, quality_detail=detail,
                 flops_per_token=_num(held.get("flops_per_token")),
                 train_flops=train, sampling_flops=sampling, training_flops=train + sampling,
-                base_sft_flops=int(origin.get("base_sft_flops") or 0),
+                base_sft_flops=int(origin.get("base_sft_flops") or 0), pool_digest=str(data.get("pool_digest") or ""),
                 conventions=info.get("flops_conventions", ""))
 
 
