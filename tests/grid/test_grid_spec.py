@@ -246,3 +246,16 @@ def test_report_settings_default_off_and_refuse_typos():
     assert '"count_rm_training":true' in spec.model_dump_json()  # what the store records for the report
     assert "report.count_rm_trainig" in _err(grid(report={"count_rm_trainig": True}))
     assert "report.count_rm_training" in _err(grid(report={"count_rm_training": "sometimes"}))
+
+
+@pytest.mark.parametrize("name", ["grid-feedback.yaml", "grid-feedback-s.yaml"])
+def test_the_feedback_study_configs_ask_the_issues_question(name):
+    from pathlib import Path
+
+    spec = load_grid_spec(Path(__file__).resolve().parents[2] / "configs" / name)
+    rewards = spec.axes["reward"]
+    learned = [r for r in rewards if r.startswith("prm:")]
+    assert len(rewards) >= 3 and {r.split(":")[1] for r in learned} == {"prm-s", "prm-m"}  # two RM strengths
+    assert "rule:outcome" in rewards and "rule:partial" in rewards
+    assert len(spec.seeds) >= 2 and spec.eval["n_problems"] >= 500
+    assert max(spec.budgets) / min(spec.budgets) >= 10
