@@ -139,7 +139,8 @@ class ReportCard:
             total += f" (runs {fmt_flops(self.total_flops)} + RM training {fmt_flops(self.rm_training_total)})"
         rows = [("Total FLOPs (model, counted)", total)]
         if self.budget_flops:
-            rows.append(("Budget", f"{fmt_flops(self.budget_flops)} ({self.counted_flops / self.budget_flops:.1%} used)"))
+            used = self.counted_flops / self.budget_flops
+            rows.append(("Budget", f"{fmt_flops(self.budget_flops)} ({used:.1%} used)"))
         shares = self.shares
         for k, v in self.split.items():
             rows.append((f"  {k}", f"{fmt_flops(v)} ({shares[k]:.1%})"))

@@ -19,9 +19,10 @@ report says which it shows.
 Cost (FLOPs, ``race`` conventions as recorded): ``train_flops`` (forward + backward of a
 classifier's training; a likelihood PRM's calibration forwards), ``sampling_flops``
 (generating its training pool of policy samples; ``pool_digest`` names the pool, which
-several RMs may share), ``training_flops`` = the two together, the RM's training; ``base_sft_flops`` (the warm start's SFT a
-likelihood PRM is read off: shared with the policy warm start of that size, reported, never
-counted); ``flops_per_token`` (inference, averaged over the held-out batches).
+several RMs may share), ``training_flops`` = the two together, the RM's training;
+``base_sft_flops`` (the warm start's SFT a likelihood PRM is read off: shared with the
+policy warm start of that size, reported, never counted); ``flops_per_token`` (inference,
+averaged over the held-out batches).
 """
 
 from __future__ import annotations
