@@ -35,18 +35,38 @@ def fmt_flops(x: float) -> str:
 
 
 def card_rows(card: ReportCard, conventions: bool = True) -> list[tuple[str, str]]:
-    """The card's (item, value) rows, as both renderings show them."""
-    rows = [("Total FLOPs (model, counted)", fmt_flops(card.total_flops))]
+    """The card's (item, value) rows, as both renderings show them. RM training is its own
+    line, outside the total unless the card counts it (``count_rm_training``); a study's
+    card (``scope="study"``) shows only what holds for the whole study."""
+    counted = card.count_rm_training and bool(card.rm_training_flops)
+    total = fmt_flops(card.counted_flops)
+    if counted:
+        total += f" (runs {fmt_flops(card.total_flops)} + RM training {fmt_flops(card.rm_training_total)})"
+    rows = [("Total FLOPs (model, counted)", total)]
     if card.budget_flops:
-        rows.append(("Budget", f"{fmt_flops(card.budget_flops)} ({card.total_flops / card.budget_flops:.1%} used)"))
+        rows.append(("Budget", f"{fmt_flops(card.budget_flops)} ({card.counted_flops / card.budget_flops:.1%} used)"))
+    shares = card.shares
     for k, v in card.split.items():
-        rows.append((f"  {k}", f"{fmt_flops(v)} ({card.shares[k]:.1%})"))
+        rows.append((f"  {k}", f"{fmt_flops(v)} ({shares[k]:.1%})"))
+    if card.rm_training_flops:
+        each = ", ".join(f"{n} {fmt_flops(v)}" for n, v in sorted(card.rm_training_flops.items()))
+        if counted:
+            rows.append(("  RM training (counted)", f"{fmt_flops(card.rm_training_total)} "
+                         f"({shares['rm_training']:.1%}; {each}; counted as asked: count_rm_training)"))
+        else:
+            rows.append(("RM training (not counted)", f"{fmt_flops(card.rm_training_total)} ({each}; "
+                         "separate: not in the total, the split or the budget)"))
     for k, v in sorted(card.hardware_flops.items()):
         rows.append((f"Not counted: {k}", fmt_flops(v)))
-    rows += [("Model", f"{card.model} ({card.model_params:,} parameters)"),
-             ("LoRA rank", str(card.lora_rank) if card.lora_rank else "full fine-tuning"),
-             ("Group size", str(card.num_generations)), ("Steps", str(card.steps)),
-             ("Rollout tokens", f"{card.tokens:,}")]
+    if card.scope == "run":
+        rows += [("Model", f"{card.model} ({card.model_params:,} parameters)"),
+                 ("LoRA rank", str(card.lora_rank) if card.lora_rank else "full fine-tuning"),
+                 ("Group size", str(card.num_generations)), ("Steps", str(card.steps)),
+                 ("Rollout tokens", f"{card.tokens:,}")]
+    else:
+        rows += [(k, v) for k, v, known in (("Models", card.model, card.model),
+                                            ("LoRA rank", str(card.lora_rank), card.lora_rank),
+                                            ("Steps", f"{card.steps:,}", card.steps)) if known]
     if card.seconds:
         rows.append(("Wall seconds by phase", ", ".join(f"{k} {v:.1f}" for k, v in sorted(card.seconds.items()))))
     if conventions:

@@ -96,3 +96,53 @@ def test_fmt_flops():
     assert fmt_flops(4.56e18) == "4.56 EFLOP"
     assert fmt_flops(999) == "999 FLOP"
     assert fmt_flops(2.5e6) == "2.5 MFLOP"
+
+
+def _rm_card(count: bool) -> ReportCard:
+    card = _card()
+    card.rm_training_flops = {"prm-m": 400_000_000_000, "prm-s": 100_000_000_000}
+    card.count_rm_training = count
+    return card
+
+
+def test_rm_training_is_a_separate_line_not_counted_by_default():
+    card = _rm_card(False)
+    assert card.rm_training_total == 500_000_000_000
+    assert card.counted_flops == card.total_flops == 2_000_000_000_000
+    assert card.shares == {"search": 0.4, "learning": 0.35, "feedback": 0.25}
+    md = card_markdown(card)
+    assert "| Total FLOPs (model, counted) | 2 TFLOP |" in md
+    assert "| Budget | 2 TFLOP (100.0% used) |" in md
+    assert ("| RM training (not counted) | 500 GFLOP (prm-m 400 GFLOP, prm-s 100 GFLOP; separate: not in the "
+            "total, the split or the budget) |") in md
+    d = json.loads(card.to_json())
+    assert d["rm_training_flops"] == {"prm-m": 400_000_000_000, "prm-s": 100_000_000_000}
+    assert d["count_rm_training"] is False and d["rm_training_total"] == 500_000_000_000
+    assert d["counted_flops"] == d["total_flops"] == 2_000_000_000_000 and "rm_training" not in d["shares"]
+    tex = card_latex(card)
+    assert "RM training (not counted) & 500 GFLOP (prm-m 400 GFLOP" in tex
+
+
+def test_rm_training_counted_when_asked():
+    card = _rm_card(True)
+    assert card.total_flops == 2_000_000_000_000  # the runs' own total is unchanged
+    assert card.counted_flops == 2_500_000_000_000
+    # shares of the counted total: 800/2500, 700/2500, 500/2500 and the RM training 500/2500
+    assert card.shares == {"search": 0.32, "learning": 0.28, "feedback": 0.2, "rm_training": 0.2}
+    assert abs(sum(card.shares.values()) - 1.0) < 1e-12
+    md = card_markdown(card)
+    assert "| Total FLOPs (model, counted) | 2.5 TFLOP (runs 2 TFLOP + RM training 500 GFLOP) |" in md
+    assert "| Budget | 2 TFLOP (125.0% used) |" in md
+    assert "| search | 800 GFLOP (32.0%) |" in md
+    assert "| RM training (counted) | 500 GFLOP (20.0%; prm-m 400 GFLOP, prm-s 100 GFLOP; counted as asked" in md
+    d = json.loads(card.to_json())
+    assert d["count_rm_training"] is True and d["counted_flops"] == 2_500_000_000_000
+    assert d["shares"]["rm_training"] == 0.2
+    rows = [ln for ln in card_latex(card).splitlines() if ln.endswith("\\\\") and not ln.startswith("\\multicolumn")]
+    assert all(len(ln.split(" & ")[0]) <= 40 for ln in rows)
+
+
+def test_no_rm_line_without_reward_models():
+    md = card_markdown(_card())
+    assert "RM training" not in md
+    assert json.loads(_card().to_json())["rm_training_total"] == 0

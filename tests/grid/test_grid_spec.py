@@ -237,3 +237,25 @@ def test_overrides_that_cannot_apply_are_refused_with_what_to_change():
         grid(axes=axes, overrides={"model": {"tiny-s": {"learning_rat": 1e-3}}}))
     both = grid(axes=axes, overrides={"model": {"tiny-s": {"beta": 0.1}}, "num_generations": {"8": {"beta": 0.2}}})
     assert "both set beta" in _err(both)
+
+
+def test_report_settings_default_off_and_refuse_typos():
+    assert grid_spec_from_dict(grid()).report.count_rm_training is False
+    spec = grid_spec_from_dict(grid(report={"count_rm_training": True}))
+    assert spec.report.count_rm_training is True
+    assert '"count_rm_training":true' in spec.model_dump_json()  # what the store records for the report
+    assert "report.count_rm_trainig" in _err(grid(report={"count_rm_trainig": True}))
+    assert "report.count_rm_training" in _err(grid(report={"count_rm_training": "sometimes"}))
+
+
+@pytest.mark.parametrize("name", ["grid-feedback.yaml", "grid-feedback-s.yaml"])
+def test_the_feedback_study_configs_ask_the_issues_question(name):
+    from pathlib import Path
+
+    spec = load_grid_spec(Path(__file__).resolve().parents[2] / "configs" / name)
+    rewards = spec.axes["reward"]
+    learned = [r for r in rewards if r.startswith("prm:")]
+    assert len(rewards) >= 3 and {r.split(":")[1] for r in learned} == {"prm-s", "prm-m"}  # two RM strengths
+    assert "rule:outcome" in rewards and "rule:partial" in rewards
+    assert len(spec.seeds) >= 2 and spec.eval["n_problems"] >= 500
+    assert max(spec.budgets) / min(spec.budgets) >= 10

@@ -2,7 +2,11 @@
 learning (update + log-prob passes) and feedback (reward), beside the model size, LoRA
 rank, group size, steps, tokens and the conventions used; and the ledger's values for a
 training log. JSON here; the Markdown and LaTeX renderings and the card's files are
-``race.cards``'s (the accounting renders nothing)."""
+``race.cards``'s (the accounting renders nothing).
+
+Training the reward models a study uses (``rm_training_flops``, per RM) is a separate,
+labelled line: NOT counted in the total or the budget unless ``count_rm_training`` (then
+the counted total is the runs' FLOPs plus the RM training, and every share is of that)."""
 
 from __future__ import annotations
 
@@ -51,6 +55,13 @@ class ReportCard:
     conventions: dict[str, Any] = field(default_factory=dict)
     conventions_text: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
+    #: FLOPs that trained each reward model the runs read (name -> FLOPs): a separate line,
+    #: never part of ``total_flops`` (the runs' ledgers); counted only with ``count_rm_training``.
+    rm_training_flops: dict[str, int] = field(default_factory=dict)
+    count_rm_training: bool = False
+    #: ``run`` (one run's card) or ``study`` (a sum over a study's runs: model, steps and
+    #: LoRA rank only where they are known; group size and tokens left out).
+    scope: str = "run"
 
     @property
     def split(self) -> dict[str, int]:
@@ -58,9 +69,25 @@ class ReportCard:
         return {k: sum(self.phase_flops.get(p, 0) for p in ps) for k, ps in SPLIT.items()}
 
     @property
+    def rm_training_total(self) -> int:
+        """FLOPs that trained the reward models (whether counted or not)."""
+        return sum(self.rm_training_flops.values())
+
+    @property
+    def counted_flops(self) -> int:
+        """What the card counts: ``total_flops`` (the runs), plus the RM training when
+        ``count_rm_training``."""
+        return self.total_flops + (self.rm_training_total if self.count_rm_training else 0)
+
+    @property
     def shares(self) -> dict[str, float]:
-        tot = self.total_flops or 1
-        return {k: v / tot for k, v in self.split.items()}
+        """Each axis's share of :attr:`counted_flops` (with RM training counted, also
+        ``rm_training``; the shares then still sum to 1)."""
+        tot = self.counted_flops or 1
+        out = {k: v / tot for k, v in self.split.items()}
+        if self.count_rm_training and self.rm_training_flops:
+            out["rm_training"] = self.rm_training_total / tot
+        return out
 
     @classmethod
     def from_ledger(cls, ledger: FlopLedger, *, conventions: "Conventions | str | None" = None,
@@ -81,6 +108,8 @@ class ReportCard:
         d = asdict(self)
         d["split"] = self.split
         d["shares"] = {k: round(v, 6) for k, v in self.shares.items()}
+        d["rm_training_total"] = self.rm_training_total
+        d["counted_flops"] = self.counted_flops
         return d
 
     def to_json(self) -> str:

@@ -11,6 +11,7 @@ and validation; plus diagnostics and a scaling-fit sanity check on Chinchilla.
 from .bootstrap import BootstrapResult, Difference, as_rng, bootstrap_cells, difference, win_probabilities
 from .curves import best_reached, equal_flops_levels, final_scores, learning_curves, score_at
 from .diagnostics import overoptimisation, random_control, waste_table
+from .feedback import divergence_point, divergence_table, feedback_comparisons
 from .fits import (
     HoldoutResult,
     SaturatingFit,
@@ -64,5 +65,5 @@ __all__ = [
     "saturating_curve", "score_at", "validate_evals", "validate_runs", "validate_train", "waste_table",
     "win_probabilities", "FAMILIES", "NO_LEARNING", "ConfidenceRules", "Replicates", "StudyMatrix",
     "binomial_deviance", "draw_replicates", "equal_flops_levels", "fit_family", "learning_gate",
-    "select_and_forecast", "study_matrix",
+    "select_and_forecast", "study_matrix", "divergence_point", "divergence_table", "feedback_comparisons",
 ]

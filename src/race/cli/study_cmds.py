@@ -45,7 +45,7 @@ def _print_report(paths: Any) -> None:
     typer.echo(f"report: {paths.html}")
     typer.echo(f"        {paths.markdown} (figures in {paths.out_dir / 'figures'}), numbers in {paths.json}")
     if paths.total_flops is not None:
-        typer.echo(f"study total: {fmt_flops(paths.total_flops)}")
+        typer.echo(f"study total: {fmt_flops(paths.total_flops)} (report card: {paths.out_dir / 'report_card.md'})")
     if paths.headline:
         typer.echo(paths.headline)
         typer.echo(f"confidence: {paths.confidence}")
@@ -63,15 +63,19 @@ def report(
     n_boot: Annotated[int, typer.Option(min=10, help="bootstrap replicates of scores")] = 500,
     n_boot_fit: Annotated[int, typer.Option(min=10, help="bootstrap replicates of curve fits")] = 200,
     seed: Annotated[int, typer.Option(help="random seed of the bootstraps")] = 0,
+    count_rm_training: Annotated[Optional[bool], typer.Option(
+        "--count-rm-training/--no-count-rm-training",
+        help="count the reward models' training FLOPs in the report card's total (default: the grid's "
+             "report.count_rm_training, else a separate line outside the pilot budget)")] = None,
 ) -> None:
-    """Write the study's report (HTML, Markdown, JSON) and print its recommendation."""
+    """Write the study's report (HTML, Markdown, JSON, the study's report card) and print its recommendation."""
     from race.protocol import ReportError
     from race.report import build_report
 
     study, target = _load(study_dir, target, target_budget)
     try:
         paths = build_report(study, out, target_budget=target_budget, targets=_targets(target), rng=seed,
-                             n_boot=n_boot, n_boot_fit=n_boot_fit)
+                             n_boot=n_boot, n_boot_fit=n_boot_fit, count_rm_training=count_rm_training)
     except ReportError as e:
         _fail(str(e))
     _print_report(paths)

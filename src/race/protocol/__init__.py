@@ -19,10 +19,11 @@ from .study import (
     load_study,
     read_validations,
     recommend_for,
+    reward_model_cards,
     write_validation,
 )
 from .validate import ValidationOutcome, choose_allocations, validate_study, validation_grids
 
 __all__ = ["VALIDATION_FILE", "ReportError", "StudyData", "ValidationOutcome", "choose_allocations",
            "default_target_budget", "grid_primary_target", "load_study", "read_validations", "recommend_for",
-           "validate_study", "validation_grids", "write_validation"]
+           "reward_model_cards", "validate_study", "validation_grids", "write_validation"]

@@ -25,7 +25,7 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 import numpy as np
 import pandas as pd
@@ -64,6 +64,9 @@ class StudyData:
     #: The target the report and validation optimise unless told otherwise: the first of
     #: the study grid's ``eval.targets`` (:func:`grid_primary_target`), else greedy.
     primary_target: str = "greedy"
+    #: Count the reward models' training FLOPs in the report card's total (the grid's
+    #: ``report.count_rm_training``; ``build_report(count_rm_training=...)`` overrides it).
+    count_rm_training: bool = False
 
     @property
     def pilot_runs(self) -> pd.DataFrame:
@@ -138,9 +141,8 @@ def _clean_runs(runs: pd.DataFrame) -> pd.DataFrame:
     return runs
 
 
-def grid_primary_target(study_dir: str | Path) -> str | None:
-    """The first evaluation target listed by the study's grid (``eval.targets[0]`` of its
-    base), or ``None`` when the store holds no grid spec that names one."""
+def grid_spec_of(study_dir: str | Path) -> dict[str, Any]:
+    """The study's grid spec as its store recorded it (``{}`` when there is none)."""
     from race.grid import Store, StoreError
 
     try:
@@ -148,8 +150,19 @@ def grid_primary_target(study_dir: str | Path) -> str | None:
             name = store.study_name()
             spec = next((json.loads(r["spec_json"]) for r in store.rows("studies") if r["name"] == name), None)
     except (StoreError, OSError, ValueError, KeyError):
-        return None
-    spec = spec or {}
+        return {}
+    return spec if isinstance(spec, dict) else {}
+
+
+def grid_count_rm_training(study_dir: str | Path) -> bool:
+    """The grid's ``report.count_rm_training`` (false when the grid does not say)."""
+    return bool((grid_spec_of(study_dir).get("report") or {}).get("count_rm_training", False))
+
+
+def grid_primary_target(study_dir: str | Path) -> str | None:
+    """The first evaluation target listed by the study's grid (``eval.targets[0]`` of its
+    base), or ``None`` when the store holds no grid spec that names one."""
+    spec = grid_spec_of(study_dir)
     # the grid's own eval: section wins over base.eval (race.spec.cells.cell_data merges them so)
     targets = (spec.get("eval") or {}).get("targets") or ((spec.get("base") or {}).get("eval") or {}).get("targets")
     return str(targets[0]) if targets else None
@@ -204,6 +217,7 @@ def load_study(source: "str | Path | Mapping[str, pd.DataFrame]", *,
     data.validation_ids = ids
     if study_dir is not None:
         data.primary_target = grid_primary_target(study_dir) or "greedy"
+        data.count_rm_training = grid_count_rm_training(study_dir)
     if data.pilot_complete.empty:
         counts = runs["status"].astype(str).value_counts().to_dict()
         raise ReportError(f"study {data.name} ({origin}) has no complete pilot runs (status counts: {counts}); "
@@ -234,5 +248,23 @@ def default_target_budget(study: StudyData, target: str | None = None) -> float:
     return DEFAULT_TARGET_RATIO * study.largest_pilot_budget()
 
 
+
+
+def reward_model_cards(rewards: Iterable[str]) -> dict[str, dict[str, Any] | None]:
+    """Reward spec -> the card of the reward model behind it (``race.rewards.rm_card``:
+    its quality, inference and training FLOPs from its ``info.json``; ``None`` for a rule),
+    for each distinct spec of ``rewards``. A spec this version cannot parse gets a card
+    that says so (``found: False``) instead of stopping the report."""
+    from race.rewards.rm_card import rm_card
+
+    out: dict[str, dict[str, Any] | None] = {}
+    for reward in sorted(set(map(str, rewards))):
+        try:
+            out[reward] = rm_card(reward)
+        except ValueError as e:
+            out[reward] = dict(name=reward, kind="?", found=False, note=str(e))
+    return out
+
+
 __all__ = ["StudyData", "ReportError", "load_study", "read_validations", "write_validation", "grid_primary_target",
-           "default_target_budget", "recommend_for", "VALIDATION_FILE"]
+           "reward_model_cards", "default_target_budget", "recommend_for", "VALIDATION_FILE"]

@@ -1,8 +1,10 @@
 """``build_report``: a study in, ``report.html`` + ``report.md`` (+ PNGs) + ``report.json`` out.
 
 Sections, in order: study summary, compute report card, recommendation, validation,
-frontier, compute split, isoFLOP profiles, learning curves, regimes and rank stability,
-diagnostics, FLOPs vs seconds, how to read. Each section degrades on its own: a missing
+frontier, compute split, feedback (reward-model quality, cost and proxy divergence),
+isoFLOP profiles, learning curves, regimes and rank stability, diagnostics, FLOPs vs
+seconds, how to read. The study's compute report card is also written on its own as
+``report_card.{json,md,tex}``. Each section degrades on its own: a missing
 ingredient (one budget, fewer than 3 sizes, no random control, failed cells, ...) turns
 into a note in its place, never an exception. Only a study that cannot be read, or has no
 complete pilot run, raises :class:`~race.protocol.study.ReportError`.
@@ -22,9 +24,12 @@ import pandas as pd
 from race.analysis import prepare_runs
 from race.protocol import ReportError, StudyData, default_target_budget, load_study
 
-from .doc import Context, Section, guarded
+from race.cards import write_card
+
+from .doc import Context, Section, finished, guarded
 from .fmt import fmt_flops, jsonable, short_labels
 from .latex import write_study_table
+from .sections_feedback import feedback_section
 from .render import render_html, render_markdown
 from .sections_decision import (
     diagnostics_section,
@@ -40,6 +45,7 @@ from .sections_study import (
     isoflop_section,
     seconds_section,
     split_section,
+    study_card,
     summary_section,
 )
 
@@ -77,7 +83,7 @@ def _targets(evals: pd.DataFrame, wanted: Sequence[str]) -> tuple[list[str], lis
 
 
 def make_context(study: StudyData, *, target_budget: float | None, targets: Sequence[str], rng: int,
-                 n_boot: int, n_boot_fit: int) -> Context:
+                 n_boot: int, n_boot_fit: int, count_rm_training: bool | None = None) -> Context:
     runs = study.pilot_runs
     evals = study.evals_of(runs)
     chosen, notes = _targets(evals, targets)
@@ -92,7 +98,8 @@ def make_context(study: StudyData, *, target_budget: float | None, targets: Sequ
         keys += list(prepare_runs(study.validation_runs, include_failed=True)["allocation"])
     return Context(study=study, target_budget=tb, targets=chosen, rng=int(rng), n_boot=int(n_boot),
                    n_boot_fit=int(n_boot_fit), labels=short_labels(keys), runs=runs, evals=evals,
-                   prepared=prepared, notes=notes)
+                   prepared=prepared, notes=notes,
+                   count_rm_training=study.count_rm_training if count_rm_training is None else bool(count_rm_training))
 
 
 BUILDERS = (
@@ -102,6 +109,7 @@ BUILDERS = (
     ("validation", "Validation at the target budget", validation_section),
     ("frontier", "Allocation frontier", frontier_section),
     ("split", "Compute split per allocation", split_section),
+    ("feedback", "Feedback: what it cost and what it bought", feedback_section),
     ("isoflop", "IsoFLOP profiles", isoflop_section),
     ("curves", "Learning curves", curves_section),
     ("regimes", "Regimes and rank stability", regimes_section),
@@ -118,7 +126,7 @@ def analyse(ctx: Context) -> list[Section]:
 
 def build_report(source: "str | Path | Mapping[str, pd.DataFrame] | StudyData", out_dir: str | Path | None = None,
                  *, target_budget: float | None = None, targets: Sequence[str] | None = None, rng: int = 0,
-                 n_boot: int = 500, n_boot_fit: int = 200) -> ReportPaths:
+                 n_boot: int = 500, n_boot_fit: int = 200, count_rm_training: bool | None = None) -> ReportPaths:
     """Write ``report.html``, ``report.md`` (with ``figures/*.png``) and ``report.json``.
 
     ``source``: a study directory, a dict of tables (``runs``, ``evals``, optional
@@ -128,7 +136,9 @@ def build_report(source: "str | Path | Mapping[str, pd.DataFrame] | StudyData", 
     (recommendation, isoFLOP, learning curves, diagnostics; default: the study's, i.e. its
     grid's first ``eval.targets`` entry, else greedy); the frontier and regimes use
     every target present. ``n_boot``: bootstrap replicates of scores; ``n_boot_fit``: of
-    curve fits (the recommendation).
+    curve fits (the recommendation). ``count_rm_training``: count the reward models'
+    training FLOPs in the report card's total (default: the grid's
+    ``report.count_rm_training``, else false: a separate line outside the pilot budget).
     """
     study = source if isinstance(source, StudyData) else load_study(source, target_budget=target_budget)
     if targets is None:  # the study's primary target first (its grid's first eval target), then the rest
@@ -139,7 +149,7 @@ def build_report(source: "str | Path | Mapping[str, pd.DataFrame] | StudyData", 
         out_dir = study.study_dir / "report"
     out = Path(out_dir)
     ctx = make_context(study, target_budget=target_budget, targets=targets, rng=rng, n_boot=n_boot,
-                       n_boot_fit=n_boot_fit)
+                       n_boot_fit=n_boot_fit, count_rm_training=count_rm_training)
     sections = analyse(ctx)
     fig_dir = out / "figures"
     fig_dir.mkdir(parents=True, exist_ok=True)
@@ -162,11 +172,13 @@ def build_report(source: "str | Path | Mapping[str, pd.DataFrame] | StudyData", 
     md_path.write_text(render_markdown(title, subtitle, sections, {k: f"figures/{p.name}" for k, p in figures.items()},
                                        footer), encoding="utf-8")
     write_study_table(ctx, out)  # study_table.tex beside report.md, for a paper to \input
+    if not finished(study.runs).empty:  # report_card.{json,md,tex}: the study's compute report card
+        write_card(study_card(ctx), out)
     missing = {s.key: s.missing for s in sections if s.missing}
     payload: dict[str, Any] = {
         "title": title, "study": study.name, "source": study.source, "generated": generated,
         "options": {"target_budget": ctx.target_budget, "targets": ctx.targets, "rng": ctx.rng, "n_boot": ctx.n_boot,
-                    "n_boot_fit": ctx.n_boot_fit},
+                    "n_boot_fit": ctx.n_boot_fit, "count_rm_training": ctx.count_rm_training},
         "headline": {"recommendation": rec.allocation if rec else None,
                      "text": next((s.data.get("headline") for s in sections if s.key == "recommendation"), None),
                      "confidence": rec.confidence if rec else None, "total_flops": total},

@@ -100,6 +100,7 @@ class Context:
     prepared: pd.DataFrame  # complete pilot runs with allocation keys
     notes: list[str] = field(default_factory=list)
     cache: dict[str, Any] = field(default_factory=dict)
+    count_rm_training: bool = False  # the report card counts the reward models' training FLOPs
 
     @property
     def primary(self) -> str:

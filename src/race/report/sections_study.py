@@ -70,9 +70,18 @@ def summary_section(ctx: Context) -> Section:
     return sec
 
 
-def card_section(ctx: Context) -> Section:
+def study_card(ctx: Context) -> ReportCard:
+    """The study's compute report card (every finished run summed; RM training as its own
+    line), built once per report whichever caller asks first: the card section and the
+    report's ``report_card.{json,md,tex}``."""
+    return ctx.cached("study_card", lambda: _build_study_card(ctx))
+
+
+def _build_study_card(ctx: Context) -> ReportCard:
+    from .latex import conventions_text
+    from .sections_feedback import rm_training
+
     st = ctx.study
-    sec = Section("card", "Compute report card")
     done = finished(st.runs)
     tot = float(done["total_flops"].sum())
     parts = {k: float(done[c].fillna(0).sum()) for k, c in
@@ -81,19 +90,47 @@ def card_section(ctx: Context) -> Section:
     if st.ledger is not None and "seconds" in st.ledger.columns:
         led = st.ledger[st.ledger["run_id"].isin(set(done["run_id"])) & st.ledger["counted"].astype(bool)]
         seconds = {str(k): float(v) for k, v in led.groupby("phase")["seconds"].sum().items()}
-    card = ReportCard(total_flops=int(round(tot)), phase_flops={k: int(round(v)) for k, v in parts.items()},
+    rms = rm_training(ctx)
+    return ReportCard(total_flops=int(round(tot)), phase_flops={k: int(round(v)) for k, v in parts.items()},
                       budget_flops=float(done["budget"].sum()), seconds=seconds,
-                      extra={"runs": len(done), "wall_s": float(done["wall_s"].fillna(0).sum())})
+                      model=", ".join(dict.fromkeys(done.sort_values("model_params")["model"].astype(str))),
+                      steps=int(done["steps"].fillna(0).sum()) if "steps" in done.columns else 0,
+                      lora_rank=int(done["lora_r"].iloc[0]) if "lora_r" in done.columns and done["lora_r"].notna().all()
+                      and done["lora_r"].nunique() == 1 else None,
+                      extra={"runs": len(done), "wall_s": float(done["wall_s"].fillna(0).sum()), "study": st.name},
+                      rm_training_flops=rms, count_rm_training=ctx.count_rm_training, scope="study",
+                      conventions_text=conventions_text(done) + ("; reward-model training as each RM's info.json "
+                                                                 "records it" if rms else ""))
+
+
+def card_section(ctx: Context) -> Section:
+    st = ctx.study
+    sec = Section("card", "Compute report card")
+    done = finished(st.runs)
+    tot = float(done["total_flops"].sum())
+    card = study_card(ctx)
+    rms = card.rm_training_flops
     split, shares = card.split, card.shares
+    counted = card.counted_flops
     other = tot - sum(split.values())
-    rows = [["Total FLOPs (model, counted)", fmt_flops(tot), "100%"]]
+    rm_counted = ctx.count_rm_training and bool(rms)
+    rows = [["Total FLOPs (model, counted)" + (" incl. RM training" if rm_counted else ""), fmt_flops(counted), "100%"]]
     names = {"search": "search (rollout)", "learning": "learning (update + log-probs)", "feedback": "feedback (reward)"}
     rows += [[f"  {names[k]}", fmt_flops(v), fmt_pct(shares[k])] for k, v in split.items()]
     if abs(other) > 0.005 * max(tot, 1.0):
-        rows.append(["  other / unattributed", fmt_flops(other), fmt_pct(other / tot if tot else np.nan)])
+        rows.append(["  other / unattributed", fmt_flops(other), fmt_pct(other / counted if counted else np.nan)])
+    if rms:
+        each = ", ".join(f"{n} {fmt_flops(v)}" for n, v in sorted(rms.items()))
+        rows.append(["  RM training (counted, as asked)" if rm_counted else
+                     "RM training: separate, NOT counted in the total or the budget",
+                     f"{fmt_flops(card.rm_training_total)} ({each})",
+                     fmt_pct(shares["rm_training"]) if rm_counted else "-"])
     sec.add(Text(f"All {len(done)} finished runs of the study together spent {fmt_flops(tot)} "
                  f"({fmt_pct(tot / card.budget_flops if card.budget_flops else np.nan)} of their budgets) in "
-                 f"{done['wall_s'].fillna(0).sum():,.0f} wall seconds."),
+                 f"{done['wall_s'].fillna(0).sum():,.0f} wall seconds."
+                 + (f" With the reward models' training counted (as asked), the study counts {fmt_flops(counted)} "
+                    f"({fmt_pct(counted / card.budget_flops if card.budget_flops else np.nan)} of the budgets)."
+                    if rm_counted else "")),
             Table(["item", "FLOPs", "share"], rows, "Split by axis (sum over runs)"))
     by_model = done.groupby("model", sort=False).agg(params=("model_params", "first"), runs=("run_id", "size"),
                                                      flops=("total_flops", "sum")).reset_index()
@@ -111,7 +148,8 @@ def card_section(ctx: Context) -> Section:
         sec.add(Table(["phase", "counted in budget", "FLOPs", "seconds"],
                       [[str(p), "yes" if c else "no (recorded only)", fmt_flops(f), f"{s:,.1f}" if is_num(s) else "n/a"]
                        for p, c, f, s in g.itertuples(index=False)], "Per phase, from the ledger"))
-    sec.data = {"report_card": jsonable(card.to_dict()), "by_model": jsonable(by_model), "total_flops": tot}
+    sec.data = {"report_card": jsonable(card.to_dict()), "by_model": jsonable(by_model), "total_flops": tot,
+                "counted_flops": counted}
     return sec
 
 

@@ -11,6 +11,7 @@ outcome and process reward models, generative judges. Each reports the FLOPs it 
     hf.py           reward models from local HF directories; the generative judge
     rm_encoding.py  how a scoring model reads a batch (encoding, scoring forward, Scorer)
     rm_recipes.py   RACE's own RMs: recipes, cache key, shape (torch-free)
+    rm_card.py      an RM's quality and cost from its info.json, for reports (torch-free)
     rm_data.py      their training data (worked solutions and corruptions)
     training.py     their training, evaluation and cached build
     systems.py      reward spec -> accounting RewardSystem (planning, torch-free)

@@ -19,6 +19,7 @@ overrides:                     # settings that follow an axis value (here: a lea
 seeds: [0, 1]
 runner: {kind: local, workers: 2, threads_per_worker: 1}
 gang: false                    # true: LoRA cells of one base model train together (race.grid.gangs)
+report: {count_rm_training: false}   # true: the report card counts the RMs' training FLOPs
 ```
 
 Files load with ``yaml.safe_load``; every error names the field and what to change.
@@ -70,6 +71,17 @@ class RunnerSettings(BaseModel):
         return self.workers if self.workers is not None else 2
 
 
+class ReportSettings(BaseModel):
+    """How ``race report`` reads the study (its CLI flags override these).
+    ``count_rm_training``: count the FLOPs that trained the study's reward models in the
+    report card's total and budget (default false: a separate, labelled line)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    count_rm_training: bool = Field(False, description="count the reward models' training FLOPs in the report "
+                                    "card's total (false: a separate line, outside the pilot budget)")
+
+
 class GridSpec(BaseModel):
     """A validated grid file. Use :func:`load_grid_spec` or :func:`grid_spec_from_dict`."""
 
@@ -93,6 +105,7 @@ class GridSpec(BaseModel):
     gang: bool = Field(False, description="train the LoRA cells of one base model, task and maximum lengths "
                        "together, gangs of at most gang_size per worker (race.grid.gangs); false: every cell alone")
     gang_size: int = Field(8, ge=1, description="most members of one gang (gang: true)")
+    report: ReportSettings = Field(default_factory=ReportSettings)
 
     _source: str = PrivateAttr("dict")
     _cells: Any = PrivateAttr(None)
