@@ -147,7 +147,12 @@ class EvalSchedule:
         for b in self.at_budgets:
             if b in done or fits(ledger.total, step_bound, b):
                 continue
-            if self.last_step != step:
+            # evaluated already: at this step by the schedule, or before a crash that the
+            # resumed run (checkpoint at this step, metrics kept up to it) is replaying
+            if any(r["step"] == step for r in metrics.evals()):
+                if self.last_step != step:  # the replayed evaluation's effect on the schedule
+                    self.last_step, self.next_at = step, ledger.total + self.every
+            else:
                 self.evaluate(evaluator, model, ledger, metrics, step)
             self.budget_points.append({"budget": b, "step": step, "flops": ledger.total})
 
