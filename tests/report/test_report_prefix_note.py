@@ -24,12 +24,13 @@ def test_sentence_carries_the_measured_figures(tmp_path):
          "comparisons": [{"allocation": "tiny-s G=4"}, {"allocation": "tiny-m G=8"}],
          "pooled": {"constant": {"diff": 0.0, "lo": 0.0, "hi": 0.0, "identical": 12, "n": 12},
                     "cosine": {"diff": -0.0213, "lo": -0.041, "hi": -0.004, "identical": 0, "n": 12}},
-         "allocation_gaps": [{"gap": 0.21}, {"gap": 0.25}]}
+         "allocation_gaps": [{"gap": 0.21}, {"gap": 0.25}], "short_gain_range": [-1e-17, 0.0267]}
     (tmp_path / "m.json").write_text(json.dumps(m))
     text = measured_sentence(load_measured(tmp_path / "m.json"))
     assert "constant learning rate +0.000 [+0.000, +0.000] (identical per-problem outcomes in 12 of 12)" in text
     assert "cosine learning rate -0.021 [-0.041, -0.004]" in text and "0.210-0.250" in text
     assert "6e+11-FLOP run against runs of 1.5e+11 and 3e+11" in text
+    assert "gained +0.000 to +0.027 over their step-0 score" in text
     assert measured_sentence(None) is None and load_measured(tmp_path / "absent.json") is None
 
 

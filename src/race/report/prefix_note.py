@@ -40,6 +40,11 @@ def measured_sentence(measured: dict[str, Any] | None) -> str | None:
                      f"(identical per-problem outcomes in {p['identical']} of {p['n']})")
     gaps = [g["gap"] for g in measured.get("allocation_gaps", [])]
     gap = f"; the allocations differ by {min(gaps):.3f}-{max(gaps):.3f} at those budgets" if gaps else ""
+    g = measured.get("short_gain_range")
+    if g:
+        lo, hi = (0.0 if abs(x) < 5e-4 else x for x in g)  # no "-0.000"
+        gap += (f"; the shorter runs gained {lo:+.3f} to {hi:+.3f} over their step-0 score, too little for an "
+                "annealing effect to show at this scale")
     return (f"Prefix versus shorter run, measured on real runs (benchmarks/prefix_vs_short.py: "
             f"{', '.join(allocs)}, {len(measured.get('seeds', []))} seeds, {measured.get('problems')} problems, "
             f"prefixes of a {4 * measured['budget_B']:.3g}-FLOP run against runs of {measured['budget_B']:.3g} and "
