@@ -106,7 +106,7 @@ def test_plan_prices_the_saving_and_the_cli_shows_it(tiny_model_dir, tmp_path):
                                                                                 _grid(tiny_model_dir, nested=True)))])
     assert res.exit_code == 0, res.output
     text = " ".join(res.output.split())
-    assert "nested: 4 run(s) at the largest budget" in text and f"({pct}% less)" in text
+    assert "nested: 4 run(s) at the largest budget, read at their prefixes" in text and "replace 8 separate runs" in text and f"({pct}% less)" in text
 
 
 @pytest.mark.parametrize("change, needle", [

@@ -229,8 +229,9 @@ def plan_grid(spec: "GridSpec | dict | str | Path", predictor: Predictor | None 
 
 
 def _price_nested(plan: GridPlan, predict: Predictor) -> None:
-    """Price the separate runs a nested grid's prefixes stand for and note the saving;
-    note prefixes that buy fewer than ``min_steps`` steps."""
+    """Price the separate runs a nested grid's prefixes stand for (those a flat grid would
+    run: not below ``min_steps``) and note the saving; note prefixes that buy fewer than
+    ``min_steps`` steps."""
     from race.accounting import steps_bought
     from race.spec.cells import nested_budgets
 
@@ -239,7 +240,7 @@ def _price_nested(plan: GridPlan, predict: Predictor) -> None:
     flat = spec.model_copy(update={"nested": False})
     flat._source, flat._cells = spec._source, None
     runnable = {(c.cell.label, c.cell.seed) for c in plan.runnable}
-    budget, secs = 0.0, 0.0
+    budget, secs, n_flat = 0.0, 0.0, 0
     for cell in flat.cells():
         if (cell.label, cell.seed) not in runnable:
             continue
@@ -247,7 +248,10 @@ def _price_nested(plan: GridPlan, predict: Predictor) -> None:
             pred = predict(cell.config)
         except Exception:  # noqa: BLE001 - priced by budget below
             pred = None
+        if pred is not None and pred["steps"] < spec.min_steps:
+            continue  # the flat grid would refuse this cell: it would not run either
         budget += cell.budget
+        n_flat += 1
         secs += plan.time_scale * (pred["est_seconds"] if pred and "est_seconds" in pred
                                    else default_seconds(pred["steps"], pred["total"]) if pred
                                    else default_seconds(0, cell.budget))
@@ -255,11 +259,11 @@ def _price_nested(plan: GridPlan, predict: Predictor) -> None:
     plan.separate = {"total_budget": budget, "est_wall_s": secs}
     if budget:
         plan.notes.append(
-            f"nested: {len(plan.runnable)} run(s) at the largest budget stand, through their prefixes, for the "
-            f"budgets {', '.join(f'{b:.3g}' for b in prefixes)} (eval.at_budgets; a constant learning rate makes "
-            f"a prefix the shorter run): {plan.total_budget:.3g} FLOPs budgeted instead of {budget:.3g} "
-            f"({100 * (1 - plan.total_budget / budget):.0f}% less), est. wall {plan.est_wall_s:.0f} s instead of "
-            f"{secs:.0f} s")
+            f"nested: {len(plan.runnable)} run(s) at the largest budget, read at their prefixes for the budgets "
+            f"{', '.join(f'{x:.3g}' for x in prefixes)} (eval.at_budgets; a constant learning rate makes a prefix "
+            f"the shorter run), replace {n_flat} separate runs: {plan.total_budget:.3g} FLOPs budgeted instead of "
+            f"{budget:.3g} ({100 * (1 - plan.total_budget / budget):.0f}% less), est. wall {plan.est_wall_s:.0f} s "
+            f"instead of {secs:.0f} s")
     short = sorted({c.cell.label for c in plan.runnable if c.prediction and c.prediction.get("step_flops")
                     and steps_bought(prefixes[0], c.prediction["step_flops"]) < spec.min_steps})
     if short:
