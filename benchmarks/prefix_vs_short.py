@@ -1,7 +1,7 @@
 """Does a prefix of a longer run score like a shorter run at the same counted FLOPs?
 
     nice -n 10 .venv/bin/python benchmarks/prefix_vs_short.py [--budget 3e11] [--allocs tiny-s:4,tiny-m:8]
-        [--seeds 0,1,2] [--schedules constant,cosine] [--problems 200] [--workers 2] [--out DIR]
+        [--seeds 0,1,2] [--schedules constant,cosine] [--problems 200] [--reward rule] [--workers 2] [--out DIR]
         [--json docs/prefix_vs_short.json]
 
 Real runs of RACE's built-in engine with the demo grid's shapes (configs/grid-demo.yaml:
@@ -43,8 +43,8 @@ BASE = dict(task={"name": "arith"}, prompts_per_step=16, max_prompt_length=64, m
 
 
 def _spec(model: str, G: int, seed: int, schedule: str, budget: float, at: list[float], problems: int,
-          cache: str) -> dict:
-    return {**BASE, "model": model, "num_generations": G, "seed": seed, "lr_scheduler_type": schedule,
+          cache: str, reward: str = "rule") -> dict:
+    return {**BASE, "reward": reward, "model": model, "num_generations": G, "seed": seed, "lr_scheduler_type": schedule,
             "budget_flops": budget, "eval_cache_dir": cache,
             "eval": {"targets": ["greedy"], "n_problems": problems, "n_hard_problems": 0, "n_pass_problems": 0,
                      "num_points": 1, "at_budgets": at}}
@@ -91,6 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seeds", default="0,1,2")
     ap.add_argument("--schedules", default="constant,cosine")
     ap.add_argument("--problems", type=int, default=200)
+    ap.add_argument("--reward", default="rule", help="the demo grid's rule; rule:partial (denser credit) learns more")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--out", default="/tmp/race-prefix-vs-short")
     ap.add_argument("--json", default=None, help="also write the summary here (e.g. docs/prefix_vs_short.json)")
@@ -108,10 +109,10 @@ def main(argv: list[str] | None = None) -> int:
         for m, G in allocs:
             for s in seeds:
                 key = (sch, m, G, s)
-                jobs[key + ("long",)] = (_spec(m, G, s, sch, 4 * B, [B, 2 * B], a.problems, cache),
+                jobs[key + ("long",)] = (_spec(m, G, s, sch, 4 * B, [B, 2 * B], a.problems, cache, a.reward),
                                          str(out / f"{sch}-{m}-G{G}-s{s}-long"))
                 for mult in (1, 2):
-                    jobs[key + (f"short{mult}",)] = (_spec(m, G, s, sch, mult * B, [], a.problems, cache),
+                    jobs[key + (f"short{mult}",)] = (_spec(m, G, s, sch, mult * B, [], a.problems, cache, a.reward),
                                                      str(out / f"{sch}-{m}-G{G}-s{s}-short{mult}"))
     t0 = time.time()
     # longest first: the long runs set the wall time
@@ -122,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     wall = time.time() - t0
 
     rows, summary = [], {"command": "python benchmarks/prefix_vs_short.py " + " ".join(argv or sys.argv[1:]),
-                         "budget_B": B, "problems": a.problems, "seeds": seeds, "target": "greedy",
+                         "budget_B": B, "problems": a.problems, "reward": a.reward, "seeds": seeds, "target": "greedy",
                          "wall_s": round(wall, 1), "comparisons": []}
     scores: dict[tuple, float] = {}
     pooled: dict[str, list] = {sch: [] for sch in schedules}
