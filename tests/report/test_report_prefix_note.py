@@ -29,7 +29,7 @@ def test_sentence_carries_the_measured_figures(tmp_path):
     text = measured_sentence(load_measured(tmp_path / "m.json"))
     assert "constant learning rate +0.000 [+0.000, +0.000] (identical per-problem outcomes in 12 of 12)" in text
     assert "cosine learning rate -0.021 [-0.041, -0.004]" in text and "0.210-0.250" in text
-    assert "6e+11-FLOP run against runs of 1.5e+11 and 3e+11" in text
+    assert "6e+11-FLOP run against runs of 1.5e+11 and 3e+11 at equal counted FLOPs, reward rule, greedy" in text
     assert "gained +0.000 to +0.027 over their step-0 score" in text
     assert measured_sentence(None) is None and load_measured(tmp_path / "absent.json") is None
 

@@ -48,7 +48,8 @@ def measured_sentence(measured: dict[str, Any] | None) -> str | None:
     return (f"Prefix versus shorter run, measured on real runs (benchmarks/prefix_vs_short.py: "
             f"{', '.join(allocs)}, {len(measured.get('seeds', []))} seeds, {measured.get('problems')} problems, "
             f"prefixes of a {4 * measured['budget_B']:.3g}-FLOP run against runs of {measured['budget_B']:.3g} and "
-            f"{2 * measured['budget_B']:.3g} at equal counted FLOPs, {measured.get('target', 'greedy')} accuracy): "
+            f"{2 * measured['budget_B']:.3g} at equal counted FLOPs, reward {measured.get('reward', 'rule')}, "
+            f"{measured.get('target', 'greedy')} accuracy): "
             f"prefix minus shorter run {'; '.join(parts)}{gap}. Comparing budgets (and nested pilots) assumes a "
             "constant learning rate: with a decaying one a shorter run anneals sooner and is not a prefix.")
 
