@@ -67,6 +67,7 @@ RUNS_EXTRA: dict[str, str] = {
     "error": "the last attempt's error, if any",
     "conventions": "FLOP conventions the run was counted under",
     "reward_system": "the parsed reward spec's kind (RewardSpec.kind: 'rule', 'prm', ...)",
+    "prefix_of": "for a nested pilot's budget point: the run id of the longer run it is a prefix of (else empty)",
 }
 RUNS_OPTIONAL: dict[str, str] = {
     "proxy_reward_trend": "slope of the proxy (training) reward over the run",

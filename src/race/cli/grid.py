@@ -172,7 +172,8 @@ def status(
                       escape(c["error"] or ""))
     con = Console()
     print_table(con, table)
-    con.print("  ".join(f"{k}: {v}" for k, v in st.counts.items() if v) + f"   FLOPs {st.flops_done:.3g} / {st.flops_planned:.3g}")
+    con.print("  ".join(f"{k}: {v}" for k, v in st.counts.items() if v) + f"   FLOPs {st.flops_done:.3g} / {st.flops_planned:.3g}"
+              + (f"   (+{st.prefixes} prefix runs of nested cells)" if st.prefixes else ""))
     if st.driver:
         con.print(f"driver: pid {st.driver.get('pid')} on {st.driver.get('host')} is running this study")
     elif st.counts.get("running"):

@@ -279,7 +279,9 @@ class BuiltinEngine:
                     stop_reason = "max_steps"
                     break
                 problems, ids, mask = self._prompts(step + 1)
-                if not self.guard.may_start(self.step_bound(ids.shape[1], problems)):
+                bound = self.step_bound(ids.shape[1], problems)
+                self.schedule.reach_budgets(self.evaluator, self.model, self.ledger, self.metrics, step, bound)
+                if not self.guard.may_start(bound):
                     break
                 step += 1
                 if not self._train_step(step, problems, ids, mask):  # the budget could not take it: stop
@@ -366,7 +368,7 @@ class BuiltinEngine:
         write_card(card, self.run_dir)
         return self.out.finish(engine=self.name, ledger=self.ledger, metrics=self.metrics, steps=step, status=status,
                                stop_reason=stop_reason, error=error, wall=wall, shape=self.shape,
-                               resumed_from=self.resumed_from)
+                               resumed_from=self.resumed_from, budget_points=self.schedule.budget_points)
 
 
 def run_builtin(cfg: RunConfig, run_dir: Path, progress: Progress | None = None) -> dict[str, Any]:

@@ -9,7 +9,7 @@ and what it reports are the same, and live here once.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
@@ -118,16 +118,43 @@ def run_evaluator(cfg: RunConfig, task: Any, policy: RunPolicy) -> Any:
 
 @dataclass
 class EvalSchedule:
-    """Evaluate every ``every`` counted FLOPs (default ``budget / eval.num_points``)."""
+    """Evaluate every ``every`` counted FLOPs (default ``budget / eval.num_points``), and
+    where a run of each budget in ``at_budgets`` would stop (:meth:`reach_budgets`)."""
 
     every: float
     next_at: float = 0.0
     last_step: int = -1
     step0: tuple[Any, str] | None = None  # (Step0Cache, key) when the step-0 evaluation is shared
+    at_budgets: tuple[float, ...] = ()
+    budget_points: list[dict[str, float]] = field(default_factory=list)  # {"budget", "step", "flops"} reached
 
     @classmethod
     def of(cls, cfg: RunConfig) -> "EvalSchedule":
-        return cls(cfg.eval.every_flops or cfg.budget_flops / cfg.eval.num_points)
+        return cls(cfg.eval.every_flops or cfg.budget_flops / cfg.eval.num_points,
+                   at_budgets=tuple(sorted(cfg.eval.at_budgets)))
+
+    def reach_budgets(self, evaluator: Any, model: Any, ledger: Any, metrics: MetricsLog, step: int,
+                      step_bound: float) -> None:
+        """Before step ``step + 1`` (bounded by ``step_bound`` FLOPs): every budget b of
+        ``at_budgets`` whose run would stop here (``spent + step_bound > b``, the guard's
+        own rule, ``race.accounting.guard.fits``) is reached at ``step``: evaluate (unless
+        this step was just evaluated) and record ``{"budget", "step", "flops"}``. With the
+        same seed and a schedule that does not depend on the budget (constant learning
+        rate), the run so far IS the run of budget b: same prompts, samples and updates."""
+        from race.accounting.guard import fits
+
+        done = {p["budget"] for p in self.budget_points}
+        for b in self.at_budgets:
+            if b in done or fits(ledger.total, step_bound, b):
+                continue
+            # evaluated already: at this step by the schedule, or before a crash that the
+            # resumed run (checkpoint at this step, metrics kept up to it) is replaying
+            if any(r["step"] == step for r in metrics.evals()):
+                if self.last_step != step:  # the replayed evaluation's effect on the schedule
+                    self.last_step, self.next_at = step, ledger.total + self.every
+            else:
+                self.evaluate(evaluator, model, ledger, metrics, step)
+            self.budget_points.append({"budget": b, "step": step, "flops": ledger.total})
 
     def share_step0(self, cfg: RunConfig, base: Any) -> None:
         """With ``cfg.eval_cache_dir``, share the step-0 evaluation of the loaded ``base``
@@ -164,10 +191,12 @@ class EvalSchedule:
         return rows
 
     def state(self) -> dict[str, Any]:
-        return {"next_eval_at": self.next_at, "last_eval_step": self.last_step}
+        return {"next_eval_at": self.next_at, "last_eval_step": self.last_step,
+                "budget_points": [dict(p) for p in self.budget_points]}
 
     def restore(self, meta: dict[str, Any]) -> None:
         self.next_at, self.last_step = float(meta["next_eval_at"]), int(meta["last_eval_step"])
+        self.budget_points = [dict(p) for p in meta.get("budget_points", [])]
 
 
 class RunDir:
@@ -206,7 +235,8 @@ class RunDir:
             reward.set_call_index(int(meta.get("reward_calls", 0)))
 
     def finish(self, *, engine: str, ledger: Any, metrics: MetricsLog, steps: int, status: str, stop_reason: str,
-               error: str | None, wall: float, shape: ModelShape, resumed_from: int | None) -> dict[str, Any]:
+               error: str | None, wall: float, shape: ModelShape, resumed_from: int | None,
+               budget_points: list[dict[str, float]] | None = None) -> dict[str, Any]:
         """Write and return ``run.json`` (the report card is the engine's to write)."""
         cfg = self.cfg
         evals = metrics.evals()
@@ -238,6 +268,8 @@ class RunDir:
             "resumed_from": resumed_from, "conventions": cfg.conventions,
             "config": cfg.model_dump(mode="json"),
         }
+        if cfg.eval.at_budgets:  # where the run stood in for each smaller budget (eval.at_budgets)
+            out["budget_points"] = [dict(p) for p in budget_points or []]
         write_json_atomic(self.path / "run.json", out)
         return out
 

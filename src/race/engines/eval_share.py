@@ -41,7 +41,7 @@ NOT_IN_KEY = (
     "checkpoint_every", "gradient_checkpointing", "output_dir", "log_to", "wandb_project", "eval_cache_dir",
 )
 #: The evaluation schedule decides WHEN evaluations run, not what step 0 scores.
-EVAL_NOT_IN_KEY = ("every_flops", "num_points")
+EVAL_NOT_IN_KEY = ("every_flops", "num_points", "at_budgets")
 CACHE_VERSION = 1
 
 

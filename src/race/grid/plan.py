@@ -6,6 +6,10 @@ budget buys fewer than ``min_steps`` optimizer steps is refused: a run that cann
 few steps says nothing about its allocation. A cell is also refused when its ``task.path``
 does not exist or when its engine would refuse its settings (``race.engines.checks``): a
 worker would fail on it anyway, after the grid had started.
+
+A nested grid (``nested: true``) plans only the largest budget's cells; the plan also
+prices the separate runs they stand for (``separate``: the same grid with ``nested:
+false``) and says what the prefixes save.
 """
 
 from __future__ import annotations
@@ -92,6 +96,7 @@ class GridPlan:
     workers: int
     time_scale: float = 1.0  # observed / default wall time of the study's finished runs
     notes: list[str] = field(default_factory=list)
+    separate: dict[str, float] | None = None  # nested: budget and est. wall of the separate runs instead
 
     @property
     def runnable(self) -> list[PlannedCell]:
@@ -132,6 +137,7 @@ class GridPlan:
             "est_wall_s": self.est_wall_s,
             "workers": self.workers,
             "notes": self.notes,
+            "separate": self.separate,
         }
 
 
@@ -216,4 +222,50 @@ def plan_grid(spec: "GridSpec | dict | str | Path", predictor: Predictor | None 
     if all(c.prediction is None for c in planned) and not failures:
         notes.append("no FLOP prediction: the predictor gave none; min_steps not checked")
     workers = spec.runner.resolved_workers()
-    return GridPlan(spec=spec, cells=planned, workers=workers, time_scale=scale, notes=notes)
+    plan = GridPlan(spec=spec, cells=planned, workers=workers, time_scale=scale, notes=notes)
+    if spec.nested:
+        _price_nested(plan, predict)
+    return plan
+
+
+def _price_nested(plan: GridPlan, predict: Predictor) -> None:
+    """Price the separate runs a nested grid's prefixes stand for (those a flat grid would
+    run: not below ``min_steps``) and note the saving; note prefixes that buy fewer than
+    ``min_steps`` steps."""
+    from race.accounting import steps_bought
+    from race.spec.cells import nested_budgets
+
+    spec = plan.spec
+    _, prefixes = nested_budgets(spec)
+    flat = spec.model_copy(update={"nested": False})
+    flat._source, flat._cells = spec._source, None
+    runnable = {(c.cell.label, c.cell.seed) for c in plan.runnable}
+    budget, secs, n_flat = 0.0, 0.0, 0
+    for cell in flat.cells():
+        if (cell.label, cell.seed) not in runnable:
+            continue
+        try:
+            pred = predict(cell.config)
+        except Exception:  # noqa: BLE001 - priced by budget below
+            pred = None
+        if pred is not None and pred["steps"] < spec.min_steps:
+            continue  # the flat grid would refuse this cell: it would not run either
+        budget += cell.budget
+        n_flat += 1
+        secs += plan.time_scale * (pred["est_seconds"] if pred and "est_seconds" in pred
+                                   else default_seconds(pred["steps"], pred["total"]) if pred
+                                   else default_seconds(0, cell.budget))
+    secs /= max(1, plan.workers)
+    plan.separate = {"total_budget": budget, "est_wall_s": secs}
+    if budget:
+        plan.notes.append(
+            f"nested: {len(plan.runnable)} run(s) at the largest budget, read at their prefixes for the budgets "
+            f"{', '.join(f'{x:.3g}' for x in prefixes)} (eval.at_budgets; a constant learning rate makes a prefix "
+            f"the shorter run), replace {n_flat} separate runs: {plan.total_budget:.3g} FLOPs budgeted instead of "
+            f"{budget:.3g} ({100 * (1 - plan.total_budget / budget):.0f}% less), est. wall {plan.est_wall_s:.0f} s "
+            f"instead of {secs:.0f} s")
+    short = sorted({c.cell.label for c in plan.runnable if c.prediction and c.prediction.get("step_flops")
+                    and steps_bought(prefixes[0], c.prediction["step_flops"]) < spec.min_steps})
+    if short:
+        plan.notes.append(f"nested: the prefix at {prefixes[0]:.3g} buys fewer than min_steps={spec.min_steps} "
+                          f"step(s) for {', '.join(short)}: its reading there says little; raise the smallest budget")

@@ -5,6 +5,12 @@ rows (ledger, evals, train metrics) and its ``complete`` status are written in o
 transaction, so a crash at any point leaves either the whole run or none of it, and
 re-ingesting a run replaces its rows instead of adding to them.
 
+A run that stood in for smaller budgets (``eval.at_budgets``, a nested grid) also gets, in
+the same transaction, one row per budget point: a complete run at that budget whose
+``prefix_of`` names the run it is a prefix of and ``prefix_step`` the step it ends at, with
+the rows of that run up to that step (:func:`prefix_id`). Such a row was not run on its
+own: it has no wall time and no run directory.
+
 Schema changes go through :data:`MIGRATIONS` (version -> statements); the
 ``schema_version`` table records where a file stands and :func:`migrate` brings it up.
 """
@@ -54,8 +60,17 @@ MIGRATIONS: dict[int, list[str]] = {
              flops REAL NOT NULL, metrics_json TEXT NOT NULL)""",
         "CREATE INDEX train_run ON train_metrics(run_id, step)",
     ],
+    2: [  # nested pilots: a run that is the prefix of another (read at a smaller budget) says so
+        "ALTER TABLE runs ADD COLUMN prefix_of TEXT",
+        "ALTER TABLE runs ADD COLUMN prefix_step INTEGER",
+    ],
 }
 SCHEMA_VERSION = max(MIGRATIONS)
+
+
+def prefix_id(run_id: str, index: int) -> str:
+    """The id of the ``index``-th (ascending budget) prefix row of run ``run_id``."""
+    return f"{run_id}.p{index}"
 
 
 class StoreError(RuntimeError):
@@ -219,7 +234,58 @@ class Store:
                 (status, run.get("error") if status == "diverged" else None, time.time(), _num(wall),
                  _num(run.get("total_flops")), run.get("steps"), run.get("model_params"),
                  json.dumps(run.get("final")), json.dumps(run, sort_keys=True), run_id))
+            self._write_prefixes(c, run_id, run, ledger, evals, train)
         return status
+
+    def _write_prefixes(self, c: sqlite3.Connection, run_id: str, run: dict[str, Any], ledger: list[tuple],
+                        evals: list[tuple], train: list[tuple]) -> None:
+        """Replace the prefix rows of ``run_id``: one complete run per budget point of
+        ``run`` (``run.json``'s ``budget_points``), with its rows up to the point's step."""
+        old = [r[0] for r in c.execute("SELECT run_id FROM runs WHERE prefix_of=?", (run_id,))]
+        for pid in old:
+            for table in ("ledger", "evals", "train_metrics"):
+                c.execute(f"DELETE FROM {table} WHERE run_id=?", (pid,))
+            c.execute("DELETE FROM runs WHERE run_id=?", (pid,))
+        points = sorted(run.get("budget_points") or [], key=lambda p: p["budget"])
+        if not points or run.get("status") == "diverged":
+            return
+        cols = [d[1] for d in c.execute("PRAGMA table_info(runs)")]
+        base = dict(zip(cols, c.execute("SELECT * FROM runs WHERE run_id=?", (run_id,)).fetchone()))
+        spec = json.loads(base["spec_json"])
+        for i, p in enumerate(points):
+            pid, b, k = prefix_id(run_id, i), float(p["budget"]), int(p["step"])
+            ev = [(pid, *e[1:]) for e in evals if e[1] <= k]
+            tr = [(pid, *t[1:]) for t in train if t[1] <= k]
+            led = [(pid, *e[1:]) for e in ledger if e[1] <= k]
+            phases: dict[str, float] = {}
+            for e in led:
+                if e[7]:
+                    phases[e[2]] = phases.get(e[2], 0.0) + e[4]
+            trains = [json.loads(t[3]) for t in tr]
+
+            def mean(key: str) -> float:
+                vals = [t[key] for t in trains if key in t]
+                return sum(vals) / len(vals) if vals else 0.0
+
+            final = {e[3]: e[4] for e in ev if e[1] == k}
+            pspec = {**spec, "budget_flops": b,
+                     "eval": {**spec.get("eval", {}), "at_budgets": [q["budget"] for q in points[:i]]}}
+            prun = {"run_id": pid, "prefix_of": run_id, "prefix_step": k, "status": "complete",
+                    "stop_reason": "prefix", "engine": run.get("engine"), "budget_flops": b,
+                    "total_flops": float(p["flops"]), "phase_flops": phases, "steps": k,
+                    "model_params": run.get("model_params"), "non_embedding_params": run.get("non_embedding_params"),
+                    "initial": run.get("initial"), "final": final, "conventions": run.get("conventions"),
+                    "diagnostics": {m: mean(m) for m in ("zero_var_frac", "trunc_rate", "reward_mean",
+                                                         "verified_mean")}}
+            row = {**base, "run_id": pid, "spec_json": json.dumps(pspec, sort_keys=True), "budget": b,
+                   "status": "complete", "error": None, "wall_s": None, "total_flops": float(p["flops"]), "steps": k,
+                   "final_json": json.dumps(final), "run_json": json.dumps(prun, sort_keys=True),
+                   "prefix_of": run_id, "prefix_step": k}
+            c.execute(f"INSERT INTO runs({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})",
+                      [row[col] for col in cols])
+            c.executemany("INSERT INTO ledger VALUES (?,?,?,?,?,?,?,?)", led)
+            c.executemany("INSERT INTO evals VALUES (?,?,?,?,?,?,?)", ev)
+            c.executemany("INSERT INTO train_metrics VALUES (?,?,?,?)", tr)
 
     # -- queries -----------------------------------------------------------------------
     def runs(self, status: str | None = None) -> list[dict[str, Any]]:
@@ -228,7 +294,7 @@ class Store:
 
     def counts(self) -> dict[str, int]:
         out = {s: 0 for s in STATUSES}
-        for s, n in self.conn.execute("SELECT status, COUNT(*) FROM runs GROUP BY status"):
+        for s, n in self.conn.execute("SELECT status, COUNT(*) FROM runs WHERE prefix_of IS NULL GROUP BY status"):
             out[s] = n
         return out
 

@@ -37,6 +37,7 @@ class StudyStatus:
     flops_done: float
     flops_planned: float
     driver: dict[str, Any] | None = None  # the live driver (pid, host, since), if any
+    prefixes: int = 0  # rows that are prefixes of a nested cell's run (not cells: no FLOPs of their own)
 
     @property
     def total(self) -> int:
@@ -46,16 +47,18 @@ class StudyStatus:
 def study_status(study_dir: str | Path) -> StudyStatus:
     """Counts by status and one row per cell (no lock needed)."""
     with Store(study_dir, create=False) as store:
-        runs = store.runs()
+        rows = store.runs()
         counts = store.counts()
         name = store.study_name()
+    runs = [r for r in rows if not r.get("prefix_of")]
     cells = [{"run_id": r["run_id"], "label": r["label"], "budget": r["budget"], "seed": r["seed"],
               "status": r["status"], "attempts": r["attempts"], "wall_s": r["wall_s"], "total_flops": r["total_flops"],
               "steps": r["steps"], "error": (r["error"] or "").strip().splitlines()[0][:200] if r["error"] else None}
              for r in runs]
     return StudyStatus(study=name, study_dir=Path(study_dir), counts=counts, cells=cells,
                        flops_done=sum(r["total_flops"] or 0.0 for r in runs if r["status"] in FINISHED),
-                       flops_planned=sum(r["budget"] for r in runs), driver=StudyLock.holder(study_dir))
+                       flops_planned=sum(r["budget"] for r in runs), driver=StudyLock.holder(study_dir),
+                       prefixes=len(rows) - len(runs))
 
 
 def _phase_flops(run: dict[str, Any], ledger_sums: dict[str, float]) -> dict[str, float]:
@@ -109,7 +112,7 @@ def load_tables(study_dir: str | Path) -> dict[str, "Any"]:
             "zero_var_frac": diag.get("zero_var_frac"), "trunc_rate": diag.get("trunc_rate"),
             "lora_r": r["lora_r"], "engine": r["engine"], "allocation": r["label"], "attempts": r["attempts"],
             "error": r["error"], "conventions": run.get("conventions"),
-            "reward_system": parse_reward(r["reward"]).kind if r["reward"] else None,
+            "reward_system": parse_reward(r["reward"]).kind if r["reward"] else None, "prefix_of": r.get("prefix_of"),
         }
         alloc = json.loads(r["allocation_json"])
         for path in alloc:

@@ -20,6 +20,7 @@ from race.analysis import (
 from . import figures as F
 from .doc import Callout, Context, KeyValues, Note, Section, Table, Text, figure
 from .fmt import fmt_flops, fmt_interval, fmt_num, fmt_pct, fmt_prob, fmt_score, is_num, jsonable, text_or
+from .prefix_note import load_measured, measured_sentence, study_sentence
 from .sections_study import target_regimes
 
 TONES = {"stable regime": "good", "unstable": "caution", "extrapolation too far": "bad", NO_LEARNING: "bad"}
@@ -326,6 +327,7 @@ def method_section(ctx: Context) -> Section:
                  "replicates, and the back-test from the smaller budgets picked the observed winner at the largest), "
                  "'unstable' (one of those fails), 'extrapolation too far' (the target is 10x the largest pilot "
                  "budget or more), 'no learning detected'."),
+            *[Text(t) for t in (measured_sentence(load_measured()), study_sentence(ctx.runs)) if t],
             KeyValues([("bootstrap replicates", f"{ctx.n_boot} (scores), {ctx.n_boot_fit} (recommendation)"),
                        ("random seed", str(ctx.rng)), ("FLOPs", "model FLOPs counted in the budget (see each run's "
                                                         "report card for the conventions)")]))

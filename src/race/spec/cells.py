@@ -1,7 +1,10 @@
 """Grid spec -> cells: the cartesian product of the axes x budgets x seeds.
 
 Expansion happens once per spec: :meth:`race.spec.grid.GridSpec.cells` keeps the result.
-Order is budget-major (budgets as listed), then the axes' product (axes and values in
+With ``nested: true`` only the largest budget's cells run, each with ``eval.at_budgets``
+set to the smaller budgets: its prefixes stand for them (the store writes them as runs
+that say so, ``race.grid.store``); a learning-rate schedule that decays is refused, since
+then a prefix is not the shorter run. Order is budget-major (budgets as listed), then the axes' product (axes and values in
 the order the file gives them), then seeds; small budgets first means a partial study
 already covers every allocation at the cheap end. Each cell is a validated
 :class:`~race.spec.run.RunConfig` with ``budget_flops`` and ``seed`` set; its id is
@@ -79,8 +82,10 @@ def _set_path(data: dict[str, Any], path: str, value: Any) -> None:
     node[keys[-1]] = copy.deepcopy(value)
 
 
-def cell_data(spec: GridLike, allocation: dict[str, Any], budget: float, seed: int) -> dict[str, Any]:
-    """The RunConfig dict of one cell (before validation)."""
+def cell_data(spec: GridLike, allocation: dict[str, Any], budget: float, seed: int,
+              at_budgets: list[float] | None = None) -> dict[str, Any]:
+    """The RunConfig dict of one cell (before validation); ``at_budgets``: the smaller
+    budgets a nested cell stands for."""
     data = copy.deepcopy(spec.base)
     data.setdefault("name", spec.study)
     if spec.engine is not None:
@@ -98,9 +103,35 @@ def cell_data(spec: GridLike, allocation: dict[str, Any], budget: float, seed: i
                                     f"cell [{allocation_label(allocation)}]: set it in one place")
             set_by[path] = f"overrides.{axis}.{value}.{path}"
             _set_path(data, path, copy.deepcopy(v))
+    if isinstance(data.get("eval"), dict) and data["eval"].get("at_budgets"):
+        raise GridSpecError("eval.at_budgets is set by the grid (nested: true), not in the grid file: remove it "
+                            "and set nested: true to read the largest budget's runs at the smaller budgets")
+    if at_budgets:
+        data["eval"] = {**(data.get("eval") or {}), "at_budgets": [float(b) for b in at_budgets]}
     data["budget_flops"] = float(budget)
     data["seed"] = int(seed)
     return data
+
+
+def nested_budgets(spec: GridLike) -> tuple[list[float], list[float]]:
+    """``(budgets run, budgets read at prefixes)``: all and none, or with ``nested: true``
+    the largest and the smaller ones (ascending)."""
+    if not getattr(spec, "nested", False):
+        return list(spec.budgets), []
+    top = max(spec.budgets)
+    return [top], sorted(b for b in spec.budgets if b < top)
+
+
+def nested_refusal(cfg: RunConfig) -> str | None:
+    """Why a nested cell's prefixes would not be the shorter runs, or None."""
+    if cfg.lr_scheduler_type != "constant":
+        return (f"lr_scheduler_type={cfg.lr_scheduler_type!r} decays over the steps the run's own budget buys, so a "
+                "prefix of the largest budget's run is not a run of a smaller budget (that one anneals sooner): set "
+                "lr_scheduler_type: constant, or nested: false to run every budget")
+    if cfg.engine != "builtin":
+        return (f"engine={cfg.engine!r}: prefixes at smaller budgets (eval.at_budgets) are implemented by the "
+                "built-in engine only: set engine: builtin, or nested: false")
+    return None
 
 
 def _leaves(d: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
@@ -117,16 +148,21 @@ def expand_cells(spec: GridLike) -> list[Cell]:
     cells: list[Cell] = []
     errors: list[str] = []
     seen: dict[str, Cell] = {}
-    for budget in spec.budgets:
+    run_budgets, prefixes = nested_budgets(spec)
+    for budget in run_budgets:
         for combo in combos:
             allocation = dict(zip(names, combo))
             for seed in spec.seeds:
-                data = cell_data(spec, allocation, budget, seed)
+                data = cell_data(spec, allocation, budget, seed, prefixes)
                 where = f"cell [{allocation_label(allocation)} budget={budget:.3g} seed={seed}]"
                 try:
                     cfg = run_config_from_dict(data, source=where)
                 except ConfigError as e:
                     errors.append(str(e))
+                    continue
+                why = nested_refusal(cfg) if prefixes else None
+                if why:
+                    errors.append(f"{where}: nested: true, but {why}")
                     continue
                 rid = cfg.run_id()
                 if rid in seen:

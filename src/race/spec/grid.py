@@ -19,6 +19,7 @@ overrides:                     # settings that follow an axis value (here: a lea
 seeds: [0, 1]
 runner: {kind: local, workers: 2, threads_per_worker: 1}
 gang: false                    # true: LoRA cells of one base model train together (race.grid.gangs)
+nested: false                  # true: one run per allocation and seed at the largest budget, read at its prefixes
 report: {count_rm_training: false}   # true: the report card counts the RMs' training FLOPs
 ```
 
@@ -105,6 +106,9 @@ class GridSpec(BaseModel):
     gang: bool = Field(False, description="train the LoRA cells of one base model, task and maximum lengths "
                        "together, gangs of at most gang_size per worker (race.grid.gangs); false: every cell alone")
     gang_size: int = Field(8, ge=1, description="most members of one gang (gang: true)")
+    nested: bool = Field(False, description="true: one run per allocation and seed at the largest budget, "
+                         "evaluated where a run of each smaller budget would stop; its prefixes stand for those "
+                         "budgets (constant learning rate only; docs/analysis.md)")
     report: ReportSettings = Field(default_factory=ReportSettings)
 
     _source: str = PrivateAttr("dict")
@@ -198,6 +202,12 @@ class GridSpec(BaseModel):
         if self.gang and self.cell_fn != DEFAULT_CELL_FN:
             raise ValueError(f"gang: true trains with RACE's built-in engine, not cell_fn={self.cell_fn!r}: "
                              "set gang: false or drop cell_fn")
+        if self.nested and self.gang:
+            raise ValueError("nested: true needs the solo built-in engine (a gang does not evaluate at smaller "
+                             "budgets): set gang: false or nested: false")
+        if self.nested and len(self.budgets) < 2:
+            raise ValueError("nested: true reads the largest budget's runs at the smaller budgets: list at least "
+                             "two budgets, or set nested: false")
         if self.gang and self.runner.kind != "local":
             raise ValueError("gang: true runs on the local runner (one gang per worker); set runner.kind: local "
                              "or gang: false")

@@ -106,6 +106,9 @@ class EvalSettings(_Strict):
 
     every_flops: float | None = Field(None, gt=0, description="evaluate each time this many training FLOPs pass; default budget/4")
     num_points: int = Field(4, ge=1, description="used when every_flops is null: evaluations spread over the budget")
+    at_budgets: list[float] = Field(
+        default_factory=list, description="also evaluate where a run of each of these smaller budgets would stop "
+        "(its last step that fits): the run's prefixes stand for those budgets (nested pilots, docs/analysis.md)")
     n_problems: int = Field(200, ge=1)
     n_hard_problems: int = Field(100, ge=0)
     pass_k: int = Field(4, ge=1)
@@ -212,7 +215,19 @@ class RunConfig(_Strict):
         if self.epsilon_high is not None and self.epsilon_high < self.epsilon:
             raise ValueError(f"epsilon_high ({self.epsilon_high}) < epsilon ({self.epsilon}): set epsilon_high >= epsilon or null")
         self._check_batches()
+        self._check_at_budgets()
         return self
+
+    def _check_at_budgets(self) -> None:
+        """``eval.at_budgets``: finite budgets below this run's, each a prefix of it."""
+        at = self.eval.at_budgets
+        for b in at:
+            check_budget(b)
+            if b >= self.budget_flops:
+                raise ValueError(f"eval.at_budgets has {b:.4g}, not below budget_flops={self.budget_flops:.4g}: a run "
+                                 "can only stand in for smaller budgets (its prefixes); drop it or raise budget_flops")
+        if len(set(at)) != len(at):
+            raise ValueError(f"eval.at_budgets {at} lists a budget twice: list each once")
 
     def _check_batches(self) -> None:
         """TRL's batch settings against prompts_per_step x num_generations (module docstring)."""
@@ -256,6 +271,8 @@ class RunConfig(_Strict):
         for k, neutral in _ID_NEUTRAL.items():
             if d.get(k) == neutral:
                 d.pop(k)
+        if not d["eval"].get("at_budgets"):  # added later, likewise
+            d["eval"].pop("at_budgets", None)
         for k, neutral in TASK_ID_NEUTRAL.items():  # task settings added later, likewise
             if d["task"].get(k) == neutral:
                 d["task"].pop(k)
