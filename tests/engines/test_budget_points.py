@@ -17,6 +17,8 @@ from race.engines.checks import engine_refusal
 from race.spec.errors import ConfigError
 from race.spec.run import run_config_from_dict
 
+from kill_resume import assert_same_files, kill_after_step
+
 
 def _cfg(model_dir: Path, **over):
     d = dict(model=str(model_dir), budget_flops=2e9, prompts_per_step=4, num_generations=4,
@@ -128,27 +130,14 @@ def test_at_budgets_left_out_of_the_run_id_while_empty(tiny_model_dir):
 def test_killed_run_resumes_with_the_same_budget_points(tiny_model_dir, tmp_path, monkeypatch):
     """Checkpoint every step; crash in the step after the budget point (whose evaluation
     ran after the checkpoint): the resumed run neither repeats nor loses it."""
-    from race.engines import builtin, run_engine
+    from race.engines import run_engine
 
     base = _cfg(tiny_model_dir)
     cfg = _cfg(tiny_model_dir, budget_flops=4e9, checkpoint_every=1,
                eval={**base.eval.model_dump(), "at_budgets": [2e9]})
     ref = run_engine(cfg, tmp_path / "ref")
     k = ref["budget_points"][0]["step"]
-    real = builtin.BuiltinEngine._train_step
-
-    def crashing(self, step, *a, **kw):
-        charged = real(self, step, *a, **kw)
-        if step == k + 1:
-            raise KeyboardInterrupt("simulated kill")
-        return charged
-
-    monkeypatch.setattr(builtin.BuiltinEngine, "_train_step", crashing)
-    with pytest.raises(KeyboardInterrupt):
-        run_engine(cfg, tmp_path / "run")
-    monkeypatch.setattr(builtin.BuiltinEngine, "_train_step", real)
+    kill_after_step(monkeypatch, cfg, tmp_path / "run", k + 1)
     out = run_engine(cfg, tmp_path / "run")
     assert out["resumed_from"] == k and out["budget_points"] == ref["budget_points"]
-    strip = lambda rows: [{a: b for a, b in r.items() if not a.startswith("seconds")} for r in rows]  # noqa: E731
-    for f in ("ledger.jsonl", "metrics.jsonl"):
-        assert strip(_lines(tmp_path / "ref" / f)) == strip(_lines(tmp_path / "run" / f)), f
+    assert_same_files(tmp_path / "ref", tmp_path / "run")

@@ -10,6 +10,8 @@ import pytest
 from race.accounting import AccountingError
 from race.spec.run import run_config_from_dict
 
+from kill_resume import assert_same_files, kill_after_step
+
 
 def _cfg(model_dir: Path, **over):
     d = dict(model=str(model_dir), budget_flops=6e9, prompts_per_step=4, num_generations=4,
@@ -75,30 +77,17 @@ def test_same_seed_same_ledger_and_metrics(tiny_model_dir, tmp_path):
 def test_killed_run_resumes_to_the_same_result(tiny_model_dir, tmp_path, monkeypatch):
     """Crash after step 3 (checkpoint at step 2): the resumed run drops step 3's records,
     redoes it, and ends with the ledger and metrics of an uninterrupted run."""
-    from race.engines import builtin, run_engine
+    from race.engines import run_engine
 
     cfg = _cfg(tiny_model_dir, budget_flops=4e9)
     ref = run_engine(cfg, tmp_path / "ref")
     assert ref["steps"] >= 4
-
-    real = builtin.BuiltinEngine._train_step
-
-    def crashing(self, step, *a, **k):
-        charged = real(self, step, *a, **k)
-        if step == 3:
-            raise KeyboardInterrupt("simulated kill")
-        return charged
-
-    monkeypatch.setattr(builtin.BuiltinEngine, "_train_step", crashing)
-    with pytest.raises(KeyboardInterrupt):
-        run_engine(cfg, tmp_path / "run")
+    kill_after_step(monkeypatch, cfg, tmp_path / "run", 3)
     assert not (tmp_path / "run" / "run.json").exists()
     assert max(r["step"] for r in _lines(tmp_path / "run" / "ledger.jsonl")) == 3
-    monkeypatch.setattr(builtin.BuiltinEngine, "_train_step", real)
     out = run_engine(cfg, tmp_path / "run")
     assert out["resumed_from"] == 2
-    for f in ("ledger.jsonl", "metrics.jsonl"):
-        assert _strip_seconds(_lines(tmp_path / "ref" / f)) == _strip_seconds(_lines(tmp_path / "run" / f)), f
+    assert_same_files(tmp_path / "ref", tmp_path / "run")
     assert out["total_flops"] == ref["total_flops"] and out["final"] == ref["final"]
 
 
@@ -124,24 +113,12 @@ def test_resumed_run_keeps_the_lr_schedule_of_the_uninterrupted_run(tiny_model_d
     cfg = _cfg(tiny_model_dir, budget_flops=5e9, lr_scheduler_type="cosine")
     ref = run_engine(cfg, tmp_path / "ref")
     assert ref["steps"] >= 4
-    real_step = builtin.BuiltinEngine._train_step
-
-    def crashing(self, step, *a, **k):
-        charged = real_step(self, step, *a, **k)
-        if step == 3:
-            raise KeyboardInterrupt("simulated kill")
-        return charged
-
-    monkeypatch.setattr(builtin.BuiltinEngine, "_train_step", crashing)
-    with pytest.raises(KeyboardInterrupt):
-        run_engine(cfg, tmp_path / "run")
-    monkeypatch.setattr(builtin.BuiltinEngine, "_train_step", real_step)
+    kill_after_step(monkeypatch, cfg, tmp_path / "run", 3)
     out = run_engine(cfg, tmp_path / "run")
     assert out["resumed_from"] == 2
     lrs = [r["lr"] for r in _lines(tmp_path / "ref" / "metrics.jsonl") if r["kind"] == "train"]
     assert len(set(lrs)) > 2  # the schedule moves, so a different length would show
-    for f in ("ledger.jsonl", "metrics.jsonl"):
-        assert _strip_seconds(_lines(tmp_path / "ref" / f)) == _strip_seconds(_lines(tmp_path / "run" / f)), f
+    assert_same_files(tmp_path / "ref", tmp_path / "run")
 
 
 def test_kill_between_the_final_evaluation_and_the_final_checkpoint_does_not_evaluate_twice(
@@ -172,8 +149,7 @@ def test_kill_between_the_final_evaluation_and_the_final_checkpoint_does_not_eva
     monkeypatch.setattr(builtin.BuiltinEngine, "_checkpoint", real)
     out = run_engine(cfg, tmp_path / "run")
     assert out["resumed_from"] == 4
-    for f in ("ledger.jsonl", "metrics.jsonl"):
-        assert _strip_seconds(_lines(tmp_path / "ref" / f)) == _strip_seconds(_lines(tmp_path / "run" / f)), f
+    assert_same_files(tmp_path / "ref", tmp_path / "run")
     assert out["final"] == ref["final"]
 
 
