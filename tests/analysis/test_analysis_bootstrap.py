@@ -77,3 +77,45 @@ def test_win_probabilities_split_ties():
     np.testing.assert_allclose(win_probabilities(reps), [0.625, 0.375])
     with pytest.raises(ValueError, match="over"):
         bootstrap_cells(_finals()[0], over=("checkpoints",))
+
+
+def _seed_trajectory_study(drop_one: bool = False):
+    """Two allocations x 3 budgets x 3 seeds, no problem noise, where a seed's offset is
+    the same at every budget (one trajectory per seed, as prefixes of one run are)."""
+    from analysis_synth import LARGE, SMALL, make_study
+
+    runs, evals = make_study([SMALL, LARGE], [1e12, 1e13, 1e14], seeds=(0, 1, 2), n_problems=0, seed_sd=0.0,
+                             step0=False)
+    offset = {0: -0.04, 1: 0.01, 2: 0.05}
+    seed_of = dict(zip(runs["run_id"], runs["seed"]))
+    evals = evals.assign(score=evals["score"] + evals["run_id"].map(seed_of).map(offset))
+    if drop_one:
+        gone = runs["run_id"].iloc[1]  # SMALL, first budget, seed 1
+        runs, evals = runs[runs["run_id"] != gone], evals[evals["run_id"] != gone]
+    return study_matrix(evals, runs, "greedy")
+
+
+def test_a_seed_is_resampled_as_one_trajectory_across_budgets():
+    """The seed bootstrap draws seeds per allocation, shared by its budgets: a seed's
+    offset common to every budget cancels in a difference between budgets (independent
+    draws per budget would give that difference the seeds' spread)."""
+    sm = _seed_trajectory_study()
+    reps = draw_replicates(sm, 500, 0, over=("seeds",))
+    vals = np.tile(sm.end, (reps.n, 1))
+    for model in ("s", "l"):
+        cells = [sm.runs.index[(sm.runs["model"] == model) & (sm.runs["budget"] == b)].to_numpy()
+                 for b in (1e12, 1e13, 1e14)]
+        means = [reps.cell_mean(vals, c) for c in cells]
+        assert np.std(means[0]) > 0.01  # the seeds do spread each cell's mean
+        # the same seeds at every budget: differences are exact up to float rounding
+        assert np.max(np.abs((means[2] - means[0]) - (means[2] - means[0]).mean())) < 1e-12
+
+
+def test_a_cell_with_other_seeds_is_resampled_on_its_own():
+    sm = _seed_trajectory_study(drop_one=True)
+    reps = draw_replicates(sm, 500, 0, over=("seeds",))
+    small = sm.runs.index[(sm.runs["model"] == "s") & (sm.runs["budget"] == 1e12)].to_numpy()
+    assert len(small) == 2
+    np.testing.assert_array_equal(reps.counts[:, small].sum(axis=1), 2)  # its own 2 seeds
+    big = sm.runs.index[(sm.runs["model"] == "s") & (sm.runs["budget"] == 1e14)].to_numpy()
+    np.testing.assert_array_equal(reps.counts[:, big].sum(axis=1), 3)

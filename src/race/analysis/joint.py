@@ -8,8 +8,9 @@ replicates; replicate r holds
 
     w_r  = multinomial(P, 1/P) / P      problem weights, ONE draw shared by every run,
                                         allocation, budget and evaluation point;
-    k_r  = multinomial(m_s, 1/m_s)      seed counts, drawn per stratum s = (allocation,
-                                        budget) with m_s runs.
+    k_r  = multinomial(m_s, 1/m_s)      seed counts, drawn per allocation over its m_s
+                                        seeds and shared by its budgets (a seed is one
+                                        trajectory: :func:`seed_clusters`).
 
 A run's score under replicate r is w_r . p (p its per-problem vector), so every allocation
 is judged on the same resampled problems (paired), and every quantity derived from the
@@ -147,6 +148,28 @@ class Replicates:
         return plain + np.sqrt(m / (m - 1)) * (resampled - plain)
 
 
+def seed_clusters(sm: StudyMatrix, strata: dict[tuple[str, float], np.ndarray]) -> list[list[np.ndarray]]:
+    """Groups of strata resampled together, each as run indices in the same seed order.
+
+    A seed is one trajectory across budgets: with a constant learning rate the runs of one
+    (allocation, seed) at several budgets are prefixes of each other (docs/analysis.md,
+    section 8), and under any schedule they share the initialisation and the prompts. So
+    the cells of an allocation whose runs have the same set of seeds are resampled by seed,
+    jointly (a cluster bootstrap); a cell whose seeds differ (a failed run, unequal seeds)
+    is resampled on its own."""
+    seeds = sm.runs["seed"].to_numpy() if "seed" in sm.runs.columns else None
+    by_alloc: dict[tuple[str, tuple], list[np.ndarray]] = {}
+    out: list[list[np.ndarray]] = []
+    for (alloc, _), idx in sorted(strata.items()):
+        s = None if seeds is None else tuple(seeds[idx])
+        if s is None or len(set(s)) != len(s) or any(v is None or v != v for v in s):
+            out.append([idx])
+            continue
+        order = np.argsort(np.asarray(s, dtype=float), kind="stable")
+        by_alloc.setdefault((alloc, tuple(sorted(s))), []).append(idx[order])
+    return out + list(by_alloc.values())
+
+
 def draw_replicates(sm: StudyMatrix, n_boot: int, rng: np.random.Generator | int | None = 0,
                     over: tuple[str, ...] = ("seeds", "problems")) -> Replicates:
     """Draw ``n_boot`` joint replicates for ``sm`` (formulas in the module docstring)."""
@@ -158,8 +181,10 @@ def draw_replicates(sm: StudyMatrix, n_boot: int, rng: np.random.Generator | int
     strata = sm.strata()
     counts = np.ones((n_boot, len(sm.runs)))
     if "seeds" in over:
-        for idx in strata.values():
-            m = len(idx)
+        for idx in seed_clusters(sm, strata):
+            m = len(idx[0])
             if m > 1:
-                counts[:, idx] = gen.multinomial(m, np.full(m, 1.0 / m), size=n_boot)
+                draw = gen.multinomial(m, np.full(m, 1.0 / m), size=n_boot)
+                for cell in idx:  # every budget of the allocation takes the same seeds
+                    counts[:, cell] = draw
     return Replicates(weights=weights, counts=counts, strata=strata, over=tuple(over))
