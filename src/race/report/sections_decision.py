@@ -164,9 +164,14 @@ def recommendation_section(ctx: Context) -> Section:
     def basis(r: pd.Series) -> str:
         if not rec.forecast_made:
             return "observed"
-        shares = ", ".join(f"{c[6:]} {r[c]:.0%}" for c in fam_cols if r[c] >= 0.05)
-        bounds = [f"{c[6:]} {r[c]:.0%}" for c in pred.columns if c.startswith("bound_") and r[c] > 0]
-        text = f"{r['family']} ({shares})" + (f"; fits at a bound: {', '.join(bounds)}" if bounds else "")
+        if r.get("family") == "joint":
+            text = (f"joint model of the allocations; midpoint located by {r['midpoint']}"
+                    if r.get("midpoint") != "not located" else
+                    "joint model of the allocations; midpoint not located (no allocation saturates inside the pilots)")
+        else:
+            shares = ", ".join(f"{c[6:]} {r[c]:.0%}" for c in fam_cols if r[c] >= 0.05)
+            bounds = [f"{c[6:]} {r[c]:.0%}" for c in pred.columns if c.startswith("bound_") and r[c] > 0]
+            text = f"{r['family']} ({shares})" + (f"; fits at a bound: {', '.join(bounds)}" if bounds else "")
         if not r.get("gate_passed", True):
             text += "; forecast flat (did not pass the gate)"
         if r.get("open_above", False):
