@@ -149,13 +149,16 @@ def residuals(theta: np.ndarray, d: JointData, sw: np.ndarray, tau: tuple[float,
     return r, J
 
 
-def _lm(theta: np.ndarray, fun, iters: int) -> tuple[np.ndarray, np.ndarray]:
-    """Levenberg-Marquardt, one problem per row of ``theta`` (eta projected onto >= 0)."""
+def _lm(theta: np.ndarray, fun, iters: int, rtol: float = 1e-9) -> tuple[np.ndarray, np.ndarray]:
+    """Levenberg-Marquardt, one problem per row of ``theta`` (eta projected onto >= 0); stops
+    early once every row has converged (an accepted step lowered its cost by less than
+    ``rtol``, relative) or stalled (damping at 1e6: no step lowers the cost)."""
     theta = theta.copy()
     theta[:, ETA] = np.maximum(theta[:, ETA], 0.0)
     r, J = fun(theta)
     cost = np.sum(r * r, axis=1)
     lam = np.full(len(theta), 1e-2)
+    done = np.zeros(len(theta), bool)
     eye = np.eye(theta.shape[1])[None]
     for _ in range(iters):
         JtJ = np.einsum("rmp,rmq->rpq", J, J)
@@ -168,8 +171,11 @@ def _lm(theta: np.ndarray, fun, iters: int) -> tuple[np.ndarray, np.ndarray]:
         r2, J2 = fun(new)
         c2 = np.sum(r2 * r2, axis=1)
         ok = np.isfinite(c2) & (c2 < cost)
+        done |= (ok & (cost - c2 <= rtol * cost)) | (lam >= 1e6)  # converged, or no step lowers the cost
         theta[ok], r[ok], J[ok], cost[ok] = new[ok], r2[ok], J2[ok], c2[ok]
         lam = np.clip(np.where(ok, lam / 3, lam * 4), 1e-7, 1e7)
+        if done.all():
+            break
     return theta, cost
 
 

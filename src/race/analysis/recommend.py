@@ -233,7 +233,8 @@ def backtest_study(sm: StudyMatrix, reps: Replicates, allocations: list[str],
     def fit_at(a: str, o: float, xt: float):
         return joint_at(a, o, xt) if a in joint else point_forecast(sm, a, xt, families_of[a], o)
 
-    return run_backtest(budgets, allocations, fit_at, observed_at, lambda a: slope_of(sm, a), target_ratio,
+    slopes = {a: slope_of(sm, a) for a in allocations}
+    return run_backtest(budgets, allocations, fit_at, observed_at, slopes.get, target_ratio,
                         prior_scale=JOINT_PRIOR_SCALE if joint else PRIOR_SCALE)
 
 
