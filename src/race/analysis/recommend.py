@@ -370,7 +370,7 @@ def recommend(evals: pd.DataFrame, runs: pd.DataFrame, target: str, target_budge
     open_above = bool(top["open_above"]) and confidence != NO_LEARNING
     if open_above:
         reasons.append(f"no sign of saturation yet in {top['allocation']}: the saturating curve cannot place its "
-                       "midpoint inside the pilots, so the interval is open above (its upper bound is what the "
+                       "midpoint inside the pilots (joint model: no allocation's), so the interval is open above (its upper bound is what the "
                        "back-tested error allows, not a ceiling the data show)")
     if not gate_checked:
         reasons.append("learning gate not applied: the study has no step-0 evaluations (record one per run)")

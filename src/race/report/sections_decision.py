@@ -28,7 +28,7 @@ TONES = {"stable regime": "good", "unstable": "caution", "extrapolation too far"
 
 def recommend_for(evals: pd.DataFrame, runs: pd.DataFrame, target: str, target_budget: float, *,
                   n_boot: int = 200, rng: int = 0) -> tuple[Recommendation, list[str]]:
-    """:func:`race.analysis.recommend` (curve families chosen on held-out points).
+    """:func:`race.analysis.recommend` (the joint model of the study, its default method).
 
     Returns (recommendation, notes): the notes are the recommendation's own (missing
     step-0 or per-problem data, fewer than 3 seeds)."""
@@ -41,9 +41,9 @@ def interval_note(rec: Recommendation) -> str | None:
     if not rec.forecast_made:
         return None
     if rec.open_above:
-        return ("no sign of saturation yet: the interval is open above (the saturating curve cannot place its "
-                "midpoint inside the pilots; the upper bound is the back-tested extrapolation error, not a ceiling "
-                "the data show)")
+        return ("no sign of saturation yet: the interval is open above (no curve bends inside the pilots, so the "
+                "saturating model cannot place its midpoint; the upper bound is the back-tested extrapolation error, "
+                "not a ceiling the data show)")
     if rec.predicted_hi >= 0.995 or rec.predicted_lo <= 0.005:
         return ("the interval reaches the end of the 0-1 scale because the back-tested extrapolation error at this "
                 "reach is that large (scores are forecast on the logit scale, so a bound near 0 or 1 is the error "
@@ -137,8 +137,10 @@ def recommendation_section(ctx: Context) -> Section:
     for n in notes:
         sec.add(Note(n, "warn"))
     params = [(k, fmt_num(v) if k == "model_params" else str(v)) for k, v in rec.allocation_params.items()]
+    model = ("joint model of the allocations that learned (midpoint trend in model and group size, partially "
+             "pooled)" if rec.method == "joint" else "curve family per allocation chosen on held-out points")
     how = ("observed standings at the largest pilot budget (no forecast)" if not rec.forecast_made else
-           f"curve family per allocation chosen on held-out points, read at {fmt_flops(rec.forecast_flops)} "
+           f"{model}, read at {fmt_flops(rec.forecast_flops)} "
            "(target budget x the pilots' median spend share); extrapolation error from rolling-origin back-tests "
            "inside the study; default pick: the observed winner at the largest pilot, switched only when the "
            "paired lower bound of the expected-regret gain is above 0")
