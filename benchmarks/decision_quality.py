@@ -329,7 +329,7 @@ def shard(args: argparse.Namespace) -> None:
     results = []
     for seed in range(args.first + args.shard, args.first + args.worlds, args.jobs):
         results.append(one(args, seed, root))
-    Path(args.out).write_text(json.dumps(results))
+        Path(args.out).write_text(json.dumps(results))  # after every world: a long run can be inspected
 
 
 def check_paths(n: int, generator: str, first: int) -> int:
