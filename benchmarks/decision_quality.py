@@ -117,7 +117,7 @@ def result_of(w, rec: dict, seconds: dict, failed: int = 0) -> dict:
 
 
 # ---------------------------------------------------------------- one world, fast path: the analysis on the tables
-def fast_world(generator: str, seed: int, n_boot: int = 200) -> dict:
+def fast_world(generator: str, seed: int, n_boot: int = 200, method: str = "joint") -> dict:
     """``race.analysis.recommend`` on the world's run/eval tables (what the report calls), no grid."""
     from race.analysis import recommend
     from race.analysis.synthetic import world_tables
@@ -125,7 +125,7 @@ def fast_world(generator: str, seed: int, n_boot: int = 200) -> dict:
     w = make_world(generator, seed)
     t0 = time.perf_counter()
     runs, evals = world_tables(w)
-    rec = recommend(evals, runs, "greedy", w.target_budget, n_boot=n_boot, rng=0).to_dict()
+    rec = recommend(evals, runs, "greedy", w.target_budget, n_boot=n_boot, rng=0, method=method).to_dict()
     return result_of(w, rec, {"grid": 0.0, "report": time.perf_counter() - t0})
 
 
@@ -321,7 +321,7 @@ def summarise(results: list[dict]) -> str:
 def one(args: argparse.Namespace, seed: int, root: Path) -> dict:
     if args.path == "grid":
         return run_world(seed, root, args.n_boot_fit, args.generator)
-    return fast_world(args.generator, seed, n_boot=args.n_boot)
+    return fast_world(args.generator, seed, n_boot=args.n_boot, method=args.method)
 
 
 def shard(args: argparse.Namespace) -> None:
@@ -329,7 +329,7 @@ def shard(args: argparse.Namespace) -> None:
     results = []
     for seed in range(args.first + args.shard, args.first + args.worlds, args.jobs):
         results.append(one(args, seed, root))
-    Path(args.out).write_text(json.dumps(results))
+        Path(args.out).write_text(json.dumps(results))  # after every world: a long run can be inspected
 
 
 def check_paths(n: int, generator: str, first: int) -> int:
@@ -356,6 +356,8 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=2, help="processes, each running its share of the worlds")
     ap.add_argument("--n-boot", type=int, default=200, help="joint replicates of the recommendation (fast path)")
     ap.add_argument("--n-boot-fit", type=int, default=200)
+    ap.add_argument("--method", default="joint", help="recommend(method=...) on the fast path: joint, curve or trend")
+    ap.add_argument("--save", help="also write the per-world records (JSON) here")
     ap.add_argument("--check-paths", type=int, default=0, help="run both paths on this many worlds and compare")
     ap.add_argument("--keep", help="keep the study directories here (grid path; default: a temporary directory)")
     ap.add_argument("--shard", type=int, default=None, help=argparse.SUPPRESS)
@@ -374,7 +376,8 @@ def main() -> None:
             outs.append(out)
             cmd = [sys.executable, str(HERE), "--worlds", str(args.worlds), "--first", str(args.first), "--jobs",
                    str(args.jobs), "--shard", str(i), "--out", str(out), "--n-boot-fit", str(args.n_boot_fit),
-                   "--n-boot", str(args.n_boot), "--generator", args.generator, "--path", args.path]
+                   "--n-boot", str(args.n_boot), "--generator", args.generator, "--path", args.path,
+                   "--method", args.method]
             if args.keep:
                 cmd += ["--keep", args.keep]
             procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL))
@@ -386,7 +389,9 @@ def main() -> None:
     print(f"# RACE decision quality: {len(results)} {args.generator}-generator worlds, seeds {args.first}.."
           f"{args.first + args.worlds - 1}, {args.path} path")
     print(f"# command: python benchmarks/decision_quality.py --generator {args.generator} --worlds {args.worlds} "
-          f"--first {args.first} --jobs {args.jobs} --path {args.path} --n-boot {args.n_boot}")
+          f"--first {args.first} --jobs {args.jobs} --path {args.path} --n-boot {args.n_boot} --method {args.method}")
+    if args.save:
+        Path(args.save).write_text(json.dumps(results))
     print(summarise(results))
     print(f"\nwall time: {time.time() - t0:.0f} s")
 

@@ -30,7 +30,7 @@ def test_stable_regime_is_earned_by_saturated_well_separated_curves():
 
 def test_recommendation_with_interval_covering_truth(stable_study):
     runs, evals = stable_study
-    rec = recommend(evals, runs, "greedy", 2e15, n_boot=200, rng=0)
+    rec = recommend(evals, runs, "greedy", 2e15, method="curve", n_boot=200, rng=0)  # the per-allocation families
     assert rec.allocation == BEST.key
     # still rising at the pilots: the back-tested extrapolation error (calibrated on the
     # tuning worlds) leaves the win probability below 0.8, and the label says only that
@@ -67,7 +67,7 @@ def test_target_far_beyond_pilots_is_flagged(stable_study):
 def test_unidentified_asymptote_never_forecasts():
     late = dataclasses.replace(BEST, c_mid=1e16, a=1.0, r0=0.4)  # data end well before C_mid
     runs, evals = make_study([late, LOW], budgets=PILOTS, n_problems=0, rng=12)
-    rec = recommend(evals, runs, "greedy", 3e15, n_boot=50, rng=0)
+    rec = recommend(evals, runs, "greedy", 3e15, method="curve", n_boot=50, rng=0)
     row = rec.predictions.set_index("allocation").loc[late.key]
     assert rec.confidence != "stable regime"  # two curves still moving: no confident call
     assert row["family"] != "sigmoid" and row["share_sigmoid"] == 0.0

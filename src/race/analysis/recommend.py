@@ -47,15 +47,16 @@ import numpy as np
 import pandas as pd
 from scipy.special import expit
 
-from .backtest import BackTest, logit, run_backtest, slope_norm
+from .backtest import JOINT_PRIOR_SCALE, PRIOR_SCALE, BackTest, logit, run_backtest, slope_norm
 from .bootstrap import as_rng, win_probabilities
 from .families import FAMILIES, select_and_forecast
 from .decision import NO_LEARNING, ConfidenceRules, decide, declining, label
 from .gate import learning_gate
 from .joint import Replicates, StudyMatrix, draw_replicates, study_matrix
+from .joint_forecast import forecast_joint, joint_fit_at
 from .tables import ALLOCATION_COLUMNS, allocation_table, without_controls
 
-METHODS = {"curve": FAMILIES, "trend": ("loglinear",)}
+METHODS = {"curve": FAMILIES, "trend": ("loglinear",), "joint": ("joint",)}
 __all__ = ["NO_LEARNING", "ConfidenceRules", "Recommendation", "decide", "declining", "label", "recommend"]
 
 
@@ -213,7 +214,8 @@ def summarise(allocations: list[str], points: np.ndarray, reps: np.ndarray, leve
 
 def backtest_study(sm: StudyMatrix, reps: Replicates, allocations: list[str],
                    families_of: dict[str, tuple[str, ...]], target_ratio: float | None = None) -> BackTest:
-    """Rolling-origin back-test of the point forecasts (:mod:`race.analysis.backtest`)."""
+    """Rolling-origin back-test of the point forecasts (:mod:`race.analysis.backtest`); allocations
+    whose family is ``"joint"`` are forecast by the joint model fitted on the smaller budgets."""
     end_reps = reps.scores(sm.end_pp, sm.end)
     runs = sm.runs[sm.runs["allocation"].isin(allocations)]
     budgets = sorted(float(b) for b in runs["budget"].unique())
@@ -225,8 +227,15 @@ def backtest_study(sm: StudyMatrix, reps: Replicates, allocations: list[str],
         v = float(np.var(logit(reps.cell_mean(end_reps, idx)), ddof=1)) if reps.n > 1 else 0.0
         return float(np.mean(sm.end[idx])), float(np.log(np.mean(sm.runs.loc[idx, "end_flops"]))), v
 
-    return run_backtest(budgets, allocations, lambda a, o, xt: point_forecast(sm, a, xt, families_of[a], o),
-                        observed_at, lambda a: slope_of(sm, a), target_ratio)
+    joint = [a for a in allocations if families_of[a] == ("joint",)]
+    joint_at = joint_fit_at(sm, joint) if joint else None
+
+    def fit_at(a: str, o: float, xt: float):
+        return joint_at(a, o, xt) if a in joint else point_forecast(sm, a, xt, families_of[a], o)
+
+    slopes = {a: slope_of(sm, a) for a in allocations}
+    return run_backtest(budgets, allocations, fit_at, observed_at, slopes.get, target_ratio,
+                        prior_scale=JOINT_PRIOR_SCALE if joint else PRIOR_SCALE)
 
 
 def slope_of(sm: StudyMatrix, allocation: str) -> float:
@@ -255,32 +264,47 @@ def resampled_text(reps: Replicates, sm: StudyMatrix, forecast: bool = True) -> 
     return text
 
 
-def _forecasts(sm: StudyMatrix, reps: Replicates, allocs: list[str], families_of: dict, forecast_c: float,
-               gen: np.random.Generator) -> tuple[pd.DataFrame, np.ndarray, BackTest]:
-    """Per allocation: point forecast and info (rows), (R, k) replicates with back-tested noise, the back-test."""
+def forecast_parts(sm: StudyMatrix, reps: Replicates, allocs: list[str], families_of: dict, forecast_c: float,
+                   gen: np.random.Generator) -> tuple[pd.DataFrame, np.ndarray, np.ndarray, BackTest]:
+    """Per allocation: point forecast and info (rows), (R, k) replicates WITHOUT the back-tested
+    noise, the reach it is scaled by (log-FLOP reach x (|slope| + c0)), the back-test."""
     x_t = float(np.log(forecast_c))
+    joint = [a for a in allocs if families_of[a] == ("joint",)]
+    if joint:
+        j_pt, j_reps, j_info, _ = forecast_joint(sm, reps, joint, x_t)
     rows, cols = [], []
     for a in allocs:
-        p, r, info = forecast_allocation(sm, reps, a, x_t, families_of[a], rng=gen)
+        if a in joint:
+            i = joint.index(a)
+            p, r, info = j_pt[a], j_reps[:, i], {k: v for k, v in j_info[i].items() if k != "allocation"}
+        else:
+            p, r, info = forecast_allocation(sm, reps, a, x_t, families_of[a], rng=gen)
+            info["unidentified"] = info.get("bound_sigmoid", 0.0) >= 0.5
         rows.append({"allocation": a, "point": p, **info})
         cols.append(r)
     info_df = pd.DataFrame(rows)
     span = np.maximum(info_df["x_max"].to_numpy(float) - info_df["x_min"].to_numpy(float), 1e-9)
     reach = np.maximum(x_t - info_df["x_max"].to_numpy(float), 0.0)
     bt = backtest_study(sm, reps, allocs, families_of, target_ratio=float(np.median(reach / span)))
-    reach = reach * np.array([slope_of(sm, a) for a in allocs])
-    F = expit(logit(np.column_stack(cols)) + bt.noise(reach, reps.n, len(allocs), gen))
-    return info_df, F, bt
+    return info_df, np.column_stack(cols), reach * np.array([slope_of(sm, a) for a in allocs]), bt
+
+
+def _forecasts(sm: StudyMatrix, reps: Replicates, allocs: list[str], families_of: dict, forecast_c: float,
+               gen: np.random.Generator) -> tuple[pd.DataFrame, np.ndarray, BackTest]:
+    """:func:`forecast_parts` with the back-tested extrapolation noise added to every replicate (step 5)."""
+    info_df, F0, reach, bt = forecast_parts(sm, reps, allocs, families_of, forecast_c, gen)
+    return info_df, expit(logit(F0) + bt.noise(reach, reps.n, len(allocs), gen)), bt
 
 
 def recommend(evals: pd.DataFrame, runs: pd.DataFrame, target: str, target_budget: float, *,
-              reward_system: str | None = None, method: str = "curve", n_boot: int = 200,
+              reward_system: str | None = None, method: str = "joint", n_boot: int = 200,
               rng: np.random.Generator | int | None = 0, level: float = 0.95,
               rules: ConfidenceRules | None = None) -> Recommendation:
     """Choose an allocation for ``target_budget`` (steps in the module docstring).
 
-    ``method="curve"`` chooses among the families, ``"trend"`` forces the straight line in
-    log FLOPs. ``predictions``: one row per candidate, the pick first, then by forecast
+    ``method="joint"`` (the default) fits the allocations that passed the gate together
+    (:mod:`race.analysis.joint_model`); ``"curve"`` chooses among the curve families per
+    allocation, ``"trend"`` forces the straight line in log FLOPs. ``predictions``: one row per candidate, the pick first, then by forecast
     (``score, lo, hi, p_best, expected_regret, observed, open_above, gate_passed, gain,
     family, share_*, bound_*``).
     """
@@ -320,8 +344,8 @@ def recommend(evals: pd.DataFrame, runs: pd.DataFrame, target: str, target_budge
         obs = dict(zip(obs_names, obs_pts))
         pred["observed"] = [obs.get(a, np.nan) for a in allocs]
         # no sign of saturation: the saturating fit cannot place its midpoint inside the data
-        # and the forecast still rises above the last observation
-        pred["open_above"] = [bool(a in passed and r.get("bound_sigmoid", 0.0) >= 0.5 and r["score"] > r["observed"])
+        # (joint model: no allocation's) and the forecast still rises above the last observation
+        pred["open_above"] = [bool(a in passed and bool(r["unidentified"]) and r["score"] > r["observed"])
                               for a, (_, r) in zip(allocs, pred.iterrows())]
         default = observed if observed is not None else allocs[int(np.argmax(pred["score"]))]
         chosen, decision, gain_lo = decide(rep_matrix, allocs, default, rules.switch_alpha)
@@ -346,7 +370,7 @@ def recommend(evals: pd.DataFrame, runs: pd.DataFrame, target: str, target_budge
     open_above = bool(top["open_above"]) and confidence != NO_LEARNING
     if open_above:
         reasons.append(f"no sign of saturation yet in {top['allocation']}: the saturating curve cannot place its "
-                       "midpoint inside the pilots, so the interval is open above (its upper bound is what the "
+                       "midpoint inside the pilots (joint model: no allocation's), so the interval is open above (its upper bound is what the "
                        "back-tested error allows, not a ceiling the data show)")
     if not gate_checked:
         reasons.append("learning gate not applied: the study has no step-0 evaluations (record one per run)")

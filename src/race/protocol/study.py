@@ -227,8 +227,8 @@ def load_study(source: "str | Path | Mapping[str, pd.DataFrame]", *,
 
 def recommend_for(evals: pd.DataFrame, runs: pd.DataFrame, target: str, target_budget: float, *,
                   n_boot: int = 200, rng: int = 0) -> tuple[Recommendation, list[str]]:
-    """:func:`race.analysis.recommend` (curve families chosen on held-out points): what the
-    report shows and what ``race validate`` runs.
+    """:func:`race.analysis.recommend` (the joint model of the study, its default method):
+    what the report shows and what ``race validate`` runs.
 
     Returns (recommendation, notes): the notes are the recommendation's own (missing
     step-0 or per-problem data, fewer than 3 seeds)."""

@@ -31,9 +31,9 @@ def interval_note(rec: Recommendation) -> str | None:
     if not rec.forecast_made:
         return None
     if rec.open_above:
-        return ("no sign of saturation yet: the interval is open above (the saturating curve cannot place its "
-                "midpoint inside the pilots; the upper bound is the back-tested extrapolation error, not a ceiling "
-                "the data show)")
+        return ("no sign of saturation yet: the interval is open above (no curve bends inside the pilots, so the "
+                "saturating model cannot place its midpoint; the upper bound is the back-tested extrapolation error, "
+                "not a ceiling the data show)")
     if rec.predicted_hi >= 0.995 or rec.predicted_lo <= 0.005:
         return ("the interval reaches the end of the 0-1 scale because the back-tested extrapolation error at this "
                 "reach is that large (scores are forecast on the logit scale, so a bound near 0 or 1 is the error "
@@ -125,8 +125,10 @@ def recommendation_section(ctx: Context) -> Section:
     for n in notes:
         sec.add(Note(n, "warn"))
     params = [(k, fmt_num(v) if k == "model_params" else str(v)) for k, v in rec.allocation_params.items()]
+    model = ("joint model of the allocations that learned (midpoint trend in model and group size, partially "
+             "pooled)" if rec.method == "joint" else "curve family per allocation chosen on held-out points")
     how = ("observed standings at the largest pilot budget (no forecast)" if not rec.forecast_made else
-           f"curve family per allocation chosen on held-out points, read at {fmt_flops(rec.forecast_flops)} "
+           f"{model}, read at {fmt_flops(rec.forecast_flops)} "
            "(target budget x the pilots' median spend share); extrapolation error from rolling-origin back-tests "
            "inside the study; default pick: the observed winner at the largest pilot, switched only when the "
            "paired lower bound of the expected-regret gain is above 0")
@@ -152,9 +154,14 @@ def recommendation_section(ctx: Context) -> Section:
     def basis(r: pd.Series) -> str:
         if not rec.forecast_made:
             return "observed"
-        shares = ", ".join(f"{c[6:]} {r[c]:.0%}" for c in fam_cols if r[c] >= 0.05)
-        bounds = [f"{c[6:]} {r[c]:.0%}" for c in pred.columns if c.startswith("bound_") and r[c] > 0]
-        text = f"{r['family']} ({shares})" + (f"; fits at a bound: {', '.join(bounds)}" if bounds else "")
+        if r.get("family") == "joint":
+            text = (f"joint model of the allocations; midpoint located by {r['midpoint']}"
+                    if r.get("midpoint") != "not located" else
+                    "joint model of the allocations; midpoint not located (no allocation saturates inside the pilots)")
+        else:
+            shares = ", ".join(f"{c[6:]} {r[c]:.0%}" for c in fam_cols if r[c] >= 0.05)
+            bounds = [f"{c[6:]} {r[c]:.0%}" for c in pred.columns if c.startswith("bound_") and r[c] > 0]
+            text = f"{r['family']} ({shares})" + (f"; fits at a bound: {', '.join(bounds)}" if bounds else "")
         if not r.get("gate_passed", True):
             text += "; forecast flat (did not pass the gate)"
         if r.get("open_above", False):
