@@ -567,9 +567,8 @@ VOCABULARIES = [("whether a number is a budget (race.accounting.guard.is_budget)
                 ("the reward-spec grammar (race.spec.reward.parse_reward)", "race.spec.reward", _is_reward_split)]
 
 
-#: Copies another change owns this session (module -> what), left for it: analysis.recommend
-#: is being changed by another helper (its ``budget <= 0`` check becomes guard.is_budget there).
-KNOWN_VOCABULARY_COPIES = {"race.analysis.recommend": {"whether a number is a budget"}}
+#: Copies left for a later change (module -> what): none.
+KNOWN_VOCABULARY_COPIES: dict[str, set[str]] = {}
 
 
 def vocabulary_copies(src: Path) -> list[str]:

@@ -47,6 +47,8 @@ import numpy as np
 import pandas as pd
 from scipy.special import expit
 
+from race.accounting.guard import is_budget
+
 from .backtest import JOINT_PRIOR_SCALE, PRIOR_SCALE, BackTest, logit, run_backtest, slope_norm
 from .bootstrap import as_rng, win_probabilities
 from .families import FAMILIES, select_and_forecast
@@ -54,24 +56,10 @@ from .decision import NO_LEARNING, ConfidenceRules, decide, declining, label
 from .gate import learning_gate
 from .joint import Replicates, StudyMatrix, draw_replicates, study_matrix
 from .joint_forecast import forecast_joint, joint_fit_at
-from .tables import ALLOCATION_COLUMNS, allocation_table, without_controls
+from .tables import ALLOCATION_COLUMNS, allocation_table, jsonable, without_controls
 
 METHODS = {"curve": FAMILIES, "trend": ("loglinear",), "joint": ("joint",)}
 __all__ = ["NO_LEARNING", "ConfidenceRules", "Recommendation", "decide", "declining", "label", "recommend"]
-
-
-def _jsonable(v: object) -> object:
-    if isinstance(v, pd.DataFrame):
-        return [{k: _jsonable(x) for k, x in row.items()} for row in v.to_dict(orient="records")]
-    if isinstance(v, dict):
-        return {k: _jsonable(x) for k, x in v.items()}
-    if isinstance(v, (list, tuple)):
-        return [_jsonable(x) for x in v]
-    if isinstance(v, np.generic):
-        v = v.item()
-    if isinstance(v, float) and not np.isfinite(v):
-        return None  # JSON has no NaN: a missing value
-    return v
 
 
 @dataclass
@@ -114,7 +102,7 @@ class Recommendation:
 
     def to_dict(self) -> dict:
         """Plain Python types only (tables as lists of records; replicates left out)."""
-        return {k: _jsonable(getattr(self, k)) for k in self.__dataclass_fields__ if k != "replicates"}
+        return {k: jsonable(getattr(self, k)) for k in self.__dataclass_fields__ if k != "replicates"}
 
 
 def candidate_allocations(sm: StudyMatrix, reward_system: str | None) -> list[str]:
@@ -310,7 +298,7 @@ def recommend(evals: pd.DataFrame, runs: pd.DataFrame, target: str, target_budge
     """
     if method not in METHODS:
         raise ValueError(f"method must be one of {tuple(METHODS)}, got {method!r}")
-    if not (np.isfinite(target_budget) and target_budget > 0):
+    if not is_budget(target_budget):
         raise ValueError(f"target_budget must be a positive number of FLOPs, got {target_budget!r}")
     rules = rules or ConfidenceRules()
     sm = study_matrix(evals, runs, target)
@@ -377,7 +365,7 @@ def recommend(evals: pd.DataFrame, runs: pd.DataFrame, target: str, target_budge
         confidence = "unstable" if confidence == "stable regime" else confidence
     params = allocation_table(runs).set_index("allocation")
     params = params.loc[top["allocation"]] if top["allocation"] in params.index else pd.Series(dtype=object)
-    params = {c: _jsonable(params[c]) for c in (*ALLOCATION_COLUMNS, "model_params") if c in params.index}
+    params = {c: jsonable(params[c]) for c in (*ALLOCATION_COLUMNS, "model_params") if c in params.index}
     return Recommendation(
         target=target, target_budget=float(target_budget), condition=reward_system, method=method_used,
         allocation=str(top["allocation"]), allocation_params=params, predicted_score=float(top["score"]),
