@@ -64,7 +64,7 @@ def builtin_engine(model_dir: Path, prompts: int, group: int, length: int, tmp: 
                    fast_forward: bool = True):
     """A step function of the built-in engine; ``merge`` / ``fast_forward`` off switch
     the LoRA merge for the rollout and the functional log-prob forward off (the levers)."""
-    from race.accounting import FlopLedger
+    from race.accounting import BudgetGuard, FlopLedger
     from race.spec.run import run_config_from_dict
     from race.engines.builtin import BuiltinEngine
     from race.engines.grpo_math import completion_logprobs
@@ -78,6 +78,7 @@ def builtin_engine(model_dir: Path, prompts: int, group: int, length: int, tmp: 
     eng = BuiltinEngine(cfg, tmp)
     eng._setup()
     eng.ledger = FlopLedger()
+    eng.guard = BudgetGuard(eng.ledger)
     eng.metrics = MetricsLog(tmp / f"m-{time.monotonic_ns()}.jsonl")
     eng.total_steps = 10_000
     if not merge:
@@ -233,7 +234,7 @@ def run_grid(a) -> None:
 
 def gang_members(model_dir: Path, prompts: int, group: int, length: int, tmp: Path, seeds: range):
     """Built-in engines ready to step (no run directory), one per seed."""
-    from race.accounting import FlopLedger
+    from race.accounting import BudgetGuard, FlopLedger
     from race.engines.builtin import BuiltinEngine
     from race.engines.run_io import MetricsLog
     from race.spec.run import run_config_from_dict
@@ -247,6 +248,7 @@ def gang_members(model_dir: Path, prompts: int, group: int, length: int, tmp: Pa
         e = BuiltinEngine(cfg, tmp)
         e._setup()
         e.ledger = FlopLedger()
+        e.guard = BudgetGuard(e.ledger)
         e.metrics = MetricsLog(tmp / f"m-{time.monotonic_ns()}.jsonl")
         e.total_steps = 10_000
         engs.append(e)
@@ -255,6 +257,7 @@ def gang_members(model_dir: Path, prompts: int, group: int, length: int, tmp: Pa
 
 def run_gangs(a) -> None:
     """Run-steps per second of a gang of K members against K solo built-in runs."""
+    from race.engines.gang.forward import share_base
     from race.engines.gang.step import Work, gang_step
 
     ks = [int(k) for k in a.gang.split(",")]
@@ -267,6 +270,7 @@ def run_gangs(a) -> None:
             for k in ks:
                 solo = gang_members(mdir, a.prompts, g, L, root, range(k))
                 gang = gang_members(mdir, a.prompts, g, L, root, range(k))
+                share_base([e.model for e in gang])  # one frozen base in memory, as GangEngine runs it
                 state = {"solo": 0, "gang": 0}
 
                 def solo_steps() -> float:

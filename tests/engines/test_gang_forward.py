@@ -47,15 +47,16 @@ def _rollouts(models, tok, greedy=False):
     return ros
 
 
-def _gang(models, ros):
-    """The same passes for every member at once (one backward per micro-batch round)."""
+def _gang(models, ros, shared_rows=None):
+    """The same passes for every member at once (one backward per micro-batch round);
+    ``shared_rows``: the gang decoder's cap on the rows of one shared base matmul."""
     from race.engines.gang.forward import GangDecoder
     from race.engines.gang.passes import PassJob, _logprobs_round, _rounds, gang_logprobs
 
     jobs = [PassJob(i, ro, MEMBERS[i][3], 0.7) for i, ro in enumerate(ros)]
     for m in models:
         m.zero_grad(set_to_none=True)
-    gdec = GangDecoder(models)
+    gdec = GangDecoder(models, shared_rows=shared_rows)
     for rnd in _rounds(jobs):
         lps = _logprobs_round(gdec, jobs, rnd)
         sum((lp * jobs[i].ro.completion_mask[sl]).sum() for (i, sl), lp in zip(rnd, lps)).backward()
@@ -63,13 +64,16 @@ def _gang(models, ros):
     return lps, [{n: p.grad.clone() for n, p in m.named_parameters() if p.grad is not None} for m in models]
 
 
-def test_gang_pass_gives_each_member_its_solo_logprobs_and_gradients(char_tokenizer):
+@pytest.mark.parametrize("shared_rows", [None, 1, 30])
+def test_gang_pass_gives_each_member_its_solo_logprobs_and_gradients(shared_rows, char_tokenizer):
+    """Whether the base matmul covers every member's rows (no cap), each segment's alone
+    (cap 1) or some segments together (cap 30 rows), each member gets its solo pass."""
     models = _members()
     ros = _rollouts(models, char_tokenizer)
     for m in models:
         m.train()
     solo = [shared_pass(m, ro, MEMBERS[i][3]) for i, (m, ro) in enumerate(zip(models, ros))]
-    g_lps, g_grads = _gang(models, ros)
+    g_lps, g_grads = _gang(models, ros, shared_rows)
     for (lp, grads), glp, gg, ro in zip(solo, g_lps, g_grads, ros):
         keep = ro.completion_mask.bool()
         assert torch.allclose(glp[keep], lp[keep], atol=1e-5)
@@ -78,6 +82,23 @@ def test_gang_pass_gives_each_member_its_solo_logprobs_and_gradients(char_tokeni
             assert float((gg[n] - g).norm()) <= 1e-4 * float(g.norm()) + 1e-7, n
     # the members' adapters differ, so their log-probs do: each row got its own member's delta
     assert not torch.allclose(g_lps[0][:2], g_lps[2][:2], atol=1e-3) or ros[0].prompt_ids.shape != ros[2].prompt_ids.shape
+
+
+def test_segments_share_a_base_matmul_up_to_the_row_cap():
+    """Consecutive segments whose inputs need a gradient alike share one base matmul while
+    their rows add up to at most the cap; a segment above it runs alone; no cap: one
+    group per gradient kind; the default caps on a CPU only; a cap below 1 is refused."""
+    from race.engines.gang.forward import SHARED_ROWS, GangDecoder
+
+    models = _members()[:2]
+    xs = [torch.zeros(n, 4, requires_grad=g) for n, g in ((3, False), (4, False), (2, True), (2, False), (9, True),
+                                                           (6, False))]
+    assert GangDecoder(models, shared_rows=7)._groups(xs) == [[0, 1], [3], [5], [2], [4]]
+    assert GangDecoder(models, shared_rows=None)._groups(xs) == [[0, 1, 3, 5], [2, 4]]
+    assert GangDecoder(models, shared_rows=1)._groups(xs) == [[0], [1], [3], [5], [2], [4]]
+    assert GangDecoder(models).shared_rows == SHARED_ROWS  # these models are on the CPU
+    with pytest.raises(ValueError, match="shared_rows=0"):
+        GangDecoder(models, shared_rows=0)
 
 
 def test_reference_segment_runs_the_base_alone(char_tokenizer):

@@ -4,8 +4,15 @@ A gang is K LoRA policies over the same base weights. Each pass of the gang runs
 *segment* per member (its own rows, its own padded width, its own positions and masks),
 and every decoder layer is executed with:
 
-- the base projections as ONE matmul over the tokens of all segments (rows concatenated,
-  ``(sum_m B_m n_m, in) x (in, out)``), since the frozen base weight is the same for all;
+- the base projections as one matmul over the tokens of several segments (rows
+  concatenated, ``(sum_m B_m n_m, in) x (in, out)``), since the frozen base weight is the
+  same for all: consecutive segments share one matmul while their rows add up to at most
+  ``shared_rows`` (``SHARED_ROWS`` on a CPU; no cap on an accelerator); a segment with
+  more rows runs its own, the solo pass's matmul. On a CPU a matmul of a thousand rows
+  already runs at the BLAS's rate for these shapes, and concatenating more only adds
+  copies (forward and backward) and a working set past the cache: measured at the demo's
+  shapes (``benchmarks/engine_speed.py --gang``), an uncapped update ran 1.16x slower
+  than the members' solo updates;
 - each member's LoRA delta on its own contiguous slice of those rows, exactly as the
   solo functional forward adds it (``race.engines.fast_decode._Proj``: the member's A
   matrices as one matmul, then one ``addmm`` per B into its output slice); a segment with
@@ -37,6 +44,9 @@ from race.engines.fast_forward import padding_bias
 
 KeysFn = Callable[[int, torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
 
+#: Most rows one shared base matmul covers on a CPU (module docstring).
+SHARED_ROWS = 512
+
 
 @dataclass
 class Segment:
@@ -59,9 +69,34 @@ class GangDecoder:
     """The layers of K members over one base (module docstring). ``models``: the members'
     (PEFT) policies; their base weights must be equal (``share_base``)."""
 
-    def __init__(self, models: list[Any]) -> None:
+    def __init__(self, models: list[Any], shared_rows: int | None = -1) -> None:
         self.decs = [FastDecoder(m) for m in models]
         self.base = self.decs[0]
+        if shared_rows == -1:  # the default: capped on a CPU only
+            shared_rows = None if self.base.embed.device.type != "cpu" else SHARED_ROWS
+        if shared_rows is not None and shared_rows < 1:
+            raise ValueError(f"shared_rows={shared_rows}: must be >= 1 (or None: no cap)")
+        self.shared_rows = shared_rows
+
+    def _groups(self, xs: list[torch.Tensor]) -> list[list[int]]:
+        """Segments sharing one base matmul: those whose inputs need a gradient alike (a
+        row whose solo pass needs no input gradient must not get one here), consecutive,
+        while their rows add up to at most ``shared_rows``."""
+        out: list[list[int]] = []
+        for grad in (False, True):
+            cur: list[int] = []
+            n = 0
+            for k, x in enumerate(xs):
+                if bool(x.requires_grad) != grad:
+                    continue
+                if cur and self.shared_rows is not None and n + x.shape[0] > self.shared_rows:
+                    out.append(cur)
+                    cur, n = [], 0
+                cur.append(k)
+                n += x.shape[0]
+            if cur:
+                out.append(cur)
+        return out
 
     def __getattr__(self, name: str) -> Any:  # embed, norm_w, lm_head, heads, ... of the shared base
         return getattr(self.__dict__["base"], name)
@@ -69,17 +104,12 @@ class GangDecoder:
     def _proj(self, li: int, key: str, xs: list[torch.Tensor], segs: list[Segment],
               adds: list[torch.Tensor] | None = None) -> list[list[torch.Tensor]]:
         """Each segment's outputs of projection ``key`` at layer ``li`` for its 2-D input
-        ``xs[k]`` (plus ``adds[k]``, the residual): the base matmul once over the rows of
-        all segments whose inputs need a gradient alike (one group unless the members'
-        adapters differ where an input is still frozen: a row whose solo pass needs no
-        input gradient must not get one here), then each segment's member's adapters on
-        its own rows, as ``fast_decode._Proj`` adds them."""
+        ``xs[k]`` (plus ``adds[k]``, the residual): the base matmul once per group of
+        segments (``_groups``), then each segment's member's adapters on its own rows, as
+        ``fast_decode._Proj`` adds them."""
         base = self.base.layers[li][key]
-        groups: dict[bool, list[int]] = {}
-        for k, x in enumerate(xs):
-            groups.setdefault(bool(x.requires_grad), []).append(k)
         out: list[list[torch.Tensor]] = [[] for _ in segs]
-        for idx in groups.values():
+        for idx in self._groups(xs):
             x = torch.cat([xs[k] for k in idx]) if len(idx) > 1 else xs[idx[0]]
             add = None if adds is None else (torch.cat([adds[k] for k in idx]) if len(idx) > 1 else adds[idx[0]])
             y = linear_add(x, base.weight, base.bias, add)
@@ -226,4 +256,4 @@ def token_logprobs(logits: torch.Tensor, completion_ids: torch.Tensor, temperatu
     return torch.log_softmax(logits, dim=-1).gather(-1, completion_ids[..., None]).squeeze(-1)
 
 
-__all__ = ["GangDecoder", "Segment", "SharedItem", "share_base", "shared_prompt_logits", "token_logprobs"]
+__all__ = ["SHARED_ROWS", "GangDecoder", "Segment", "SharedItem", "share_base", "shared_prompt_logits", "token_logprobs"]
