@@ -233,12 +233,12 @@ def slope_of(sm: StudyMatrix, allocation: str) -> float:
     return slope_norm(g["lnc"].to_numpy(), g["end"].to_numpy())
 
 
-def resampled_text(reps: Replicates, sm: StudyMatrix, forecast: bool = True) -> str:
+def resampled_text(reps: Replicates, sm: StudyMatrix, forecast: bool = True, method: str = "joint") -> str:
     """Exactly what the intervals resample (for the report's method section)."""
     parts = []
     if "seeds" in reps.over:
-        parts.append("seeds (whole runs) within each (allocation, budget), with the sqrt(m/(m-1)) small-sample "
-                     "correction")
+        parts.append("seeds (whole runs; a seed's runs at every budget of an allocation drawn together, as one "
+                     "trajectory), with the sqrt(m/(m-1)) small-sample correction")
     if reps.weights is not None:
         parts.append(f"evaluation problems ({sm.n_problems} per evaluation; one draw per replicate shared by every "
                      "allocation, budget and evaluation point: paired)")
@@ -246,8 +246,9 @@ def resampled_text(reps: Replicates, sm: StudyMatrix, forecast: bool = True) -> 
         parts.append("NOT evaluation problems (per-problem outcomes missing)")
     text = f"{reps.n} joint bootstrap replicates over " + " and ".join(parts)
     if forecast:
-        text += ("; each replicate draws a curve family by its held-out skill, refits every allocation and adds "
-                 "the extrapolation error measured by rolling-origin back-tests inside the study (logit scale, "
+        fit = ("refits the joint model of every allocation that learned" if method == "joint" else
+               "draws a curve family by its held-out skill, refits every allocation")
+        text += (f"; each replicate {fit} and adds the extrapolation error measured by rolling-origin back-tests inside the study (logit scale, "
                  "one part shared by all allocations, one per allocation, scaled to the target's reach)")
     return text
 
@@ -373,7 +374,7 @@ def recommend(evals: pd.DataFrame, runs: pd.DataFrame, target: str, target_budge
         expected_regret=float(top["expected_regret"]), win_probability=float(top["p_best"]),
         runner_up=str(pred.iloc[1]["allocation"]) if len(pred) > 1 else None, confidence=confidence,
         reasons=reasons, largest_pilot_budget=largest, extrapolation_ratio=ratio, forecast_flops=forecast_c,
-        n_boot=int(n_boot), resampled=resampled_text(reps, sm, forecast=method_used != "observed"), predictions=pred,
+        n_boot=int(n_boot), resampled=resampled_text(reps, sm, forecast=method_used != "observed", method=method_used), predictions=pred,
         gate=gate, notes=notes, replicates=rep_matrix, default_allocation=observed, decision=decision,
         switch_gain_lo=gain_lo, open_above=open_above, backtest=bt.table if bt is not None else None,
     )

@@ -8,6 +8,7 @@ import pandas as pd
 
 from race.analysis import (
     NO_LEARNING,
+    ConfidenceRules,
     Recommendation,
     overoptimisation,
     rank_stability,
@@ -308,6 +309,17 @@ def diagnostics_section(ctx: Context) -> Section:
     return sec
 
 
+CURVE_TEXT = ("Curve families (constant, straight line in log FLOPs, saturating sigmoid from the measured step-0 "
+              "score) are fitted per allocation by binomial likelihood; fits with a parameter at its bound are "
+              "unidentified and never forecast; each replicate draws a family by its held-out skill. ")
+JOINT_TEXT = ("Forecasts come from one joint model of the study: every allocation that learned follows a saturating "
+              "curve from its measured step-0 score whose midpoint moves with ln(model size) and ln(group size) and "
+              "whose asymptote cannot fall as the model grows; each allocation's own departures from that trend are "
+              "shrunk toward it (empirical Bayes), so a smaller model's visible midpoint informs a larger model's. "
+              "An allocation whose curve bends nowhere inside the pilots is 'open above': its upper bound is what "
+              "the back-tested error allows, not a ceiling the data show. ")
+
+
 def method_section(ctx: Context) -> Section:
     sec = Section("method", "How to read this report")
     rec: Recommendation | None = ctx.rec
@@ -323,14 +335,14 @@ def method_section(ctx: Context) -> Section:
                  "score (same problems) exceeds the noise at the family-wise 95% level (and beats the random-reward "
                  "control where one ran); if none did, the confidence is 'no learning detected' and the report "
                  "shows observed standings instead of forecasts. Allocations that did not pass are forecast flat. "
-                 "Curve families (constant, straight line in log FLOPs, saturating sigmoid from the measured step-0 "
-                 "score) are fitted by binomial likelihood; fits with a parameter at its bound are unidentified and "
-                 "never forecast; each replicate draws a family by its held-out skill. The extrapolation error is "
+                 + (JOINT_TEXT if rec is not None and rec.method == "joint" else CURVE_TEXT) +
+                 "The extrapolation error is "
                  "measured inside the study by rolling-origin back-tests (fit on the smaller pilot budgets, forecast "
                  "the larger ones), on the logit scale, with one part shared by all allocations and one per "
                  "allocation, scaled to the target's reach. The default pick is the observed winner at the largest "
-                 "pilot budget (equal FLOPs); it is replaced only when the paired lower bound of the expected-regret "
-                 "gain is above 0. Labels: 'stable regime' (3+ seeds, the choice learned and wins in most "
+                 f"pilot budget (equal FLOPs); it is replaced only when the paired lower bound of the forecast "
+                 f"gain (its {ConfidenceRules().switch_alpha:.0%} quantile over the joint replicates) "
+                 "is above 0. Labels: 'stable regime' (3+ seeds, the choice learned and wins in most "
                  "replicates, and the back-test from the smaller budgets picked the observed winner at the largest), "
                  "'unstable' (one of those fails), 'extrapolation too far' (the target is 10x the largest pilot "
                  "budget or more), 'no learning detected'."),
