@@ -9,7 +9,7 @@ import torch
 def shared_pass(m, ro, size: int):
     """The prefix-shared passes in micro-batches of ``size`` rows: log-probs (no grad) and
     the gradients of the masked log-prob sum accumulated over the micro-batches."""
-    from race.engines.micro_batch import _logprobs_of, logprobs, micro_slices, rows
+    from race.engines.builtin.micro_batch import _logprobs_of, logprobs, micro_slices, rows
 
     m.zero_grad(set_to_none=True)
     for sl in micro_slices(ro.prompt_ids.shape[0], size):

@@ -213,7 +213,7 @@ def test_non_finite_loss_stops_and_keeps_the_last_checkpoint(tiny_model_dir, tmp
         calls["n"] += 1
         return (loss * torch.tensor(float("nan")) if calls["n"] >= 3 else loss), stats
 
-    monkeypatch.setattr("race.engines.builtin.grpo_loss", poisoned)
+    monkeypatch.setattr("race.engines.builtin.engine.grpo_loss", poisoned)
     out = run_engine(_cfg(tiny_model_dir, budget_flops=4e9), tmp_path / "d")
     assert out["status"] == "diverged" and "non-finite" in out["error"]
     assert (tmp_path / "d" / "checkpoint" / "trainable.safetensors").exists()

@@ -48,7 +48,7 @@ def _pass(m, ro, fast: bool):
 
 @pytest.mark.parametrize("name,lora", [("tiny-xs", True), ("tiny-xs", False), ("tiny-l", True)])
 def test_functional_logprobs_and_gradients_match_hf(name, lora, char_tokenizer):
-    from race.engines import fast_forward
+    from race.engines.builtin import fast_forward
 
     m = _model(name, lora)
     assert fast_forward.supports(m)
@@ -100,7 +100,7 @@ def test_lora_dropout_applies_in_training_only(char_tokenizer):
 
 
 def test_gradient_checkpointing_model_keeps_the_hf_forward(char_tokenizer):
-    from race.engines import fast_forward
+    from race.engines.builtin import fast_forward
 
     m = _model("tiny-xs", True)
     base = m.get_base_model()
@@ -160,7 +160,7 @@ def test_prefix_shared_passes_execute_what_the_ledger_charges(lora, size, char_t
     ro = _eos_batch(m, char_tokenizer, group=4)
     m.train()
     with FlopCounterMode(display=False) as fc:
-        from race.engines.micro_batch import micro_slices, rows, _logprobs_of
+        from race.engines.builtin.micro_batch import micro_slices, rows, _logprobs_of
 
         for sl in micro_slices(ro.prompt_ids.shape[0], size):
             r = rows(ro, sl)
@@ -177,7 +177,7 @@ def test_prefix_shared_passes_execute_what_the_ledger_charges(lora, size, char_t
 
 
 def test_a_shared_pass_refuses_rows_whose_group_has_other_prompts(char_tokenizer):
-    from race.engines.micro_batch import logprobs
+    from race.engines.builtin.micro_batch import logprobs
 
     m = _model("tiny-xs", True)
     ro = _eos_batch(m, char_tokenizer, group=2)

@@ -66,7 +66,7 @@ def test_a_prm_reading_prompts_longer_than_max_prompt_length_stays_within_its_bo
     """The policy's prompts are cut to 6 tokens; the PRM reads them whole. The reward bound
     the engine checks before each step covers what the PRM then charges, and the run ends
     within the budget with nothing recorded as overrun."""
-    import race.engines.builtin as builtin
+    import race.engines.builtin.engine as builtin
     from race.engines import run_engine
 
     bounds = []

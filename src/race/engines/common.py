@@ -97,13 +97,12 @@ def _verify_fn() -> Callable[[Any, str], bool]:
     return lambda p, text: verify_terms(p, text)[0] == 1.0
 
 
-def start_policy(engine: Any) -> RunPolicy:
+def start_policy(cfg: RunConfig, schedule: EvalSchedule) -> RunPolicy:
     """What both engines' setup begins with: the run's policy (:func:`load_run_policy`),
-    its step-0 evaluation shared where ``eval_cache_dir`` asks for it, and the engine's
-    ``tok``, ``lora``, ``shape`` and ``device`` set from it."""
-    policy = load_run_policy(engine.cfg)
-    engine.schedule.share_step0(engine.cfg, policy.model)
-    engine.tok, engine.lora, engine.shape, engine.device = policy.tok, policy.lora, policy.shape, policy.device
+    with its step-0 evaluation shared through ``schedule`` where ``eval_cache_dir`` asks for
+    it. The engine takes what it needs from the returned policy itself."""
+    policy = load_run_policy(cfg)
+    schedule.share_step0(cfg, policy.model)
     return policy
 
 

@@ -79,7 +79,7 @@ class GangEngine:
         for e in self.engs:
             e.out.begin()
             e._setup()
-        from race.engines import fast_forward
+        from race.engines.builtin import fast_forward
         from race.engines.gang.forward import share_base
 
         if not all(fast_forward.supports(e.model) for e in self.engs):

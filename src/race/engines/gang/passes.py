@@ -1,6 +1,6 @@
 """The gang's learning passes: old-policy / reference log-probs and the update, batched.
 
-Each member's pass is ``race.engines.micro_batch``'s (its kept rows in micro-batches of
+Each member's pass is ``race.engines.builtin.micro_batch``'s (its kept rows in micro-batches of
 its own ``per_device_train_batch_size``, each group's prompt once per micro-batch, padded
 widths kept), and micro-batch ``j`` of every member runs in one gang pass
 (``race.engines.gang.forward.shared_prompt_logits``). In the update, round ``j`` sums the
@@ -19,7 +19,7 @@ import torch
 
 from race.engines.gang.forward import GangDecoder, SharedItem, shared_prompt_logits, token_logprobs
 from race.engines.grpo_math import LossStats
-from race.engines.micro_batch import Accumulator, shared_inputs, loss_weight, micro_slices, rows
+from race.engines.builtin.micro_batch import Accumulator, shared_inputs, loss_weight, micro_slices, rows
 from race.engines.sampling import Rollout
 
 

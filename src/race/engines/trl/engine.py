@@ -102,7 +102,8 @@ class TrlEngine:
         from race.rewards import make_reward
 
         cfg = self.cfg
-        policy = start_policy(self)
+        policy = start_policy(cfg, self.schedule)
+        self.tok, self.lora, self.shape, self.device = policy.tok, policy.lora, policy.shape, policy.device
         model, tok = policy.model, policy.tok
         peft_config = None
         if cfg.lora is not None:

@@ -11,7 +11,7 @@ One step reads top to bottom as named stages over one batch:
 The log-prob passes and the update run in micro-batches of ``per_device_train_batch_size``
 sequences with gradients accumulated (TRL's ``gradient_accumulation_steps``; the ledger is
 the one-batch step's), and ``gradient_checkpointing`` recomputes the decoder layers in the
-update's backward, recorded as uncounted ``recompute`` (``race.engines.micro_batch``).
+update's backward, recorded as uncounted ``recompute`` (``race.engines.builtin.micro_batch``).
 
 Prompts are shared across their group in every pass, as in the rollout's prefill: the
 log-prob passes and the update run each group's prompt once per micro-batch and its G
@@ -57,7 +57,7 @@ from race.engines.common import (
     run_evaluator,
     start_policy,
 )
-from race.engines import fast_forward, micro_batch
+from race.engines.builtin import fast_forward, micro_batch
 from race.engines.grpo_math import group_advantages, grpo_loss, lr_at
 from race.engines.run_io import MetricsLog
 from race.engines.sampling import Rollout, decode_completions, encode_prompts, rollout_flops, sample, step_charge
@@ -93,7 +93,8 @@ class BuiltinEngine:
         from race.rewards import make_reward
 
         cfg = self.cfg
-        policy = start_policy(self)
+        policy = start_policy(cfg, self.schedule)
+        self.tok, self.lora, self.shape, self.device = policy.tok, policy.lora, policy.shape, policy.device
         model, tok = policy.model, policy.tok
         self.ref_model = None
         if cfg.lora is not None:
@@ -168,7 +169,7 @@ class BuiltinEngine:
 
     def update(self, batch: Rollout, adv: torch.Tensor, step: int) -> dict[str, float]:
         """Old/reference log-probs, then ``num_iterations`` clipped policy updates, each in
-        micro-batches of ``per_device_train_batch_size`` sequences (``race.engines.micro_batch``)."""
+        micro-batches of ``per_device_train_batch_size`` sequences (``race.engines.builtin.micro_batch``)."""
         from race.models import reference_policy
 
         cfg = self.cfg

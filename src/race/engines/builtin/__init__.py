@@ -1,0 +1,16 @@
+"""RACE's built-in GRPO engine, in one room:
+
+    engine.py        the training loop (BuiltinEngine, run_builtin): every phase charged
+                     to the ledger, every stop decided by the run's BudgetGuard
+    fast_decode.py   the functional prefill + KV-cache decoder the rollout uses
+    fast_forward.py  the prefix-shared forward of the log-prob passes and the update
+    micro_batch.py   micro-batches, gradient accumulation and checkpointing of those passes
+
+The gang runner (``race.engines.gang``) batches several of these engines' steps; the
+shared pieces both engines use (sampling, GRPO math, run directory, checkpoints,
+evaluation) lie one level up in ``race.engines``.
+"""
+
+from race.engines.builtin.engine import BuiltinEngine, run_builtin
+
+__all__ = ["BuiltinEngine", "run_builtin"]
