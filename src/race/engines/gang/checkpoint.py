@@ -13,7 +13,6 @@ float rounding depends on which rows it shared them with, so the gang resumes as
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from pathlib import Path
 from typing import Any
@@ -65,18 +64,4 @@ def load_member(ckpt: Path, i: int, member: Any) -> dict[str, Any]:
     return load_checkpoint(d, model=member.model, optimizer=member.optimizer)
 
 
-def cut_records(ledger: Any, metrics: Any, n_ledger: int, n_metrics: int) -> None:
-    """Keep the first ``n_ledger`` ledger records and ``n_metrics`` metrics rows (what a
-    member had written when the gang checkpointed), files rewritten atomically. Counts,
-    not steps: a member that left records its final evaluation at its last step, which
-    may be the checkpoint's step."""
-    import os
-
-    for path, lines in ((ledger.path, [r.to_json() for r in ledger.records[:n_ledger]]),
-                        (metrics.path, [json.dumps(r, separators=(",", ":")) for r in metrics.rows[:n_metrics]])):
-        tmp = path.with_suffix(path.suffix + ".cut")
-        tmp.write_text("".join(x + "\n" for x in lines), encoding="utf-8")
-        os.replace(tmp, path)
-
-
-__all__ = ["cut_records", "find_gang", "load_member", "read_gang", "save_gang"]
+__all__ = ["find_gang", "load_member", "read_gang", "save_gang"]

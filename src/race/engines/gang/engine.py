@@ -36,7 +36,8 @@ from typing import Any
 from race.accounting import BudgetGuard, FlopLedger
 from race.engines.builtin import BuiltinEngine
 from race.engines.common import Progress
-from race.engines.gang.checkpoint import cut_records, find_gang, load_member, read_gang, save_gang
+from race.engines.checkpoint import cut_lines
+from race.engines.gang.checkpoint import find_gang, load_member, read_gang, save_gang
 from race.engines.gang.members import gang_refusal
 from race.engines.gang.step import Work, gang_step
 from race.engines.run_io import MetricsLog, read_run, write_json_atomic
@@ -111,12 +112,12 @@ class GangEngine:
                 e.total_steps = int(state["total_steps"][i])
                 self.executed[i] = int(meta.get("rollout_flops_executed", 0))
                 self.wall[i] = float(meta.get("wall_s", 0.0))
+                # back to what it had written at the checkpoint (counts, not steps: a member that
+                # left recorded its final evaluation at its last step, which may be the checkpoint's)
+                cut_lines(e.run_dir / "ledger.jsonl", int(meta["ledger_records"]))
+                cut_lines(e.run_dir / "metrics.jsonl", int(meta["metrics_rows"]))
             e.ledger = FlopLedger(e.run_dir / "ledger.jsonl", budget=e.cfg.budget_flops)
             e.metrics = MetricsLog(e.run_dir / "metrics.jsonl")
-            if state is not None:  # back to what it had written at the checkpoint
-                cut_records(e.ledger, e.metrics, int(meta["ledger_records"]), int(meta["metrics_rows"]))
-                e.ledger = FlopLedger(e.run_dir / "ledger.jsonl", budget=e.cfg.budget_flops)
-                e.metrics = MetricsLog(e.run_dir / "metrics.jsonl")
             e.guard = BudgetGuard(e.ledger)  # every budget decision of the member, as in BuiltinEngine.run
             if state is None:
                 e._plan()
