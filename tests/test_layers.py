@@ -9,10 +9,15 @@ The house, bottom to top (a package may import only packages on lower floors):
     cards        stdlib only: the report card rendered (Markdown, LaTeX, its files; race/cards.py)
     spec         stdlib, pydantic, PyYAML: run / grid / cell / reward spec / flops query
     tasks        task generators and verifiers
-    builds       the cached-artefact builder (warm starts, reward models)
+    artefacts    where a cached artefact lives and whether it is built (cache root, recipe
+                 hash, directory, info.json, packaged copies, NotBuiltError); finds, never builds
     measure      FlopCounterMode helpers
-    models       tokenizer, tiny family, loading, LoRA, warm starts, model refs -> shapes
-    rewards      reward systems by name
+    models       tokenizer, tiny family, loading, LoRA, model refs -> shapes, the warm starts'
+                 recipe and directory (base_recipes): loads a warm start, never trains one
+    rewards      reward systems by name, RACE's RM recipes and directories (rm_recipes):
+                 loads a reward model, never trains one
+    builds       every artefact's training (warm starts, RM data, RM training, calibration and
+                 evaluation) and build on demand (builds.demand) for the floors above
     estimate     FLOP estimates before anything runs (race flops, the grid's dry run)
     engines      the built-in loop and the TRL adapter
     grid         the pilot grid: plan, store, runners
@@ -23,6 +28,15 @@ The house, bottom to top (a package may import only packages on lower floors):
 
 ``race/__init__.py`` is the facade: it re-exports the public surface lazily and may reach
 any floor but ``cli``.
+
+Artefacts are found low and built high: the builds need models, tasks and the reward
+encoding, so they sit above the rewards, and what a loader needs to FIND an artefact
+(``race.artefacts`` + the recipes beside what they describe) sits below the models. A
+missing artefact makes a loader raise ``NotBuiltError`` naming the command that builds it;
+the callers above the builds (the engines' setup, the grid's prebuild, the CLI) build
+first. The floors keep every module below ``builds`` from importing it; :data:`NEVER_IMPORTS`
+says it again for ``models`` and ``rewards`` by name, and :func:`trainers_outside` fails on
+an optimizer built outside ``builds`` (artefacts) and ``engines`` (the runs).
 """
 
 from __future__ import annotations
@@ -37,8 +51,8 @@ import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 
-FLOORS = ["accounting", "schema", "cards", "spec", "tasks", "builds", "measure", "models", "rewards", "estimate",
-          "engines", "grid", "analysis", "protocol", "report", "cli"]
+FLOORS = ["accounting", "schema", "cards", "spec", "tasks", "artefacts", "measure", "models", "rewards", "builds",
+          "estimate", "engines", "grid", "analysis", "protocol", "report", "cli"]
 #: Packages that must never reach (directly or through others) the packages listed.
 NEVER_REACHES = {"analysis": {"engines", "models"}, "engines": {"grid"}}
 #: Packages that may import (directly) only the packages listed: the report renders what the
@@ -50,6 +64,11 @@ IMPORTS_ONLY = {"report": {"accounting", "schema", "cards", "analysis", "protoco
 FORMULAS = {"race.accounting.terms", "race.accounting.passes"}
 NEVER_IMPORTS = {p: set(FORMULAS) for p in FLOORS if p != "accounting"}
 NEVER_IMPORTS["report"] |= {"race.protocol.validate"}
+#: The loaders never import the builds (training a warm start or a reward model).
+for _loader in ("artefacts", "models", "rewards"):
+    NEVER_IMPORTS[_loader] |= {"race.builds"}
+#: Packages that may build an optimizer (train): the artefact builds and the GRPO runs.
+TRAINERS = {"builds", "engines"}
 #: Third-party imports allowed on the ground floors (besides the standard library).
 GROUND = {"accounting": set(), "schema": set(), "cards": set(), "spec": {"pydantic", "yaml"}}
 ROOT = "race"  # the facade (race/__init__.py)
@@ -321,6 +340,46 @@ def test_the_accounting_renders_nothing_and_the_scan_would_see_a_renderer(tmp_pa
     bad = rendering_in(tmp_path)
     assert len(bad) == 2 and bad[0].endswith("card.py:2: race.accounting.card defines to_markdown: rendering "
                                              "belongs in race.cards") and "card.py:3" in bad[1]
+
+
+def trainers_outside(src: Path, trainers: set[str] = TRAINERS) -> list[str]:
+    """One message per optimizer built (``torch.optim.X(...)``, ``optim.X(...)``) in a
+    package outside :data:`TRAINERS`: a warm start or a reward model is trained in
+    ``race.builds`` only; models and rewards load them."""
+    bad = []
+    for mod, rel, node in walk_nodes(src):
+        if package_of(mod) in trainers or not isinstance(node, ast.Call):
+            continue
+        f = node.func
+        if isinstance(f, ast.Attribute) and (isinstance(f.value, ast.Attribute) and f.value.attr == "optim"
+                                             or isinstance(f.value, ast.Name) and f.value.id == "optim"):
+            bad.append(f"{rel}:{node.lineno}: {mod} builds an optimizer (optim.{f.attr}): artefacts are trained in "
+                       "race.builds only")
+    return bad
+
+
+def test_only_builds_and_engines_train_and_the_scan_would_see_a_trainer(tmp_path):
+    assert not (found := trainers_outside(SRC)), "\n".join(found)
+    pkg = package_dir(tmp_path, "rewards")
+    (pkg / "fit.py").write_text("import torch\nfrom torch import optim\n\n\ndef fit(m):\n"
+                                "    a = torch.optim.AdamW(m.parameters())\n    return a, optim.LBFGS([])\n")
+    bad = trainers_outside(tmp_path)
+    assert len(bad) == 2 and bad[0].endswith("fit.py:6: race.rewards.fit builds an optimizer (optim.AdamW): "
+                                             "artefacts are trained in race.builds only") and "fit.py:7" in bad[1]
+    assert not trainers_outside(tmp_path, trainers={"rewards"})
+
+
+def test_the_loaders_never_import_the_builds():
+    bad = room_violations([_imp("race.rewards.learned", "race.builds.rm_training", 37),
+                           _imp("race.models.loading", "race.builds.warmstart", 26),
+                           _imp("race.rewards.learned", "race.artefacts.cache", 5),
+                           _imp("race.engines.common", "race.builds.demand", 80)])
+    assert bad == ["src/race/rewards/learned.py:37: race.rewards.learned imports race.builds.rm_training: rewards "
+                   "must not import it",
+                   "src/race/models/loading.py:26: race.models.loading imports race.builds.warmstart: models must "
+                   "not import it"]
+    floors = rule_violations([_imp("race.rewards.learned", "race.builds.rm_training", 37)])
+    assert floors and "rewards (floor 8) may not import builds (floor 9, above it)" in floors[0]
 
 
 def test_ground_floors_import_only_what_they_may(tree):

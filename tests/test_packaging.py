@@ -128,10 +128,10 @@ def test_the_demo_grids_base_models_and_reward_models_ship_with_the_current_reci
 
     code = f"""
 from importlib import resources
-from race.builds.cache import PACKAGED, packaged_dir
+from race.artefacts.cache import PACKAGED, packaged_dir
 from race.grid import load_grid_spec
 from race.grid.prebuild import grid_builds
-from race.models.warmstart import recipe_hash
+from race.models.base_recipes import recipe_hash
 from race.rewards.rm_recipes import rm_dir
 with resources.as_file(resources.files("race") / "configs" / "demo.yaml") as f:
     spec = load_grid_spec(f)
@@ -144,8 +144,8 @@ for r in rms:
     name = rm_dir(r, cache_dir={str(tmp_path)!r}).name
     assert packaged_dir("rm", name) is not None, (name, sorted(PACKAGED.glob("rm/*")))
 # what the engines call: the packaged copies are reused, never rebuilt
-from race.models.warmstart import build_base
-from race.rewards.training import build_rm
+from race.builds.rm_training import build_rm
+from race.builds.warmstart import build_base
 for m in models:
     assert build_base(m).reused, m
 for r in rms:
@@ -169,8 +169,8 @@ def test_the_packaged_reward_models_install_load_and_score(tmp_path):
 
     code = """
 import json
-from race.rewards.rm_report import packaged_rms
-from race.rewards.training import build_rm
+from race.builds.rm_report import packaged_rms
+from race.builds.rm_training import build_rm
 from race.rewards.learned import build_learned
 from race.spec.reward import parse_reward
 from race.tasks import ArithTask, solution_text
@@ -180,7 +180,7 @@ problems = ArithTask().problems("test", 20, seed=99)
 for name in names:
     info = build_rm(name)
     assert info.reused and info.train_flops > 0, name
-    reward = build_learned(parse_reward(f"prm:{name}:min"), device="cpu", build_missing=False)
+    reward = build_learned(parse_reward(f"prm:{name}:min"), device="cpu")
     refs = [solution_text(p) for p in problems]
     slips = [r.replace("=" + str(p.steps[0][3]) + ";", "=" + str(p.steps[0][3] + 1) + ";", 1)
              for p, r in zip(problems, refs)]

@@ -12,7 +12,7 @@ import yaml
 from typer.testing import CliRunner
 
 from race.grid.prebuild import BuildJob, plan_builds, run_builds
-from race.models.warmstart import SFTRecipe, base_dir
+from race.models.base_recipes import SFTRecipe, base_dir
 from race.rewards.rm_recipes import RMRecipe
 
 TINY_SFT = SFTRecipe(steps=3, batch_size=4, warmup_steps=1, n_eval_test=4, n_eval_hard=2)
@@ -22,7 +22,7 @@ FAKE_CELL_FN = f"{(Path(__file__).parents[1] / 'grid' / 'fake_engine.py').resolv
 
 @pytest.fixture
 def tiny_recipes(monkeypatch):
-    import race.models.warmstart as ws
+    import race.models.base_recipes as ws
     import race.rewards.rm_recipes as tr
 
     monkeypatch.setattr(ws, "DEFAULT_RECIPE", TINY_SFT)

@@ -8,7 +8,7 @@ from race.cli.base import app
 
 
 def test_build_prints_table_then_reuses(tmp_path, monkeypatch):
-    import race.models.warmstart as ws
+    import race.models.base_recipes as ws
 
     monkeypatch.setattr(ws, "DEFAULT_RECIPE", ws.SFTRecipe(steps=2, batch_size=4, warmup_steps=1,
                                                          n_eval_test=2, n_eval_hard=2))

@@ -9,7 +9,7 @@ import json
 import report_synth
 from report_synth import N_BOOT, N_BOOT_FIT
 
-from race.builds.cache import PACKAGED
+from race.artefacts.cache import PACKAGED
 from race.rewards import rm_recipes
 from race.rewards.rm_recipes import recipe_hash
 

@@ -11,7 +11,8 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from race.rewards import rm_recipes, training  # noqa: E402
+from race.builds import rm_training as training  # noqa: E402
+from race.rewards import rm_recipes  # noqa: E402
 
 
 
@@ -34,7 +35,7 @@ def _quiet(quiet_warnings):
 @pytest.fixture(scope="session", autouse=True)
 def fast_recipes():
     """Swap in the fast recipes for the whole session (restored afterwards)."""
-    from race.rewards import rm_eval
+    from race.builds import rm_eval
 
     saved = dict(rm_recipes.RM_RECIPES)
     protocol = (rm_eval.EVAL_POLICIES, rm_eval.N_HELDOUT_PROBLEMS, rm_eval.N_VAL_PROBLEMS)

@@ -26,7 +26,7 @@ def test_unknown_name_lists_the_known_ones():
 
 
 def test_eval_prints_the_held_out_quality_table(tmp_path):
-    from race.rewards import training
+    from race.builds import rm_training as training
 
     training.build_rm("prm-s", cache_dir=tmp_path)  # the fast likelihood recipe (conftest)
     res = CliRunner(env={"COLUMNS": "250"}).invoke(app, ["rm", "eval", "--names", "prm-s", "--cache-dir",

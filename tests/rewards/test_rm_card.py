@@ -8,7 +8,7 @@ import shutil
 
 import pytest
 
-from race.builds.cache import PACKAGED
+from race.artefacts.cache import PACKAGED
 from race.rewards import rm_recipes
 from race.rewards.rm_card import POLICY_SAMPLES, PROGRAMMATIC, rm_card
 

@@ -1,13 +1,13 @@
-"""The held-out protocol of race.rewards.rm_eval on known answers, and the policy samples
-it runs on (race.rewards.rm_samples)."""
+"""The held-out protocol of race.builds.rm_eval on known answers, and the policy samples
+it runs on (race.builds.rm_samples)."""
 
 from __future__ import annotations
 
 import pytest
 
-from race.rewards import rm_eval as V
-from race.rewards import rm_samples as S
-from race.rewards.rm_data import marker_labels
+from race.builds import rm_eval as V
+from race.builds import rm_samples as S
+from race.builds.rm_data import marker_labels
 from race.tasks import ArithTask, solution_text, verify
 
 

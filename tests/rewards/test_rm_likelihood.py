@@ -1,7 +1,7 @@
-"""Likelihood PRMs (race.rewards.rm_likelihood): the step features against a direct
-computation, the calibration on a known answer, a reduced recipe built end to end
-(policy samples, calibration FLOPs, held-out quality in info.json) and the RM reward's
-charge for it."""
+"""Likelihood PRMs (race.rewards.rm_likelihood; fitted by race.builds.rm_calibration): the
+step features against a direct computation, the calibration on a known answer, a reduced
+recipe built end to end (policy samples, calibration FLOPs, held-out quality in
+info.json) and the RM reward's charge for it."""
 
 from __future__ import annotations
 
@@ -13,9 +13,10 @@ from pathlib import Path
 import pytest
 
 from race.accounting import forward_flops, reward_model_flops
+from race.builds import rm_calibration as C
+from race.builds import rm_training as T
 from race.rewards import rm_likelihood as LK
 from race.rewards import rm_recipes as R
-from race.rewards import training as T
 from race.rewards.rm_encoding import MAX_LENGTH, encode
 from race.tasks import make_problem, solution_text
 
@@ -57,7 +58,7 @@ def test_calibration_separates_separable_features_and_maps_back_to_raw_units():
     bad = torch.randn(60, 2, generator=g, dtype=torch.float64) * 0.5 + torch.tensor([-8.0, -6.0])
     x = torch.cat([good, bad])
     y = torch.cat([torch.ones(200), torch.zeros(60)]).double()
-    w, b = LK.calibrate(x, y, 50)
+    w, b = C.calibrate(x, y, 50)
     logit = x @ torch.tensor(w, dtype=torch.float64) + b
     assert bool((logit[:200].min() > logit[200:].max()))  # a perfect ranking, in raw feature units
     assert w[0] > 0 or w[1] > 0
@@ -78,7 +79,7 @@ def test_reduced_likelihood_recipe_builds_records_its_costs_and_loads(fast_recip
     assert 0.0 <= held["step_auc"] <= 1.0 and held["n_samples"] == 6
     # the calibration FLOPs: a forward with logits everywhere over each padded batch of the pool
     pool, _ = T.training_pool(r)
-    scorer = load_race_rm("prm-s", device="cpu", build_missing=False)
+    scorer = load_race_rm("prm-s", device="cpu")
     b = encode(scorer.tokenizer, [p.prompt for p, _ in pool], [c for _, c in pool], "prm", max_length=MAX_LENGTH)
     B, L = b["input_ids"].shape
     assert info.train_flops == forward_flops(scorer.shape, [L] * B, logits="all")
@@ -127,7 +128,7 @@ def test_the_outcome_variant_reads_the_whole_completion_at_its_last_token(fast_r
 
     info = T.build_rm("orm-m")  # the fast recipe: calibrated on 8 tiny-s samples
     assert info.kind == "orm" and {"outcome_auc", "wrong_outcome_recall"} <= set(info.data["heldout"])
-    scorer = load_race_rm("orm-m", device="cpu", build_missing=False)
+    scorer = load_race_rm("orm-m", device="cpu")
     ref = solution_text(prob)
     b = encode(scorer.tokenizer, [prob.prompt], [ref], "orm", max_length=MAX_LENGTH)
     ids = torch.tensor(LK.boundary_ids(scorer.tokenizer, "orm"))

@@ -59,9 +59,9 @@ def test_unknown_rm_name_lists_the_known_ones():
 
 
 def test_missing_rm_says_run_race_rm_build(tmp_path):
-    from race.rewards.training import resolve_rm
+    from race.rewards.rm_recipes import rm_path
 
     with pytest.raises(FileNotFoundError, match="race rm build --names prm-s"):
-        resolve_rm("prm-s", cache_dir=tmp_path, build_missing=False)
-    with pytest.raises(FileNotFoundError, match="race rm build"):
-        make_reward("prm:prm-s", device="cpu", cache_dir=tmp_path, build_missing=False)
+        rm_path("prm-s", cache_dir=tmp_path)
+    with pytest.raises(FileNotFoundError, match="race rm build"):  # the reward loads, never builds
+        make_reward("prm:prm-s", device="cpu", cache_dir=tmp_path)

@@ -1,8 +1,9 @@
 """``race base``: build and inspect the tiny family's warm-start checkpoints.
 
 ``race base build`` supervised-fine-tunes the requested sizes with the shared recipe
-(:data:`race.models.warmstart.DEFAULT_RECIPE`), or reuses checkpoints already cached,
-and prints one row per size. The lead wires ``app`` into the main CLI as ``base``.
+(:data:`race.models.base_recipes.DEFAULT_RECIPE`, trained by :mod:`race.builds.warmstart`),
+or reuses checkpoints already cached, and prints one row per size. The lead wires ``app``
+into the main CLI as ``base``.
 """
 
 from __future__ import annotations
@@ -44,9 +45,10 @@ def build(
 
     from race.cli.tables import print_table
     from race.cli.ui import build_with_bars
-    from race.models import warmstart
+    from race.builds import warmstart
+    from race.models.base_recipes import current_recipe
 
-    recipe = warmstart.DEFAULT_RECIPE  # looked up at call time (tests swap in a tiny recipe)
+    recipe = current_recipe()  # looked up at call time (tests swap in a tiny recipe)
     names = _parse_sizes(sizes)
     console = Console()
     infos = build_with_bars(console, [

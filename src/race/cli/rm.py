@@ -4,7 +4,7 @@
 checkpoints cached under ``<cache>/rm/``) and prints one row per model: its training
 FLOPs (kept apart from any run's budget) and its step-level and outcome accuracy on the
 recipe's programmatic test mixture. ``race rm eval`` scores every packaged RM on held-out
-POLICY samples (``race.rewards.rm_eval``: step AUC, bad-step recall at the threshold
+POLICY samples (``race.builds.rm_eval``: step AUC, bad-step recall at the threshold
 chosen on a validation set) beside its inference FLOPs per token and its build FLOPs.
 """
 
@@ -50,14 +50,14 @@ def build(
     from race.cards import fmt_flops
     from race.cli.tables import print_table
     from race.cli.ui import build_with_bars
-    from race.rewards import training
+    from race.builds import rm_training
     from race.rewards.rm_recipes import recipe_for
 
     chosen = _parse_names(names)
     console = Console()
     infos = build_with_bars(console, [
         (name, recipe_for(name).steps,
-         lambda cb, name=name: training.build_rm(name, cache_dir=cache_dir, force=force, progress=cb))
+         lambda cb, name=name: rm_training.build_rm(name, cache_dir=cache_dir, force=force, progress=cb))
         for name in chosen], threads=threads)
 
     table = Table(title="reward models (held-out test split; accuracy at threshold 0.5, AUC = ranking quality)")
@@ -90,14 +90,14 @@ def eval_(
     cache_dir: Annotated[Optional[str], typer.Option(help="cache root (default $RACE_CACHE or ~/.cache/race)")] = None,
     threads: Annotated[Optional[int], typer.Option(min=1, help="torch CPU threads (default: torch's choice)")] = None,
 ) -> None:
-    """Quality of the reward models on held-out policy samples (race.rewards.rm_eval):
+    """Quality of the reward models on held-out policy samples (race.builds.rm_eval):
     step AUC, bad-step recall at the threshold chosen on the validation set, costs."""
     from rich.console import Console
     from rich.table import Table
 
     from race.cards import fmt_flops
     from race.cli.tables import print_table
-    from race.rewards.rm_report import quality_rows
+    from race.builds.rm_report import quality_rows
 
     if threads:
         import torch

@@ -105,7 +105,7 @@ def demo(
     from race.cli.grid import run as grid_run
     from race.grid import load_grid_spec
     from race.grid.prebuild import grid_builds, plan_builds, run_builds
-    from race.models.warmstart import cached_base
+    from race.models.base_recipes import cached_base
     from race.report import build_report
 
     con = Console()

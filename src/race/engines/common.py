@@ -38,7 +38,7 @@ def make_task(cfg: RunConfig, tokenizer: Any = None) -> Any:
     if cfg.task.chat_template and tokenizer is None:
         from race.models.loading import load_tokenizer, resolve_source
 
-        source, kw = resolve_source(cfg.model, build_missing=True)
+        source, kw = resolve_source(cfg.model)
         tokenizer = load_tokenizer(source, **kw)
     return FileTask.from_settings(cfg.task, tokenizer=tokenizer)
 
@@ -72,18 +72,22 @@ class RunPolicy:
 
 
 def load_run_policy(cfg: RunConfig) -> RunPolicy:
-    """Threads and seed from the config, then the policy for any engine: it loads through
-    ``load_policy`` (tiny warm starts built on demand)."""
+    """Threads from the config, the run's artefacts built when missing (its tiny warm start,
+    its RACE reward model: ``race.builds.demand.ensure_run``, before the seed, so a run that
+    builds them starts from the same random state as one that finds them cached), the
+    seed, then the policy for any engine through ``load_policy``."""
     import torch
 
+    from race.builds.demand import ensure_run
     from race.models import load_policy, model_shape
 
     threads = default_torch_threads(cfg)
     if threads:
         torch.set_num_threads(threads)
+    ensure_run(cfg)
     torch.manual_seed(cfg.seed)
     model, tok = load_policy(cfg.model, device=cfg.device, dtype=cfg.dtype,
-                             attn_implementation=cfg.attn_implementation, build_missing=True)
+                             attn_implementation=cfg.attn_implementation)
     shape = model_shape(model)
     lora = LoRA(cfg.lora.r, tuple(cfg.lora.target_modules)) if cfg.lora is not None else None
     if lora is not None:

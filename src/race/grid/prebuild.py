@@ -56,8 +56,8 @@ def plan_builds(models: Sequence[str], rms: Sequence[str], *, cache_dir: str | o
                 ) -> list[BuildJob]:
     """The builds still missing from the cache, longest first (bases before RMs that
     start from them)."""
-    from race.models.warmstart import cached_base, current_recipe
-    from race.rewards.rm_recipes import recipe_for, rm_dir
+    from race.models.base_recipes import cached_base, current_recipe
+    from race.rewards.rm_recipes import read_info, recipe_for, rm_dir
 
     jobs: list[BuildJob] = []
     for m in dict.fromkeys(models):
@@ -66,7 +66,7 @@ def plan_builds(models: Sequence[str], rms: Sequence[str], *, cache_dir: str | o
             jobs.append(BuildJob("base", m, recipe, _base_cost(m, recipe)))
     for r in dict.fromkeys(rms):
         recipe = recipe_for(r)
-        if not (rm_dir(r, cache_dir=cache_dir, recipe=recipe) / "info.json").is_file():
+        if read_info(rm_dir(r, cache_dir=cache_dir, recipe=recipe)) is None:
             # longer sequences and a per-step scoring pass: ~2.2x a warm start's step (prm-xs: 103 s / 400)
             jobs.append(BuildJob("rm", r, recipe, 2.2 * _base_cost(recipe.backbone, recipe),
                                  needs_base=recipe.init == "base"))
@@ -81,13 +81,13 @@ def _run_job(job: BuildJob, cache_dir: str | None, threads: int) -> BuildDone:
     hf_logging.disable_progress_bar()  # the caller reports each build
     t0 = time.perf_counter()
     if job.kind == "base":
-        from race.models.warmstart import build_base
+        from race.builds.warmstart import build_base
 
         info = build_base(job.name, cache_dir=cache_dir, recipe=job.recipe)
         summary = (f"{info.non_embedding_params:,} non-embedding params, greedy test accuracy "
                    f"{info.test_accuracy:.3f}")
     else:
-        from race.rewards.training import build_rm
+        from race.builds.rm_training import build_rm
 
         rm = build_rm(job.name, cache_dir=cache_dir, recipe=job.recipe)
         ev = rm.eval or {}

@@ -1,6 +1,7 @@
 """Models: the character tokenizer, the tiny Qwen2 family, model references -> shapes
-(``refs``, torch-free), loading any HF causal LM, LoRA wrapping, and the warm starts
-(built with ``race.builds``).
+(``refs``, torch-free), loading any HF causal LM, LoRA wrapping, and where the warm
+starts live (``base_recipes``: recipe, hash, directory). Loading never builds: the warm
+starts are trained by ``race.builds.warmstart``.
 
 Importing this package is cheap (no torch/transformers at import time); the heavy
 libraries load inside the functions that need them.
@@ -29,21 +30,12 @@ from race.models.lora import reference_policy, trainable_params, validate_lora, 
 from race.models.refs import model_shape, resolve_shape
 from race.models.timing import device_clock, is_cuda
 from race.models.tokenizer import VOCAB_SIZE, build_char_tokenizer, check_vocab_fits
-from race.models.warmstart import (
-    DEFAULT_RECIPE,
-    BaseInfo,
-    SFTRecipe,
-    base_dir,
-    build_all,
-    build_base,
-    evaluate_greedy,
-    greedy_completions,
-)
+from race.models.base_recipes import DEFAULT_RECIPE, BaseInfo, SFTRecipe, base_dir, base_path, cached_base
 
 __all__ = [
     "TINY_FAMILY", "VOCAB_SIZE", "DEFAULT_RECIPE", "BaseInfo", "SFTRecipe",
-    "base_dir", "build_all", "build_base", "build_char_tokenizer", "build_tiny_model", "cache_dir",
-    "check_vocab_fits", "device_clock", "evaluate_greedy", "family_table", "greedy_completions", "is_cuda", "is_tiny_name",
+    "base_dir", "base_path", "build_char_tokenizer", "build_tiny_model", "cache_dir", "cached_base",
+    "check_vocab_fits", "device_clock", "family_table", "is_cuda", "is_tiny_name",
     "lm_head_params", "load_policy", "load_tokenizer", "model_shape", "resolve_shape", "non_embedding_params",
     "reference_policy", "resolve_device", "resolve_dtype", "save_policy", "tiny_config", "tiny_config_kwargs", "tiny_shape",
     "trainable_params", "validate_lora", "wrap_lora",

@@ -19,11 +19,11 @@ import os
 from pathlib import Path
 from typing import Any
 
-from race.builds.cache import cache_root as cache_dir  # race.models.cache_dir: the cache root (race.builds)
+from race.artefacts.cache import cache_root as cache_dir  # race.models.cache_dir: the cache root (race.artefacts)
+from race.models.base_recipes import base_path
 from race.models.family import is_tiny_name
 from race.models.refs import looks_like_path
 from race.models.tokenizer import check_vocab_fits
-from race.models.warmstart import base_dir, build_base
 
 ATTN_IMPLEMENTATIONS = ("eager", "sdpa")
 _DTYPES = {"float32": "float32", "fp32": "float32", "bfloat16": "bfloat16", "bf16": "bfloat16",
@@ -74,26 +74,21 @@ def _local_dir_problem(path: Path) -> str | None:
     return None
 
 
-def resolve_source(name_or_path: str | os.PathLike[str], *, cache_dir: str | os.PathLike[str] | None = None,
-                   build_missing: bool = False) -> tuple[str, dict[str, Any]]:
+def resolve_source(name_or_path: str | os.PathLike[str], *, cache_dir: str | os.PathLike[str] | None = None
+                   ) -> tuple[str, dict[str, Any]]:
     """Where to load ``name_or_path`` from: ``(path_or_hub_name, from_pretrained kwargs)``.
 
-    Tiny names resolve to their warm-start directory (built on demand only when
-    ``build_missing``); existing paths must be complete HF directories; anything else is
+    Tiny names resolve to their warm-start directory (a
+    :class:`~race.artefacts.cache.NotBuiltError` naming ``race base build`` when it is not
+    built: loading never builds; a run builds its warm start first, ``race.builds.demand``);
+    existing paths must be complete HF directories; anything else is
     treated as a hub name, first looked up in the local HF cache only
     (``local_files_only=True``); :func:`load_policy` goes online only when that fails and
     ``HF_HUB_OFFLINE`` is not set.
     """
     name = os.fspath(name_or_path)
     if is_tiny_name(name):
-        path = base_dir(name, cache_dir=cache_dir)
-        if _local_dir_problem(path) is not None:
-            if not build_missing:
-                raise FileNotFoundError(
-                    f"tiny model {name!r} has no warm-start checkpoint at {path}: run "
-                    f"`race base build --sizes {name}` first (or pass build_missing=True)")
-            path = Path(build_base(name, cache_dir=cache_dir).path)
-        return str(path), {}
+        return str(base_path(name, cache_dir=cache_dir)), {}
     path = Path(name).expanduser()
     if looks_like_path(name):
         problem = _local_dir_problem(path)
@@ -142,8 +137,8 @@ def load_tokenizer(source: str, **kwargs: Any) -> Any:
 
 
 def load_policy(name_or_path: str | os.PathLike[str], *, device: str | Any = "auto", dtype: str | Any = "auto",
-                attn_implementation: str = "eager", cache_dir: str | os.PathLike[str] | None = None,
-                build_missing: bool = False) -> tuple[Any, Any]:
+                attn_implementation: str = "eager", cache_dir: str | os.PathLike[str] | None = None
+                ) -> tuple[Any, Any]:
     """Load ``(model, tokenizer)`` for a tiny family name, a local directory or a hub name.
 
     Args:
@@ -154,8 +149,9 @@ def load_policy(name_or_path: str | os.PathLike[str], *, device: str | Any = "au
         dtype: ``"auto"``, ``"float32"``, ``"bfloat16"``, ``"float16"`` or a ``torch.dtype``.
         attn_implementation: ``"eager"`` (default: FLOP counters see every matmul) or
             ``"sdpa"`` (faster; torch's CPU fused kernel is invisible to FlopCounterMode).
-        cache_dir: RACE cache root for tiny names (default :func:`cache_dir`).
-        build_missing: build a tiny size's warm start when it is not cached (minutes).
+        cache_dir: RACE cache root for tiny names (default :func:`cache_dir`). A tiny
+            size that is not built raises ``NotBuiltError`` (``race.builds.demand.ensure_base``
+            builds it).
 
     The model is returned in eval mode on the chosen device.
     """
@@ -165,7 +161,7 @@ def load_policy(name_or_path: str | os.PathLike[str], *, device: str | Any = "au
         raise ValueError(f"attn_implementation={attn_implementation!r}; use one of {ATTN_IMPLEMENTATIONS}")
     dev = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, dev)
-    source, kw = resolve_source(name_or_path, cache_dir=cache_dir, build_missing=build_missing)
+    source, kw = resolve_source(name_or_path, cache_dir=cache_dir)
     is_hub = "local_files_only" in kw
     try:
         try:

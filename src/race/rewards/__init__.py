@@ -10,12 +10,15 @@ outcome and process reward models, generative judges. Each reports the FLOPs it 
     learned.py      ORM / PRM / judge reward functions from a parsed spec
     hf.py           reward models from local HF directories; the generative judge
     rm_encoding.py  how a scoring model reads a batch (encoding, scoring forward, Scorer)
-    rm_recipes.py   RACE's own RMs: recipes, cache key, shape (torch-free)
+    rm_likelihood.py  likelihood PRMs: the scoring model and its loader
+    rm_recipes.py   RACE's own RMs: recipes, cache key, shape, where a built one lives,
+                    its info.json (torch-free)
     rm_card.py      an RM's quality and cost from its info.json, for reports (torch-free)
-    rm_data.py      their training data (worked solutions and corruptions)
-    training.py     their training, evaluation and cached build
     systems.py      reward spec -> accounting RewardSystem (planning, torch-free)
     diagnostics.py  over-optimisation of a learned reward
+
+Rewards LOAD reward models, never train them: RACE's RMs, their training data, training,
+calibration and held-out evaluation are ``race.builds`` (a floor above this one).
 """
 
 from race.rewards.base import RewardFunction, RewardOutput, reward_bound

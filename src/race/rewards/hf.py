@@ -255,7 +255,7 @@ class JudgeReward:
     def load(cls, spec: Any, *, device: Any = "auto", conventions: Any = None, cache_dir: Any = None) -> "JudgeReward":
         warnings.warn(JUDGE_NOTE.format(name=spec.target), JudgeRewardWarning, stacklevel=2)
         model, tok = load_policy(spec.target, device=device, dtype="float32", attn_implementation="eager",
-                                 cache_dir=cache_dir, build_missing=True)
+                                 cache_dir=cache_dir)
         return cls(Path(spec.target).name, model, tok, spec, conventions=conventions,
                    max_length=min(512, int(getattr(model.config, "max_position_embeddings", 512))))
 

@@ -1,6 +1,8 @@
-"""Learned reward systems as ``RewardFunction``s: ORMs and PRMs (RACE's own, built on
-first use, or a local HF directory) and the generative judge, built from a parsed
-:class:`race.spec.reward.RewardSpec`.
+"""Learned reward systems as ``RewardFunction``s: ORMs and PRMs (RACE's own, loaded from
+the cache, or a local HF directory) and the generative judge, built from a parsed
+:class:`race.spec.reward.RewardSpec`. Loading never trains: a RACE RM that is not built
+raises :class:`~race.artefacts.cache.NotBuiltError` naming ``race rm build``; a run builds
+the RM it names before it constructs its reward (``race.builds.demand``).
 
 A PRM's step scores are p(step ok) at each marker of the completion: for RACE's PRMs the
 ``;`` ending each step and the ``.`` closing the final answer; a trajectory that never
@@ -31,10 +33,9 @@ from race.models.refs import looks_like_path
 from race.rewards.base import RewardOutput
 from race.rewards.hf import JudgeReward, article, load_hf_scorer
 from race.rewards.rm_encoding import MAX_MARKERS, Scorer, encode, head_logits, positive_prob
-from race.rewards.rm_recipes import known_rms, recipe_for
+from race.rewards.rm_recipes import known_rms, recipe_for, rm_path
 from race.rewards.terms import aggregate, rule_terms, weighted
 from race.rewards.text import sanitize
-from race.rewards.training import resolve_rm
 from race.spec.reward import RewardSpec
 
 
@@ -142,11 +143,11 @@ def tokens_per_policy_token(policy_tokenizer: Any, rm_tokenizer: Any, limit: int
     return worst
 
 
-# -- building from a spec -------------------------------------------------------------------------
-def load_race_rm(name: str, *, device: Any = "auto", cache_dir: Any = None, build_missing: bool = True) -> Scorer:
-    """Load RACE-built RM ``name`` (building it first when missing and ``build_missing``);
+# -- loading from a spec --------------------------------------------------------------------------
+def load_race_rm(name: str, *, device: Any = "auto", cache_dir: Any = None) -> Scorer:
+    """Load RACE-built RM ``name`` from the cache (``NotBuiltError`` when it is not built);
     its ``race_rm.json`` says how it reads texts (see ``race.rewards.hf``)."""
-    path = resolve_rm(name, cache_dir=cache_dir, build_missing=build_missing)
+    path = rm_path(name, cache_dir=cache_dir)
     if recipe_for(name).scoring == "likelihood":
         import json
 
@@ -159,8 +160,8 @@ def load_race_rm(name: str, *, device: Any = "auto", cache_dir: Any = None, buil
 
 
 def build_learned(spec: RewardSpec, *, device: Any = "auto", conventions: Any = None, cache_dir: Any = None,
-                  tokenizer: Any = None, build_missing: bool = True, **_: Any) -> LearnedReward:
-    """An ORM or PRM from its parsed spec: a local HF directory or one RACE builds."""
+                  tokenizer: Any = None, **_: Any) -> LearnedReward:
+    """An ORM or PRM from its parsed spec: a local HF directory or one RACE built."""
     kind = spec.kind
     if looks_like_path(spec.target):
         scorer = load_hf_scorer(spec.target, kind, device=device)
@@ -175,7 +176,7 @@ def build_learned(spec: RewardSpec, *, device: Any = "auto", conventions: Any = 
         if recipe.kind != kind:
             raise ValueError(f"{spec.target!r} is {article(recipe.kind)}, not {article(kind)}: "
                              f"use {recipe.kind}:{spec.target}")
-        scorer = load_race_rm(spec.target, device=device, cache_dir=cache_dir, build_missing=build_missing)
+        scorer = load_race_rm(spec.target, device=device, cache_dir=cache_dir)
         name = spec.target
     k = tokens_per_policy_token(tokenizer, scorer.tokenizer)
     return LearnedReward(name, kind, scorer, spec, conventions=conventions, tokens_per_policy_token=k)

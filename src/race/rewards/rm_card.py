@@ -10,7 +10,7 @@ reward without a learned model (rules, the random control); a learned reward who
 cannot be found gets ``found: False`` and a ``note`` saying what to run.
 
 Quality (``step_auc``, ``bad_step_recall``, ``good_step_recall``, ``outcome_auc``,
-``threshold``): the held-out policy samples of :mod:`race.rewards.rm_eval` when the build
+``threshold``): the held-out policy samples of :mod:`race.builds.rm_eval` when the build
 recorded them (``info.json["data"]["heldout"]``, ``quality_on: "policy samples"``), else the
 build's own test mixture of programmatic corruptions at threshold 0.5 (``info.json["eval"]``,
 ``quality_on: "programmatic test mixture"``): the two are not the same yardstick and the
@@ -32,7 +32,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from race.builds.cache import INFO_FILE, PACKAGED, cache_root
+from race.artefacts.cache import INFO_FILE, PACKAGED, cache_root
 from race.spec.reward import parse_reward
 
 POLICY_SAMPLES = "policy samples"

@@ -1,6 +1,6 @@
 """How a scoring model reads a batch: the encoding (left-padded prompt + completion, the
 positions the head reads) and the one scoring forward, shared by RACE's RM training
-(:mod:`race.rewards.training`) and every learned reward at run time
+(:mod:`race.builds.rm_training`) and every learned reward at run time
 (:mod:`race.rewards.learned`); and :class:`Scorer`, what a loaded reward model carries."""
 
 from __future__ import annotations

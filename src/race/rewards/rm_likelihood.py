@@ -17,7 +17,7 @@ head is ``Linear(2, 2)`` with class-0 row zero, so ``softmax[..., 1] = sigmoid(w
 the same ``head_logits``/``positive_prob`` path as a classifier PRM reads it, and
 ``race.rewards.learned`` uses it unchanged.
 
-Calibration (:func:`calibrate`): ``(w, b)`` by class-balanced logistic regression
+Calibration (:func:`race.builds.rm_calibration.calibrate`, a build step): ``(w, b)`` by class-balanced logistic regression
 (full-batch L-BFGS, ``recipe.steps`` iterations) on the features at the markers of the
 recipe's policy-sample pool, labels from ``race.tasks.verify``. Its FLOPs are the
 forward passes over the pool (``forward_flops``, logits at every position; no backward
@@ -108,34 +108,6 @@ def boundary_ids(tok: Any, kind: str = "prm") -> list[int]:
     return [tok.convert_tokens_to_ids(b) for b in BOUNDARIES[kind]]
 
 
-def calibrate(features: Any, labels: Any, iterations: int) -> tuple[list[float], float]:
-    """Class-balanced logistic regression of ``labels`` [N] on ``features`` [N, 2]
-    (L-BFGS on standardised features, mapped back): ``(w, b)``."""
-    import torch
-
-    x = features.double()
-    y = labels.double()
-    mu, sd = x.mean(0), x.std(0).clamp(min=1e-6)
-    z = (x - mu) / sd
-    n, n_pos = len(y), float(y.sum())
-    wts = torch.where(y > 0.5, n / (2 * max(1.0, n_pos)), n / (2 * max(1.0, n - n_pos)))
-    w = torch.zeros(x.shape[1], dtype=torch.float64, requires_grad=True)
-    b = torch.zeros((), dtype=torch.float64, requires_grad=True)
-    opt = torch.optim.LBFGS([w, b], max_iter=iterations, line_search_fn="strong_wolfe")
-
-    def closure() -> Any:
-        opt.zero_grad()
-        loss = (torch.nn.functional.binary_cross_entropy_with_logits(z @ w + b, y, reduction="none") * wts).mean()
-        loss = loss + 1e-4 * (w * w).sum()
-        loss.backward()
-        return loss
-
-    opt.step(closure)
-    w_raw = (w / sd).detach()
-    b_raw = (b - (w * mu / sd).sum()).detach()
-    return [float(v) for v in w_raw], float(b_raw)
-
-
 def load_likelihood_scorer(path: Any, settings: dict[str, Any], *, device: Any = "cpu", name: str = "rm") -> Any:
     """A :class:`race.rewards.rm_encoding.Scorer` for a likelihood PRM directory."""
     from dataclasses import replace
@@ -154,53 +126,3 @@ def load_likelihood_scorer(path: Any, settings: dict[str, Any], *, device: Any =
                     final_marker=final_id)
     scorer.head_positions = "all"  # type: ignore[attr-defined]  # the lm_head runs at every position
     return scorer
-
-
-def fit_likelihood(recipe: Any, pool: Any, *, cache_dir: Any = None, batch_size: int = 128) -> dict[str, Any]:
-    """Calibrate a likelihood PRM (or ORM: labels = final-answer correctness at the last
-    token) on ``pool`` (policy samples): the warm start of
-    ``recipe.backbone`` wrapped by :func:`likelihood_model`, ``(w, b)`` from
-    :func:`calibrate`. Returns the model, the LM, its tokenizer, where the LM came from
-    and the stats ``info.json`` records (``train_flops``: the forward passes over the
-    pool with logits at every position, i.e. what executed)."""
-    import torch
-
-    from race.accounting import forward_flops
-    from race.models.loading import load_policy
-    from race.models.refs import model_shape
-    from race.models.warmstart import build_base
-    from race.rewards.rm_data import marker_labels
-    from race.rewards.rm_encoding import MAX_LENGTH, encode
-    from race.tasks.verify import verify
-
-    base = build_base(recipe.backbone, cache_dir=cache_dir)
-    lm, tok = load_policy(base.path, device="cpu", dtype="float32")
-    model = likelihood_model(lm, boundary_ids(tok, recipe.kind), [0.0] * N_FEATURES, 0.0)
-    shape = model_shape(lm)
-    feats, labels = [], []
-    stats = dict(tokens_processed=0, real_tokens=0, scored_positions=0, train_flops=0)
-    with torch.no_grad():
-        for i in range(0, len(pool), batch_size):
-            chunk = pool[i: i + batch_size]
-            batch = encode(tok, [p.prompt for p, _ in chunk], [c for _, c in chunk], recipe.kind,
-                           max_length=MAX_LENGTH)
-            f = model.base_model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                                 position_ids=batch["position_ids"]).last_hidden_state
-            feats.append(f[batch["rows"], batch["cols"]])
-            for (p, c), k in zip(chunk, batch["counts"]):
-                lab = marker_labels(p, c) if recipe.kind == "prm" else [int(verify(p, c).correct)]
-                labels.extend((lab + [0] * k)[:k])
-            B, L = batch["input_ids"].shape
-            stats["tokens_processed"] += B * L
-            stats["real_tokens"] += int(batch["attention_mask"].sum())
-            stats["scored_positions"] += int(sum(batch["counts"]))
-            stats["train_flops"] += forward_flops(shape, [L] * B, logits="all")
-    x, y = torch.cat(feats), torch.tensor(labels, dtype=torch.float64)
-    weight, bias = calibrate(x, y, recipe.steps)
-    set_calibration(model, weight, bias)
-    logit = x.double() @ torch.tensor(weight, dtype=torch.float64) + bias
-    loss = float(torch.nn.functional.binary_cross_entropy_with_logits(logit, y))
-    origin = dict(init="base", base_path=base.path, base_recipe_hash=base.recipe_hash, base_sft_flops=base.sft_flops,
-                  base_test_accuracy=base.test_accuracy, calibration=dict(weight=weight, bias=bias))
-    return dict(model=model, lm=lm, tokenizer=tok, origin=origin, stats=dict(stats, final_loss=loss),
-                shape=shape)

@@ -1,8 +1,11 @@
-"""RACE's own reward models by recipe: what each one is, its cache key and its shape.
+"""RACE's own reward models by recipe: what each one is, its cache key, its shape, where a
+built one lives and what its ``info.json`` holds.
 
 Torch-free: ``race flops --reward prm:prm-s``, planning and the build planner read these
-without building anything. Training lives in :mod:`race.rewards.training`; the cache
-is :mod:`race.builds` (``<cache>/rm/<name>-<recipe hash>/``).
+without building anything; a loader asks :func:`rm_path` (a missing RM raises
+:class:`~race.artefacts.cache.NotBuiltError` naming ``race rm build``). Training lives in
+:mod:`race.builds.rm_training`; the cache is :mod:`race.artefacts`
+(``<cache>/rm/<name>-<recipe hash>/``).
 """
 
 from __future__ import annotations
@@ -14,11 +17,11 @@ from pathlib import Path
 from typing import Any
 
 from race.accounting import ModelShape
-from race.builds.cache import ArtefactCache, recipe_digest
-from race.builds.recipe import RecipeSchedule
+from race.artefacts.cache import ArtefactCache, NotBuiltError, recipe_digest
+from race.artefacts.recipe import RecipeSchedule
+from race.models.base_recipes import recipe_hash as base_hash
 from race.models.family import tiny_config_kwargs
 from race.models.tokenizer import ALPHABET, SPECIAL_TOKENS
-from race.models.warmstart import recipe_hash as base_hash
 from race.rewards.rm_encoding import MARKERS, MAX_LENGTH
 from race.tasks.arith import END_MARK, ArithTask
 
@@ -48,7 +51,7 @@ class RMRecipe(RecipeSchedule):
     task: dict[str, Any] = field(default_factory=lambda: ArithTask().describe())
     n_eval: int = 400
     init: str = "scratch"  # "scratch": random init; "base": start from the backbone's warm start
-    # -- policy data (race.rewards.rm_samples); at these defaults a recipe hashes as before
+    # -- policy data (race.builds.rm_samples); at these defaults a recipe hashes as before
     scoring: str = "head"  # "head": a trained classifier head; "likelihood": the warm start's step likelihood
     policies: tuple[str, ...] = ()  # warm starts whose samples the RM trains on (empty: synthetic data only)
     temperature: float = 1.0  # the sampling temperature (the GRPO training temperature)
@@ -145,6 +148,52 @@ def recipe_hash(name: str, recipe: RMRecipe | None = None) -> str:
 def rm_dir(name: str, *, cache_dir: str | os.PathLike[str] | None = None, recipe: RMRecipe | None = None) -> Path:
     """Directory of reward model ``name`` under ``recipe`` (default :data:`RM_RECIPES`)."""
     return CACHE.directory(name, recipe_hash(name, recipe), cache_dir)
+
+
+@dataclass
+class RMInfo:
+    """What ``info.json`` holds about a built reward model (``reused`` is not stored)."""
+
+    name: str
+    kind: str
+    path: str
+    recipe: dict[str, Any]
+    recipe_hash: str
+    total_params: int
+    shape: dict[str, Any]
+    steps: int
+    tokens_processed: int
+    real_tokens: int
+    scored_positions: int
+    train_flops: int
+    flops_conventions: str
+    seconds: float
+    final_loss: float
+    eval: dict[str, float]
+    origin: dict[str, Any] = field(default_factory=dict)
+    cpu_seconds: float | None = None  # process CPU time of the training loop (None: built before it was recorded)
+    data: dict[str, Any] = field(default_factory=dict)  # policy data: pool, its sampling FLOPs, held-out quality
+    reused: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d.pop("reused")
+        return d
+
+
+def read_info(path: Path) -> RMInfo | None:
+    """The :class:`RMInfo` of the RM at ``path``, ``None`` when none is built there."""
+    return CACHE.read_info(path, lambda data: RMInfo(**data, reused=True))
+
+
+def rm_path(name: str, *, cache_dir: str | os.PathLike[str] | None = None, recipe: RMRecipe | None = None) -> Path:
+    """Directory of the built RM ``name``; a :class:`NotBuiltError` naming the command that
+    builds it when there is none (loading never builds: ``race.builds.demand.ensure_rm``)."""
+    path = rm_dir(name, cache_dir=cache_dir, recipe=recipe)
+    if read_info(path) is None:
+        raise NotBuiltError(f"reward model {name!r} is not built (no checkpoint at {path}): run "
+                            f"`race rm build --names {name}` or let a run build it")
+    return path
 
 
 def shape_of_rm(name: str) -> Any:

@@ -15,7 +15,7 @@ rewards, and its difficulty is a dial (number of operations, operand range). The
 experiments (docs/design.md section 4) trained operands 0-49 with 2-4 operations; the
 default here is the easier 0-19 with 2-4 operations, because with one fixed-step SFT
 recipe shared by the tiny family (a few minutes on 2 CPU cores) that is where the sizes
-land at partial greedy accuracy (see ``race.models.warmstart``). By default intermediate
+land at partial greedy accuracy (see ``race.builds.warmstart``). By default intermediate
 results never go below zero (a subtraction draws its operand from ``0..running value``),
 which keeps every number sign-free.
 

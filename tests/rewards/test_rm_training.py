@@ -1,4 +1,5 @@
-"""RM training data (labels from the task's verifier), encoding, caching, training FLOPs."""
+"""RM training data (labels from the task's verifier), encoding, caching, training FLOPs
+(race.builds.rm_data, race.builds.rm_training; here for the reward fixtures' fast recipes)."""
 
 from __future__ import annotations
 
@@ -9,11 +10,11 @@ import random
 import pytest
 
 from race.accounting import train_flops
+from race.builds import rm_data as D
+from race.builds import rm_training as T
 from race.models.family import tiny_config_kwargs
-from race.rewards import rm_data as D
 from race.rewards import rm_encoding as E
 from race.rewards import rm_recipes as R
-from race.rewards import training as T
 from race.tasks import make_problem, solution_text, verify
 
 HIDDEN = tiny_config_kwargs("tiny-xs")["hidden_size"]
@@ -134,7 +135,7 @@ def test_init_from_the_warm_start_copies_its_backbone(fast_recipes, monkeypatch,
     import torch
     from safetensors.torch import load_file
 
-    import race.models.warmstart as ws
+    import race.models.base_recipes as ws
 
     monkeypatch.setattr(ws, "DEFAULT_RECIPE", ws.SFTRecipe(steps=2, batch_size=4, warmup_steps=1, n_eval_test=2,
                                                          n_eval_hard=2))

@@ -9,11 +9,11 @@ every size. docs/design.md section 4: fixing the step count (rather than the wal
 ranks bigger models stronger, which is the ordering the pilot grid should start from.
 The loss is on completion tokens only (prompt tokens are random draws: nothing to learn).
 
-Checkpoints go to ``<cache>/base/<name>-<recipe hash>/`` (safetensors + tokenizer +
-``info.json``); the hash covers the recipe, the size's config and the tokenizer
-alphabet, so a changed recipe builds a new directory and an unchanged one is reused.
-Directories are written under a temporary name and renamed into place, so concurrent
-builders never see half a checkpoint.
+The recipe (:class:`~race.models.base_recipes.SFTRecipe`), its hash and where a warm
+start lives are :mod:`race.models.base_recipes` (torch-free, what loaders read); this
+module trains: checkpoints go to ``<cache>/base/<name>-<recipe hash>/`` (safetensors +
+tokenizer + ``info.json``), written under a temporary name and renamed into place
+(:mod:`race.builds.store`), so concurrent builders never see half a checkpoint.
 
 Calibration (DEFAULT_RECIPE: 500 steps x batch 32, operands 0-19, 2-4 operations; greedy
 accuracy on 500 test / 200 hard (5-operation) problems; ``race base build --threads 1``
@@ -44,128 +44,18 @@ import dataclasses
 import os
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from race.accounting import train_flops
-from race.builds.cache import ArtefactCache, build_each, recipe_digest
-from race.builds.recipe import RecipeSchedule
+from race.builds.store import build_each, build_or_reuse, publish
 from race.builds.train import optimise
+from race.models.base_recipes import BaseInfo, SFTRecipe, base_dir, current_recipe, read_base_info, recipe_hash
 from race.models.family import build_tiny_model, lm_head_params, non_embedding_params, tiny_config_kwargs
 from race.models.refs import model_shape
-from race.models.tokenizer import ALPHABET, SPECIAL_TOKENS, build_char_tokenizer
-from race.tasks.arith import ArithTask, Problem, solution_text, step_seed
+from race.models.tokenizer import build_char_tokenizer
+from race.tasks.arith import Problem, solution_text, step_seed
 from race.tasks.verify import verify
-
-#: Bumped when the training code changes in a way the recipe fields do not capture.
-WARMSTART_VERSION = 1
-CACHE = ArtefactCache("base")
-
-
-@dataclass(frozen=True)
-class SFTRecipe(RecipeSchedule):
-    """The one warm-start recipe shared by every size (all fields enter the hash)."""
-
-    steps: int = 500
-    batch_size: int = 32
-    learning_rate: float = 3e-3
-    warmup_steps: int = 50
-    min_lr_ratio: float = 0.1
-    weight_decay: float = 0.0
-    betas: tuple[float, float] = (0.9, 0.95)
-    max_grad_norm: float = 1.0
-    seed: int = 0
-    task: dict[str, Any] = field(default_factory=lambda: ArithTask().describe())
-    n_eval_test: int = 500
-    n_eval_hard: int = 200
-    #: ``None``: every size trains ``steps`` steps. A size name: every size trains for the
-    #: SFT FLOPs that ``steps`` steps of THAT size cost (:meth:`steps_for`), so smaller
-    #: sizes take more steps (warm starts comparable at equal compute).
-    equal_flops_to: str | None = None
-
-    def __post_init__(self) -> None:
-        self._check_schedule()
-
-    def steps_for(self, name: str) -> int:
-        """Optimizer steps of size ``name``: ``steps``, or with ``equal_flops_to = ref``
-        round(steps x F(ref) / F(name)), F = ``train_flops`` of one batch of
-        ``batch_size`` sequences at the task's mean prompt + solution length (the ratio
-        barely depends on that length)."""
-        if self.equal_flops_to is None or self.equal_flops_to == name:
-            return self.steps
-        from race.models.refs import tiny_shape
-
-        task = self.make_task()
-        sample = task.problems("train", 64, seed=0)
-        length = round(sum(len(p.prompt) + len(solution_text(p)) + 1 for p in sample) / len(sample))
-        ref, own = (train_flops(tiny_shape(n), [length] * self.batch_size) for n in (self.equal_flops_to, name))
-        return max(1, round(self.steps * ref / own))
-
-    def for_size(self, name: str) -> "SFTRecipe":
-        """This recipe with the steps of size ``name`` (what :func:`sft` runs)."""
-        n = self.steps_for(name)
-        return self if n == self.steps else dataclasses.replace(self, steps=n, equal_flops_to=None)
-
-
-DEFAULT_RECIPE = SFTRecipe()
-
-
-@dataclass
-class BaseInfo:
-    """What ``info.json`` holds about a warm-start checkpoint. ``seconds`` is the SFT
-    wall time (model build + training), ``eval_seconds`` the greedy evaluation after it;
-    ``reused`` is not stored: True when this call found the checkpoint instead of
-    training it."""
-
-    name: str
-    path: str
-    recipe: dict[str, Any]
-    recipe_hash: str
-    non_embedding_params: int
-    lm_head_params: int
-    total_params: int
-    steps: int
-    tokens_processed: int
-    real_tokens: int
-    loss_tokens: int
-    sft_flops: float
-    seconds: float
-    final_loss: float
-    test_accuracy: float
-    hard_accuracy: float
-    config: dict[str, Any] = field(default_factory=dict)
-    eval_seconds: float = 0.0
-    torch_threads: int = 0
-    reused: bool = False
-
-    def to_json(self) -> dict[str, Any]:
-        d = dataclasses.asdict(self)
-        d.pop("reused")
-        return d
-
-
-def _recipe(recipe: SFTRecipe | None) -> SFTRecipe:
-    # resolved at call time, so swapping the module's DEFAULT_RECIPE (tests) takes effect
-    return DEFAULT_RECIPE if recipe is None else recipe
-
-
-def recipe_hash(name: str, recipe: SFTRecipe | None = None) -> str:
-    """12 hex digits over the recipe, the size's config and the tokenizer alphabet."""
-    recipe = _recipe(recipe)
-    fields = dataclasses.asdict(recipe)
-    if fields["equal_flops_to"] is None:  # added later: recipes without it keep their hashes
-        del fields["equal_flops_to"]
-    return recipe_digest(dict(version=WARMSTART_VERSION, recipe=fields,
-                              config=tiny_config_kwargs(name), alphabet="".join(ALPHABET), special=SPECIAL_TOKENS))
-
-
-def base_dir(name: str, *, cache_dir: str | os.PathLike[str] | None = None,
-             recipe: SFTRecipe | None = None) -> Path:
-    """Directory of the warm start of ``name`` under ``recipe`` (default
-    :data:`DEFAULT_RECIPE`)."""
-    return CACHE.directory(name, recipe_hash(name, recipe), cache_dir)
-
 
 def _batch_encoder(tok: Any) -> Callable[[Sequence[Problem]], tuple[Any, Any, Any]]:
     """A function mapping problems to right-padded ``input_ids`` / ``attention_mask`` /
@@ -264,27 +154,6 @@ def evaluate_greedy(model: Any, tok: Any, problems: Sequence[Any], max_new_token
     return sum(check(p, t).correct for p, t in zip(problems, texts)) / len(problems)
 
 
-def cached_base(name: str, *, cache_dir: str | os.PathLike[str] | None = None,
-                recipe: SFTRecipe | None = None) -> BaseInfo | None:
-    """The cached warm start of ``name`` for ``recipe`` (default: the family's), or
-    ``None`` when it has not been built; builds nothing."""
-    return _read_info(base_dir(name, cache_dir=cache_dir, recipe=_recipe(recipe)))
-
-
-def current_recipe() -> SFTRecipe:
-    """The family's canonical warm-start recipe (``DEFAULT_RECIPE``, read at call time)."""
-    return _recipe(None)
-
-
-def _info_of(data: dict[str, Any]) -> BaseInfo:
-    known = {f.name for f in dataclasses.fields(BaseInfo)} - {"reused"}
-    return BaseInfo(**{k: v for k, v in data.items() if k in known}, reused=True)
-
-
-def _read_info(path: Path) -> BaseInfo | None:
-    return CACHE.read_info(path, _info_of)
-
-
 def _save_quietly(model: Any, tok: Any, path: Path) -> None:
     """save_pretrained (safetensors) without transformers' one-shard tqdm bar, which
     would break the CLI's progress display."""
@@ -309,9 +178,9 @@ def build_base(name: str, *, cache_dir: str | os.PathLike[str] | None = None, fo
     is called after every optimizer step. ``recipe`` exists for tests and experiments;
     the family's canonical warm starts use :data:`DEFAULT_RECIPE`.
     """
-    recipe = _recipe(recipe)
+    recipe = current_recipe() if recipe is None else recipe
     final = base_dir(name, cache_dir=cache_dir, recipe=recipe)
-    return CACHE.build_or_reuse(final, _read_info, lambda: _train_base(name, recipe, final, progress), force)
+    return build_or_reuse(final, read_base_info, lambda: _train_base(name, recipe, final, progress), force)
 
 
 def _train_base(name: str, recipe: SFTRecipe, final: Path,
@@ -340,7 +209,7 @@ def _train_base(name: str, recipe: SFTRecipe, final: Path,
         eval_seconds=round(eval_seconds, 2), torch_threads=torch.get_num_threads(),
     )
     model.config._attn_implementation = "eager"  # the saved default; load_policy chooses anyway
-    CACHE.publish(final, info.to_json(), lambda tmp: _save_quietly(model, tok, tmp))
+    publish(final, info.to_json(), lambda tmp: _save_quietly(model, tok, tmp))
     return info
 
 

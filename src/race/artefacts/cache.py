@@ -1,10 +1,13 @@
-"""The artefact cache: ``<cache>/<kind>/<name>-<recipe hash>/`` with an ``info.json``.
+"""Where a cached artefact lives: ``<cache>/<kind>/<name>-<recipe hash>/`` with an ``info.json``.
 
-A recipe hash is 12 hex digits of SHA-256 over a canonical JSON payload that each builder
+A recipe hash is 12 hex digits of SHA-256 over a canonical JSON payload that each recipe
 chooses (recipe fields, model config, tokenizer alphabet, code version): a changed recipe
-builds a new directory, an unchanged one is reused. A build writes into a temporary
-sibling directory and renames it into place, so concurrent builders never see half an
-artefact. What is cached is decided by the caller; this module knows nothing of models.
+has a new directory, an unchanged one is found again. The package ships some artefacts
+prebuilt (:data:`PACKAGED`); :meth:`ArtefactCache.directory` installs such a copy into the
+cache. Whether an artefact is built is :meth:`ArtefactCache.read_info` (``None``: not
+built); a missing one raises :class:`NotBuiltError` from the loaders, naming the command
+that builds it. Building (and the atomic publish) is :mod:`race.builds`'s job; this module
+only finds, and knows nothing of models.
 """
 
 from __future__ import annotations
@@ -19,6 +22,12 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 Info = TypeVar("Info")
+
+
+class NotBuiltError(FileNotFoundError):
+    """An artefact (a warm start, a reward model) is not in the cache: the message names
+    the command that builds it (``race base build``, ``race rm build``); a run builds what
+    it needs itself (:mod:`race.builds`)."""
 #: The file every artefact directory holds besides its weights.
 INFO_FILE = "info.json"
 WEIGHTS_FILE = "model.safetensors"
@@ -51,7 +60,7 @@ class ArtefactCache:
         copy is installed there first, so a fresh clone skips the build; a changed recipe
         has another hash and builds as before (``race base build --force`` rebuilds)."""
         final = cache_root(cache_dir) / self.kind / f"{name}-{digest}"
-        if not _complete(final):
+        if not is_complete(final):
             src = packaged_dir(self.kind, final.name)
             if src is not None:
                 install_packaged(src, final)
@@ -69,30 +78,9 @@ class ArtefactCache:
         except (OSError, ValueError, TypeError):
             return None
 
-    @staticmethod
-    def publish(final: Path, info: dict[str, Any], write: Callable[[Path], None]) -> None:
-        """Write an artefact: ``write(tmp)`` fills a temporary directory, ``info`` goes to
-        its ``info.json``, then it is renamed over ``final``."""
-        tmp = final.with_name(f"{final.name}.tmp-{os.getpid()}")
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-        write(tmp)
-        (tmp / INFO_FILE).write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
-        if final.exists():
-            shutil.rmtree(final)
-        os.replace(tmp, final)
 
-    def build_or_reuse(self, final: Path, read: Callable[[Path], Info | None], build: Callable[[], Info],
-                       force: bool = False) -> Info:
-        """The cached artefact at ``final`` (``read``), else ``build()``'s (which publishes)."""
-        if not force:
-            info = read(final)
-            if info is not None:
-                return info
-        return build()
-
-
-def _complete(path: Path) -> bool:
+def is_complete(path: Path) -> bool:
+    """Whether ``path`` holds a whole artefact (its ``info.json`` and its weights)."""
     return (path / INFO_FILE).is_file() and (path / WEIGHTS_FILE).is_file()
 
 
@@ -105,7 +93,7 @@ def packaged_dir(kind: str, dirname: str) -> Path | None:
     if os.environ.get("RACE_NO_PACKAGED", "") not in ("", "0"):
         return None
     path = PACKAGED / kind / dirname
-    return path if _complete(path) else None
+    return path if is_complete(path) else None
 
 
 def install_packaged(src: Path, final: Path) -> None:
@@ -118,26 +106,15 @@ def install_packaged(src: Path, final: Path) -> None:
     info = json.loads((tmp / INFO_FILE).read_text())
     info["path"] = str(final)  # no other key: the builders read info.json back into their dataclasses
     (tmp / INFO_FILE).write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
-    if final.exists() and not _complete(final):
+    if final.exists() and not is_complete(final):
         shutil.rmtree(final, ignore_errors=True)  # a damaged artefact: replace it
     try:
         os.replace(tmp, final)
     except OSError:  # another process installed it first
         shutil.rmtree(tmp, ignore_errors=True)
-        if not _complete(final):
+        if not is_complete(final):
             raise
 
 
-def build_each(names: list[str], build: Callable[..., Info],
-               progress: Callable[[str, int, int, float], None] | None = None, **kwargs: Any) -> list[Info]:
-    """``build(name, progress=..., **kwargs)`` for each name, with ``progress(name, step,
-    steps, loss)`` turned into each build's ``progress(step, steps, loss)``."""
-    out = []
-    for name in names:
-        cb = (lambda s, n, loss, _name=name: progress(_name, s, n, loss)) if progress else None
-        out.append(build(name, progress=cb, **kwargs))
-    return out
-
-
-__all__ = ["ArtefactCache", "INFO_FILE", "PACKAGED", "build_each", "cache_root", "install_packaged", "packaged_dir",
-           "recipe_digest"]
+__all__ = ["ArtefactCache", "INFO_FILE", "NotBuiltError", "PACKAGED", "WEIGHTS_FILE", "cache_root", "install_packaged",
+           "is_complete", "packaged_dir", "recipe_digest"]

@@ -27,9 +27,9 @@ Backbones start from random init (``init="scratch"``, the default) or from the s
 warm start (``init="base"``: the warm start's recipe hash then enters the RM's hash).
 
 Likelihood PRMs (``scoring="likelihood"``: ``prm-s``, ``prm-m``) are not trained here but
-calibrated (:mod:`race.rewards.rm_likelihood`) on policy samples (:mod:`race.rewards.rm_samples`);
+calibrated (:mod:`race.builds.rm_calibration`) on policy samples (:mod:`race.builds.rm_samples`);
 a recipe with ``policies`` also gets its held-out quality on policy samples
-(:func:`heldout_for`, :mod:`race.rewards.rm_eval`) in ``info.json["data"]["heldout"]``.
+(:func:`heldout_for`, :mod:`race.builds.rm_eval`) in ``info.json["data"]["heldout"]``.
 A classifier recipe with ``policies`` and ``synthetic_frac < 1`` trains on a mix of
 corruptions and the policy pool (:func:`batch_pairs`), ``balance`` weighting labels equally.
 
@@ -44,8 +44,9 @@ feedback -- the setting where over-optimisation (``race.rewards.diagnostics``) s
 
 Cache: ``<cache>/rm/<name>-<recipe hash>/`` (safetensors, config.json, tokenizer,
 ``info.json``), written under a temporary name and renamed into place, reused when
-present, rebuilt when the recipe (or this module's :data:`RM_VERSION`) changes -- the
-same scheme as ``race.models.warmstart``. ``info.json`` records the RM's TRAINING FLOPs
+present, rebuilt when the recipe (or ``race.rewards.rm_recipes.RM_VERSION``) changes -- the
+same scheme as ``race.builds.warmstart``; where an RM lives and its ``info.json``
+(:class:`~race.rewards.rm_recipes.RMInfo`) are :mod:`race.rewards.rm_recipes`. ``info.json`` records the RM's TRAINING FLOPs
 (``race.accounting.train_flops`` per optimizer step over the padded batch: full
 fine-tuning, head at the scored positions, ``race`` conventions), kept apart from any
 run's budget, and its held-out step-level and outcome accuracy.
@@ -57,21 +58,21 @@ import dataclasses
 import os
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from race.accounting import train_flops
+from race.builds.rm_data import make_dataset, marker_labels
+from race.builds.rm_eval import auc, heldout_for
+from race.builds.rm_samples import training_pool
+from race.builds.store import build_or_reuse, publish
 from race.builds.train import optimise
+from race.builds.warmstart import build_base
 from race.models.family import tiny_config_kwargs
 from race.models.tokenizer import build_char_tokenizer
-from race.models.warmstart import build_base
 from race.rewards.hf import scorer_shape
-from race.rewards.rm_data import make_dataset, marker_labels
-from race.rewards.rm_eval import auc, heldout_for
 from race.rewards.rm_encoding import MAX_LENGTH, encode, head_logits, positive_prob
-from race.rewards.rm_recipes import CACHE, RMRecipe, recipe_for, recipe_hash, rm_dir, rm_settings
-from race.rewards.rm_samples import training_pool
+from race.rewards.rm_recipes import RMInfo, RMRecipe, read_info, recipe_for, recipe_hash, rm_dir, rm_settings
 from race.tasks.arith import END_MARK, FINAL_MARK, STEP_SEP, Problem, step_seed
 from race.tasks.verify import verify
 
@@ -90,7 +91,7 @@ def rm_config(recipe: RMRecipe, attn_implementation: str = "eager") -> Any:
 def build_rm_model(recipe: RMRecipe, attn_implementation: str = "eager", *,
                    cache_dir: str | os.PathLike[str] | None = None) -> tuple[Any, dict[str, Any]]:
     """A new RM and where its backbone came from. ``init="base"`` copies the backbone of
-    the tiny size's warm start (built first when missing, see ``race.models.warmstart``);
+    the tiny size's warm start (built first when missing, see ``race.builds.warmstart``);
     the head is freshly initialised. Deterministic under ``recipe.seed`` (the global RNG
     is restored afterwards)."""
     import torch
@@ -142,7 +143,7 @@ def _loss(recipe: RMRecipe, logits: Any, labels: Any) -> Any:
 def batch_pairs(recipe: RMRecipe, task: Any, pool: Sequence[tuple[Problem, str]] | None,
                 step: int) -> list[tuple[Problem, str]]:
     """Step ``step``'s batch: ``round(batch_size * synthetic_frac)`` programmatic examples
-    (:func:`race.rewards.rm_data.make_dataset`, the recipe's ``correct_frac``) and the rest
+    (:func:`race.builds.rm_data.make_dataset`, the recipe's ``correct_frac``) and the rest
     drawn uniformly, with replacement, from the policy-sample ``pool``."""
     import random
 
@@ -238,43 +239,8 @@ def evaluate_rm(model: Any, tok: Any, recipe: RMRecipe, n: int | None = None, *,
 
 
 # -- cache ----------------------------------------------------------------------------------
-@dataclass
-class RMInfo:
-    """What ``info.json`` holds about a built reward model (``reused`` is not stored)."""
-
-    name: str
-    kind: str
-    path: str
-    recipe: dict[str, Any]
-    recipe_hash: str
-    total_params: int
-    shape: dict[str, Any]
-    steps: int
-    tokens_processed: int
-    real_tokens: int
-    scored_positions: int
-    train_flops: int
-    flops_conventions: str
-    seconds: float
-    final_loss: float
-    eval: dict[str, float]
-    origin: dict[str, Any] = field(default_factory=dict)
-    cpu_seconds: float | None = None  # process CPU time of the training loop (None: built before it was recorded)
-    data: dict[str, Any] = field(default_factory=dict)  # policy data: pool, its sampling FLOPs, held-out quality
-    reused: bool = False
-
-    def to_json(self) -> dict[str, Any]:
-        d = dataclasses.asdict(self)
-        d.pop("reused")
-        return d
-
-
 def _round(d: dict[str, Any]) -> dict[str, Any]:
     return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in d.items()}
-
-
-def read_info(path: Path) -> RMInfo | None:
-    return CACHE.read_info(path, lambda data: RMInfo(**data, reused=True))
 
 
 def build_rm(name: str, *, cache_dir: str | os.PathLike[str] | None = None, force: bool = False,
@@ -283,7 +249,7 @@ def build_rm(name: str, *, cache_dir: str | os.PathLike[str] | None = None, forc
     ``recipe`` overrides the registered one (tests, experiments)."""
     recipe = recipe or recipe_for(name)
     final = rm_dir(name, cache_dir=cache_dir, recipe=recipe)
-    return CACHE.build_or_reuse(final, read_info, lambda: _train(name, recipe, final, cache_dir, progress), force)
+    return build_or_reuse(final, read_info, lambda: _train(name, recipe, final, cache_dir, progress), force)
 
 
 def _train(name: str, recipe: RMRecipe, final: Path, cache_dir: str | os.PathLike[str] | None,
@@ -294,7 +260,7 @@ def _train(name: str, recipe: RMRecipe, final: Path, cache_dir: str | os.PathLik
     if recipe.scoring == "likelihood":
         from dataclasses import replace
 
-        from race.rewards.rm_likelihood import fit_likelihood
+        from race.builds.rm_calibration import fit_likelihood
 
         t0, c0 = time.perf_counter(), time.process_time()
         fit = fit_likelihood(recipe, pool, cache_dir=cache_dir)
@@ -338,19 +304,5 @@ def _train(name: str, recipe: RMRecipe, final: Path, cache_dir: str | os.PathLik
         tok.save_pretrained(tmp)
         (tmp / "race_rm.json").write_text(json.dumps(settings, indent=2) + "\n")
 
-    CACHE.publish(final, info.to_json(), write)
+    publish(final, info.to_json(), write)
     return info
-
-
-def resolve_rm(name: str, *, cache_dir: str | os.PathLike[str] | None = None, build_missing: bool = True,
-               recipe: RMRecipe | None = None) -> Path:
-    """Directory of the built RM ``name``; builds it when missing and ``build_missing``
-    (about half a minute), else raises ``FileNotFoundError`` saying to run ``race rm build``."""
-    recipe = recipe or recipe_for(name)
-    path = rm_dir(name, cache_dir=cache_dir, recipe=recipe)
-    if read_info(path) is None:
-        if not build_missing:
-            raise FileNotFoundError(f"reward model {name!r} is not built (no checkpoint at {path}): run "
-                                    f"`race rm build --names {name}` first")
-        path = Path(build_rm(name, cache_dir=cache_dir, recipe=recipe).path)
-    return path

@@ -3,7 +3,7 @@ held-out policy samples, with the recall threshold chosen on a validation set fi
 
 The protocol (:func:`heldout_quality`), the same for every RM:
 
-1. validation set: policy samples (:mod:`race.rewards.rm_samples`, kind ``val``) on
+1. validation set: policy samples (:mod:`race.builds.rm_samples`, kind ``val``) on
    ``train``-split problems outside the RM's training pool; the threshold ``t`` is the
    one that maximises Youden's J (recall of bad steps + recall of good steps - 1) there
    (:func:`youden_threshold`), fixed before the held-out set is scored;
@@ -28,7 +28,7 @@ import bisect
 from collections.abc import Sequence
 from typing import Any
 
-from race.rewards.rm_data import marker_labels
+from race.builds.rm_data import marker_labels
 from race.tasks.arith import END_MARK, FINAL_MARK, STEP_SEP, Problem
 from race.tasks.verify import verify
 
@@ -169,9 +169,9 @@ def quality_of_rows(kind: str, val: Sequence[tuple[Problem, str]], val_rows: Seq
 
 def heldout_for(recipe: Any, scorer: Any, pool: Sequence[tuple[Problem, str]] | None, *,
                 cache_dir: Any = None) -> dict[str, Any]:
-    """:func:`race.rewards.rm_eval.quality` of ``scorer`` under the shared protocol: the
+    """:func:`quality` of ``scorer`` under the shared protocol: the
     validation set avoids the problems of ``pool`` (the RM's training pool)."""
-    from race.rewards.rm_samples import SampleSet, load_samples
+    from race.builds.rm_samples import SampleSet, load_samples
 
     task = recipe.make_task()
     exclude = {p.expression for p, _ in pool or ()}

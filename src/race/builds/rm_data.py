@@ -1,5 +1,5 @@
 """Training data of RACE's reward models: worked solutions and plausible corruptions of
-them, labelled by the task's verifier (see :mod:`race.rewards.training`)."""
+them, labelled by the task's verifier (see :mod:`race.builds.rm_training`)."""
 
 from __future__ import annotations
 

@@ -2,10 +2,10 @@
 
 A reward model used during GRPO scores the POLICY's completions, so it is trained and
 judged on them: :func:`policy_samples` draws completions from the packaged warm starts
-(``tiny-s``/``tiny-m``/``tiny-l``, :mod:`race.models.warmstart`) at the training
+(``tiny-s``/``tiny-m``/``tiny-l``, :mod:`race.builds.warmstart`, built first when missing) at the training
 temperature (pure temperature sampling: no top-k, no top-p) on the built-in task's
 problems, and the task's verifier (:func:`race.tasks.verify`) labels every step exactly
-(:func:`race.rewards.rm_data.marker_labels`). At temperature 1 the warm starts' wrong
+(:func:`race.builds.rm_data.marker_labels`). At temperature 1 the warm starts' wrong
 steps are almost all arithmetic slips (``32-8=23``, usually off by 1-2), some copied
 from a slipped result (valid under error-carried-forward), rarely a wrong operand.
 
@@ -31,10 +31,9 @@ import json
 import os
 import re
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any
 
-from race.builds.cache import cache_root, recipe_digest
+from race.artefacts.cache import cache_root, recipe_digest
 from race.tasks.arith import ArithTask, Problem, make_problem, step_seed
 
 #: Bumped when sampling changes in a way the set's description does not capture.
@@ -90,10 +89,12 @@ def sample_completions(name: str, problems: list[Problem], *, temperature: float
     import torch
 
     from race.accounting import generate_flops
+    from race.builds.warmstart import build_base
     from race.models.loading import load_policy
     from race.models.refs import model_shape
 
-    model, tok = load_policy(name, device="cpu", dtype="float32", cache_dir=cache_dir, build_missing=True)
+    build_base(name, cache_dir=cache_dir)  # the warm start (reused when built)
+    model, tok = load_policy(name, device="cpu", dtype="float32", cache_dir=cache_dir)
     shape = model_shape(model)
     out: list[str] = []
     flops = 0
@@ -117,7 +118,7 @@ def sample_completions(name: str, problems: list[Problem], *, temperature: float
 
 
 def _digest(task: ArithTask, s: SampleSet, exclude_digest: str) -> str:
-    from race.models.warmstart import recipe_hash
+    from race.models.base_recipes import recipe_hash
 
     return recipe_digest(dict(version=SAMPLES_VERSION, set=asdict(s), task=task.describe(), exclude=exclude_digest,
                               policies={p: recipe_hash(p) for p in s.policies}))

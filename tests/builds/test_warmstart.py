@@ -1,4 +1,5 @@
-"""Warm start: cached by recipe hash, reused without retraining, rebuilt on change."""
+"""Warm start (race.builds.warmstart; its recipe and directory: race.models.base_recipes):
+cached by recipe hash, reused without retraining, rebuilt on change."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ import math
 import pytest
 import torch
 
-from race.models.warmstart import SFTRecipe, base_dir, build_base, evaluate_greedy, greedy_completions, recipe_hash
+from race.builds.warmstart import build_base, evaluate_greedy, greedy_completions
+from race.models.base_recipes import SFTRecipe, base_dir, recipe_hash
 from race.tasks import ArithTask
 
 TINY = SFTRecipe(steps=3, batch_size=4, warmup_steps=1, n_eval_test=4, n_eval_hard=2)
@@ -45,7 +47,7 @@ def test_build_writes_a_loadable_checkpoint(built):
 
 def test_second_call_reuses_without_training(built, monkeypatch):
     cache, info = built
-    import race.models.warmstart as ws
+    import race.builds.warmstart as ws
 
     def boom(*a, **k):
         raise AssertionError("retrained although the checkpoint was cached")
@@ -108,7 +110,7 @@ def test_batched_greedy_equals_one_by_one(tiny_policy):
 
 
 def test_evaluate_greedy_scores_with_the_verifier(tiny_policy, monkeypatch):
-    import race.models.warmstart as ws
+    import race.builds.warmstart as ws
     from race.tasks import solution_text
 
     model, tok = tiny_policy
@@ -125,7 +127,7 @@ def test_sft_flops_equal_the_measured_count():
     from race.measure import count_flops
     from race.models.family import build_tiny_model
     from race.models.tokenizer import build_char_tokenizer
-    from race.models.warmstart import sft
+    from race.builds.warmstart import sft
 
     tok = build_char_tokenizer()
     model = build_tiny_model("tiny-xs", seed=0, attn_implementation="eager")
@@ -139,9 +141,9 @@ def test_sft_flops_equal_the_measured_count():
 def test_a_packaged_artefact_with_the_same_recipe_hash_is_installed_not_built(built, tmp_path, monkeypatch):
     import shutil
 
-    import race.builds.cache as bc
-    import race.models.warmstart as ws
-    from race.models.warmstart import cached_base
+    import race.artefacts.cache as bc
+    import race.builds.warmstart as ws
+    from race.models.base_recipes import cached_base
 
     cache, info = built
     src = base_dir("tiny-xs", cache_dir=cache, recipe=TINY)

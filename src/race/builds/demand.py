@@ -1,0 +1,73 @@
+"""Build on demand: what a caller needs built before it loads, built (or found) first.
+
+The loaders below this floor only FIND artefacts (``race.models.loading`` a warm start,
+``race.rewards.learned`` a RACE reward model) and raise
+:class:`~race.artefacts.cache.NotBuiltError` for a missing one. The callers above the
+builds ask here first: a run's setup (:func:`ensure_run`, from
+``race.engines.common.load_run_policy``, before the run seeds its random state, so a run
+that builds draws the same numbers as one that finds its artefacts cached), the grid's
+prebuild stage (``race.grid.prebuild``) and the CLI (``race base build``, ``race rm build``).
+
+    ensure_base(model)     the warm start of a tiny size (nothing for a path or hub name)
+    ensure_rm(name)        a RACE reward model (and the warm starts it starts from)
+    ensure_reward(spec)    what a reward spec loads: the RACE RM of ``prm:``/``orm:``, the
+                           warm start of ``judge:`` on a tiny size
+    ensure_run(cfg)        the run's policy and reward
+
+Each returns the artefact's info (``BaseInfo`` / ``RMInfo``; ``reused`` when it was
+cached) or ``None`` when nothing RACE builds is named. Torch loads only when a build runs.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+CacheDir = str | os.PathLike[str] | None
+
+
+def ensure_base(model: Any, *, cache_dir: CacheDir = None) -> Any:
+    """The warm start of tiny size ``model`` (trained when missing: minutes), or ``None``
+    when ``model`` is not a tiny family name."""
+    from race.models.family import is_tiny_name
+
+    if not is_tiny_name(str(model)):
+        return None
+    from race.builds.warmstart import build_base
+
+    return build_base(str(model), cache_dir=cache_dir)
+
+
+def ensure_rm(name: str, *, cache_dir: CacheDir = None) -> Any:
+    """RACE reward model ``name`` (trained when missing: about half a minute for prm-xs)."""
+    from race.builds.rm_training import build_rm
+
+    return build_rm(name, cache_dir=cache_dir)
+
+
+def ensure_reward(spec: Any, *, cache_dir: CacheDir = None) -> Any:
+    """What reward ``spec`` (a string or a parsed ``RewardSpec``) loads, built when missing:
+    the RACE RM of ``prm:NAME``/``orm:NAME``, the warm start of ``judge:TINY-SIZE``. A spec
+    that names an unknown RM, or an RM of the other kind, builds nothing (``make_reward``
+    then says what to write)."""
+    from race.models.refs import looks_like_path
+    from race.rewards.rm_recipes import RM_RECIPES
+    from race.spec.reward import parse_reward
+
+    parsed = parse_reward(spec)
+    if parsed.kind in ("prm", "orm") and not looks_like_path(parsed.target):
+        recipe = RM_RECIPES.get(parsed.target)
+        if recipe is not None and recipe.kind == parsed.kind:
+            return ensure_rm(parsed.target, cache_dir=cache_dir)
+    elif parsed.kind == "judge":
+        return ensure_base(parsed.target, cache_dir=cache_dir)
+    return None
+
+
+def ensure_run(cfg: Any, *, cache_dir: CacheDir = None) -> None:
+    """The artefacts run ``cfg`` loads: its policy's warm start and its reward's model."""
+    ensure_base(cfg.model, cache_dir=cache_dir)
+    ensure_reward(cfg.reward, cache_dir=cache_dir)
+
+
+__all__ = ["ensure_base", "ensure_reward", "ensure_rm", "ensure_run"]
