@@ -106,15 +106,15 @@ class BuiltinEngine:
                              task=task, tokenizer=tok)
         params = [p for p in model.parameters() if p.requires_grad]
         optimizer = torch.optim.AdamW(params, lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
+        evaluator = run_evaluator(cfg, task, policy)
         step_plan = StepPlan(  # the rollout shares prompts always, the learning passes where supported
             policy.shape, cfg.num_generations, lora=policy.lora, num_iterations=cfg.num_iterations, beta=cfg.beta,
             needs_old_logprobs=cfg.needs_old_logprobs, recompute=cfg.gradient_checkpointing,
             recompute_early_stop=early_stop, inputs_require_grad=cfg.gradient_checkpointing,
             share_prompt=True, micro_batch=cfg.micro_batch_size if share else None, conventions=cfg.conventions)
         return BuiltinState(model=model, ref_model=ref_model, tok=tok, lora=policy.lora, shape=policy.shape,
-                            device=policy.device, task=task, reward=reward, optimizer=optimizer,
-                            evaluator=run_evaluator(cfg, task, policy), step_plan=step_plan, share_prompts=share,
-                            recompute_early_stop=early_stop)
+                            device=policy.device, task=task, reward=reward, optimizer=optimizer, evaluator=evaluator,
+                            step_plan=step_plan, share_prompts=share, recompute_early_stop=early_stop)
 
     def start(self) -> None:
         """The run's state, built once (:meth:`setup`)."""
