@@ -64,7 +64,7 @@ def builtin_engine(model_dir: Path, prompts: int, group: int, length: int, tmp: 
                    fast_forward: bool = True):
     """A step function of the built-in engine; ``merge`` / ``fast_forward`` off switch
     the LoRA merge for the rollout and the functional log-prob forward off (the levers)."""
-    from race.accounting import BudgetGuard, FlopLedger
+    from race.accounting import FlopLedger
     from race.spec.run import run_config_from_dict
     from race.engines.builtin import BuiltinEngine
     from race.engines.grpo_math import completion_logprobs
@@ -76,19 +76,17 @@ def builtin_engine(model_dir: Path, prompts: int, group: int, length: int, tmp: 
                                     lora={"r": 8, "lora_alpha": 8}, learning_rate=1e-4, attn_implementation="sdpa",
                                     conventions="torch"))
     eng = BuiltinEngine(cfg, tmp)
-    eng._setup()
-    eng.ledger = FlopLedger()
-    eng.guard = BudgetGuard(eng.ledger)
-    eng.metrics = MetricsLog(tmp / f"m-{time.monotonic_ns()}.jsonl")
-    eng.total_steps = 10_000
+    eng.start()
+    eng.open_books(None, 10_000, ledger=FlopLedger(), metrics=MetricsLog(tmp / f"m-{time.monotonic_ns()}.jsonl"))
     if not merge:
         import torch
 
         def rollout(step, ids, mask):
             gen = torch.Generator(device="cpu").manual_seed(cfg.seed * 7_919 + step)
-            eng.model.eval()
-            return sample(eng.model, ids, mask, group=group, max_new_tokens=length, eos_id=eng.tok.eos_token_id,
-                          pad_id=eng.tok.pad_token_id, temperature=cfg.temperature, generator=gen, merge_lora=False)
+            st = eng.state
+            st.model.eval()
+            return sample(st.model, ids, mask, group=group, max_new_tokens=length, eos_id=st.tok.eos_token_id,
+                          pad_id=st.tok.pad_token_id, temperature=cfg.temperature, generator=gen, merge_lora=False)
         eng.rollout = rollout
     if not fast_forward:
         eng._logprobs = lambda model, ro: completion_logprobs(model, ro.prompt_ids, ro.prompt_mask, ro.completion_ids,
@@ -100,12 +98,12 @@ def builtin_engine(model_dir: Path, prompts: int, group: int, length: int, tmp: 
         state["step"] += 1
         s = state["step"]
         problems, ids, mask = eng._prompts(s)
-        n = len(eng.ledger)
+        n = len(eng.books.ledger)
         t0 = time.perf_counter()
         eng._train_step(s, problems, ids, mask)
         wall = time.perf_counter() - t0
         phases: dict[str, tuple[int, float]] = {}
-        for r in eng.ledger.records[n:]:
+        for r in eng.books.ledger.records[n:]:
             f, sec = phases.get(r.phase, (0, 0.0))
             phases[r.phase] = (f + r.flops, sec + r.seconds)
         return wall, phases
@@ -234,7 +232,7 @@ def run_grid(a) -> None:
 
 def gang_members(model_dir: Path, prompts: int, group: int, length: int, tmp: Path, seeds: range):
     """Built-in engines ready to step (no run directory), one per seed."""
-    from race.accounting import BudgetGuard, FlopLedger
+    from race.accounting import FlopLedger
     from race.engines.builtin import BuiltinEngine
     from race.engines.run_io import MetricsLog
     from race.spec.run import run_config_from_dict
@@ -246,11 +244,8 @@ def gang_members(model_dir: Path, prompts: int, group: int, length: int, tmp: Pa
                                         lora={"r": 8, "lora_alpha": 8}, learning_rate=1e-4, conventions="torch",
                                         seed=seed))
         e = BuiltinEngine(cfg, tmp)
-        e._setup()
-        e.ledger = FlopLedger()
-        e.guard = BudgetGuard(e.ledger)
-        e.metrics = MetricsLog(tmp / f"m-{time.monotonic_ns()}.jsonl")
-        e.total_steps = 10_000
+        e.start()
+        e.open_books(None, 10_000, ledger=FlopLedger(), metrics=MetricsLog(tmp / f"m-{time.monotonic_ns()}.jsonl"))
         engs.append(e)
     return engs
 
@@ -270,7 +265,7 @@ def run_gangs(a) -> None:
             for k in ks:
                 solo = gang_members(mdir, a.prompts, g, L, root, range(k))
                 gang = gang_members(mdir, a.prompts, g, L, root, range(k))
-                share_base([e.model for e in gang])  # one frozen base in memory, as GangEngine runs it
+                share_base([e.state.model for e in gang])  # one frozen base in memory, as GangEngine runs it
                 state = {"solo": 0, "gang": 0}
 
                 def solo_steps() -> float:

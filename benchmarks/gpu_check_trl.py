@@ -287,7 +287,7 @@ def check_builtin_step(ctx: Ctx) -> dict[str, Any]:
     do not depend on the dtype, and the built-in engine's fast decoder refuses a bf16 base
     with PEFT's fp32 adapters ("self and mat2 must have the same dtype"; found by this
     script with --dtype bfloat16)."""
-    from race.accounting import BudgetGuard, FlopLedger
+    from race.accounting import FlopLedger
     from race.engines.builtin import BuiltinEngine
     from race.measure import Counter
     from race.spec import run_config_from_dict
@@ -299,15 +299,13 @@ def check_builtin_step(ctx: Ctx) -> dict[str, Any]:
         device=ctx.device, dtype="float32", conventions="torch", lora={"r": 16}, gradient_checkpointing=True,
         drop_zero_variance_groups=False, eval={"n_problems": 2, "n_hard_problems": 0, "n_pass_problems": 0}))
     eng = BuiltinEngine(cfg, ctx.work / "builtin")
-    eng._setup()
-    eng.ledger = FlopLedger(budget=cfg.budget_flops)
-    eng.guard = BudgetGuard(eng.ledger)  # as BuiltinEngine.run sets them up
+    eng.start()
 
     class _Rows:
         def append(self, rows: list) -> None:
             pass
 
-    eng.metrics = _Rows()
+    eng.open_books(None, ledger=FlopLedger(budget=cfg.budget_flops), metrics=_Rows())  # as BuiltinEngine.run does
     measured: dict[str, int] = defaultdict(int)
     for name, key in (("rollout", "rollout"), ("update", "learning")):
         orig = getattr(eng, name)
@@ -322,7 +320,7 @@ def check_builtin_step(ctx: Ctx) -> dict[str, Any]:
     problems, ids, mask = eng._prompts(1)
     if not eng._train_step(1, problems, ids, mask):
         raise RuntimeError("the built-in step did not charge the ledger (recorded as overrun)")
-    keys = eng.ledger.totals_by_key()
+    keys = eng.books.ledger.totals_by_key()
     ledger = {"rollout": sum(v for k, v in keys.items() if k.startswith("rollout/")),
               "learning": sum(v for k, v in keys.items() if not k.startswith(("rollout/", "reward/")))}
     rel = {k: 0.0 if ledger[k] == measured[k] else abs(ledger[k] - measured[k]) / max(measured[k], 1) for k in ledger}

@@ -659,3 +659,109 @@ def test_the_vocabulary_scan_catches_a_copy(tmp_path):
     assert "loop.py:5: race.engines.loop restates the phase list" in text
     assert "loop.py:13: race.engines.loop restates whether a reference is a path" in text
     assert "loop.py:13: race.engines.loop restates the reward-spec grammar" in text
+
+
+# -- the engines' lifecycle: state declared, nothing set from outside -------------------------------
+def _assigned_attributes(node: ast.AST) -> list[ast.Attribute]:
+    """The attribute targets ``node`` assigns (plain, augmented, annotated; inside tuples)."""
+    if isinstance(node, ast.Assign):
+        targets = list(node.targets)
+    elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+        targets = [node.target]
+    else:
+        return []
+    out = []
+    while targets:
+        t = targets.pop()
+        if isinstance(t, (ast.Tuple, ast.List)):
+            targets.extend(t.elts)
+        elif isinstance(t, ast.Starred):
+            targets.append(t.value)
+        elif isinstance(t, ast.Attribute):
+            out.append(t)
+    return out
+
+
+def _on_self(t: ast.Attribute) -> bool:
+    return isinstance(t.value, ast.Name) and t.value.id == "self"
+
+
+#: Assignments to an attribute named like an engine's that are not on an engine, allowed
+#: ((module, target) -> what it is): the scan goes by name, not type.
+ENGINE_NAMESAKES = {("race.engines.gang.step", "w.executed"): "Work.executed: a gang step's record, not GangEngine's"}
+
+
+def lifecycle_violations(src: Path) -> list[str]:
+    """One message per way an engine's state escapes its declared lifecycle. An engine is a
+    class named ``*Engine`` in ``race.engines``; its ``__init__`` declares every attribute
+    it has (``self.x = ...`` or ``self.x: T``). (1) Another method of the class assigns
+    ``self.<attr>`` that ``__init__`` does not declare (what ``setup()`` builds is returned as
+    a state object, not set piece by piece). (2) Any module of ``race`` assigns an attribute
+    named like an engine's declared one on anything but ``self`` (``member.ledger = ...``):
+    an engine's attributes are set by its own methods only."""
+    bad: list[str] = []
+    declared_anywhere: dict[str, set[str]] = defaultdict(set)
+    for mod, rel, node in walk_nodes(src):
+        if not (mod.startswith("race.engines") and isinstance(node, ast.ClassDef) and node.name.endswith("Engine")):
+            continue
+        methods = [f for f in node.body if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))]
+        declared = {t.attr for f in methods if f.name == "__init__" for n in ast.walk(f)
+                    for t in _assigned_attributes(n) if _on_self(t)}
+        for a in declared:
+            declared_anywhere[a].add(node.name)
+        for f in methods:
+            if f.name == "__init__":
+                continue
+            for n in ast.walk(f):
+                for t in _assigned_attributes(n):
+                    if _on_self(t) and t.attr not in declared:
+                        bad.append(f"{rel}:{n.lineno}: {node.name}.{f.name} sets self.{t.attr}, which "
+                                   f"{node.name}.__init__ does not declare: declare it there, or return it "
+                                   "from setup() in the run's state")
+    for mod, rel, node in walk_nodes(src):
+        for t in _assigned_attributes(node):
+            if not _on_self(t) and t.attr in declared_anywhere and (mod, ast.unparse(t)) not in ENGINE_NAMESAKES:
+                bad.append(f"{rel}:{node.lineno}: {mod} sets {ast.unparse(t)}, an attribute of "
+                           f"{'/'.join(sorted(declared_anywhere[t.attr]))}, from outside: call the engine's own "
+                           "method instead")
+    return bad
+
+
+def test_engines_declare_their_state_and_nothing_sets_it_from_outside():
+    bad = lifecycle_violations(SRC)
+    assert not bad, "\n".join(bad)
+    engines = {node.name for mod, _, node in walk_nodes(SRC)
+               if mod.startswith("race.engines") and isinstance(node, ast.ClassDef) and node.name.endswith("Engine")}
+    assert engines >= {"BuiltinEngine", "GangEngine", "TrlEngine"}  # the scan saw every engine (and the Protocol)
+
+
+def test_the_lifecycle_scan_catches_state_set_late_and_from_outside(tmp_path):
+    """The pattern this rule replaced: a setup method that sets the models on ``self``, a
+    run that opens its ledger late, and a gang that sets a member's ledger."""
+    pkg = package_dir(tmp_path, "engines")
+    (pkg / "loop.py").write_text(
+        "class LoopEngine:\n"
+        "    def __init__(self, cfg):\n"
+        "        self.cfg = cfg\n"
+        "        self.ledger: object\n"
+        "        self.steps = 0\n\n"
+        "    def _setup(self):\n"
+        "        self.model, self.tok = load(self.cfg)\n\n"
+        "    def run(self):\n"
+        "        self.ledger = open_ledger()\n"
+        "        self.steps += 1\n"
+        "        self.total: int = 3\n\n\n"
+        "class Helper:\n"
+        "    def go(self):\n"
+        "        self.anything = 1\n")
+    (pkg / "gang.py").write_text("def restore(members):\n    for e in members:\n        e.ledger = None\n"
+                                 "        e.cfg.seed, x = 1, 2\n")
+    bad = lifecycle_violations(tmp_path)
+    text = "\n".join(bad)
+    assert len(bad) == 4, text  # model, tok, total, e.ledger
+    assert "race/engines/loop.py:8: LoopEngine._setup sets self.model, which LoopEngine.__init__ does not" in text
+    assert "race/engines/loop.py:8: LoopEngine._setup sets self.tok" in text
+    assert "race/engines/loop.py:13: LoopEngine.run sets self.total" in text
+    assert "race/engines/gang.py:3: race.engines.gang sets e.ledger, an attribute of LoopEngine, from outside" in text
+    assert "race/engines/gang.py:4: race.engines.gang sets e.cfg.seed" not in text  # .seed is no engine attribute
+    assert "race/engines/gang.py:4: race.engines.gang sets e.cfg, an attribute of LoopEngine" not in text

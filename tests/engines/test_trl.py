@@ -47,7 +47,7 @@ def test_tiny_trl_run_stays_within_budget_and_writes_the_run_directory(tiny_mode
     assert not any(r["counted"] for r in ledger if r["phase"] in ("recompute", "eval"))
     assert {r["step"] for r in ledger if r["counted"]} == set(range(1, out["steps"] + 1))
     # every step stayed under the bound the budget check used, and the next step would not have fit
-    bound = engine.flops.step_bound(0, buffered=False)
+    bound = engine.state.flops.step_bound(0, buffered=False)
     for s in range(1, out["steps"] + 1):
         assert 0 < sum(r["flops"] for r in ledger if r["counted"] and r["step"] == s) <= bound
     assert out["total_flops"] + bound > cfg.budget_flops
@@ -101,8 +101,8 @@ def test_cross_check_with_the_builtin_engine(tiny_model_dir, tmp_path):
     spec = dict(prompts_per_step=2, num_generations=4, max_completion_length=12, num_iterations=2, beta=0.1,
                 lora={"r": 4})
     builtin = BuiltinEngine(_cfg(tiny_model_dir, engine="builtin", **spec), tmp_path / "b")
-    builtin._setup()
-    shape, lora, P, T, G = builtin.shape, builtin.lora, 20, 12, 4
+    builtin.start()
+    shape, lora, P, T, G = builtin.state.shape, builtin.state.lora, 20, 12, 4
     for ckpt in (False, True):
         rows = compare_with_builtin(shape, prompts=2, num_generations=G, prompt_len=P, completion_len=T, lora=lora,
                                     num_iterations=2, beta=0.1, gradient_checkpointing=ckpt)

@@ -94,10 +94,10 @@ def test_trl_engine_micro_batches_with_the_same_ledger(tiny_model_dir, tmp_path)
     micro = _cfg(tiny_model_dir, gradient_accumulation_steps=2, loss_type="sapo", scale_rewards="batch")
     engine = TrlEngine(micro, tmp_path / "micro")
     engine.run()
-    a = engine.trainer.args
+    a = engine.state.trainer.args
     assert (a.per_device_train_batch_size, a.gradient_accumulation_steps, a.steps_per_generation) == (4, 2, 2)
     assert (a.generation_batch_size, a.loss_type, a.scale_rewards) == (8, "sapo", "batch")
-    assert engine.flops.plan.gradient_accumulation_steps == 2 and not engine.flops.plan.needs_old_logprobs
+    assert engine.state.flops.plan.gradient_accumulation_steps == 2 and not engine.state.flops.plan.needs_old_logprobs
     one, two = ledger(tmp_path / "one"), ledger(tmp_path / "micro")
     assert two == one and sum(v for k, v in one.items() if k[1] == "update") > 0
-    assert len(engine.flops.tracker.generations) == 1  # one generation fed both micro-batches
+    assert len(engine.state.flops.tracker.generations) == 1  # one generation fed both micro-batches

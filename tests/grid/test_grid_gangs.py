@@ -53,7 +53,8 @@ def test_gang_settings_are_refused_where_they_cannot_run(tiny_model_dir):
 
 def _stored(study):
     with Store(study, create=False) as s:
-        runs = {r["run_id"]: (r["status"], r["total_flops"], r["steps"], r["final_json"]) for r in s.runs()}
+        runs = {r["run_id"]: (r["status"], r["total_flops"], r["steps"], json.loads(r["run_json"])["final"])
+                for r in s.runs()}
         # the eval phase aside: which run computes the shared step-0 evaluation and which read it
         # from <study>/eval-cache ("eval/shared", 0 FLOPs) depends on which worker got there first
         ledger = sorted((r["run_id"], r["step"], r["phase"], r["component"], r["flops"], r["tokens"], r["counted"])

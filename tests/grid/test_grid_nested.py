@@ -133,6 +133,6 @@ def test_a_version_1_store_migrates(tmp_path):
     conn.commit()
     conn.close()
     with Store(tmp_path) as s:
-        assert s.schema_version() == 2
+        assert s.schema_version() == 3
         cols = {r[1] for r in s.conn.execute("PRAGMA table_info(runs)")}
-    assert {"prefix_of", "prefix_step"} <= cols
+    assert {"prefix_of", "prefix_step"} <= cols and "final_json" not in cols  # schema 3 dropped it

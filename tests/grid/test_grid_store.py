@@ -75,6 +75,61 @@ def test_ingest_writes_a_run_and_reingest_replaces_it(study):
     assert json.loads(first[0]["per_problem_json"]) == result["evals"][0]["per_problem"]
 
 
+def _old_store(path, source: Store) -> None:
+    """A study store as RACE at schema 2 wrote it (``MIGRATIONS`` 1 and 2, the statements
+    that RACE ran): ``source``'s rows, each run with the ``final_json`` column the old
+    ``ingest`` filled (``json.dumps(run["final"])``; NULL before a run finished)."""
+    from race.grid.store import MIGRATIONS
+
+    path.mkdir(parents=True)
+    con = sqlite3.connect(path / "study.sqlite", isolation_level=None)
+    con.execute("PRAGMA foreign_keys = ON")
+    con.execute("CREATE TABLE schema_version (version INTEGER NOT NULL)")
+    for version in (1, 2):
+        for stmt in MIGRATIONS[version]:
+            con.execute(stmt)
+        con.execute("INSERT INTO schema_version VALUES (?)", (version,))
+    for r in source.rows("runs"):
+        r = dict(r, final_json=None if r["run_json"] is None else json.dumps(json.loads(r["run_json"])["final"]))
+        con.execute(f"INSERT INTO runs ({', '.join(r)}) VALUES ({', '.join('?' * len(r))})", list(r.values()))
+    for table in ("studies", "ledger", "evals", "train_metrics"):
+        for r in source.rows(table):
+            con.execute(f"INSERT INTO {table} ({', '.join(r)}) VALUES ({', '.join('?' * len(r))})", list(r.values()))
+    con.close()
+
+
+def test_a_schema_2_store_migrates_and_reads_the_same_rows(study, tmp_path):
+    """Schema 3 drops ``runs.final_json`` (written, never read) by rebuilding the table: an
+    old store opens, loses that column only, and its runs (a complete one and its prefix
+    rows among pending ones), ledger, evaluations and training rows read back identical;
+    the index and the other tables' references to ``runs`` still hold."""
+    store, cells, result = study
+    rid = cells[0].run_id
+    store.mark_running(rid)
+    nested = dict(result, run=dict(result["run"], budget_points=[
+        {"budget": result["run"]["total_flops"] / 2, "step": 1, "flops": 1.0}]))
+    store.ingest(rid, nested)
+    want = {t: store.rows(t) for t in ("runs", "studies", "ledger", "evals", "train_metrics")}
+    assert len(want["runs"]) == len(cells) + 1 and want["ledger"] and want["evals"] and want["train_metrics"]
+    _old_store(tmp_path / "old", store)
+    con = sqlite3.connect(tmp_path / "old" / "study.sqlite")
+    assert "final_json" in [c[1] for c in con.execute("PRAGMA table_info(runs)")]
+    con.close()
+    with Store(tmp_path / "old", create=False) as old:
+        assert old.schema_version() == SCHEMA_VERSION == 3
+        assert [c[1] for c in old.conn.execute("PRAGMA table_info(runs)")] == list(want["runs"][0])
+        assert {t: old.rows(t) for t in want} == want
+        assert old.integrity_check() == "ok"
+        assert old.conn.execute("PRAGMA foreign_keys").fetchone()[0] == 1
+        assert old.conn.execute("SELECT COUNT(*) FROM sqlite_master WHERE name='runs_status'").fetchone()[0] == 1
+        with pytest.raises(sqlite3.IntegrityError):  # the ledger still references runs(run_id)
+            old.conn.execute("INSERT INTO ledger VALUES ('no-such-run', 1, 'rollout', 'decode', 1.0, 1, 0.0, 1)")
+        assert old.ingest(rid, nested) == "complete"  # and it takes results again
+        assert old.rows("evals") == want["evals"] and old.rows("ledger") == want["ledger"]
+    with Store(tmp_path / "old", create=False) as again:  # migrated once
+        assert again.conn.execute("SELECT COUNT(*) FROM schema_version").fetchone()[0] == 3
+
+
 class _FailingConn:
     """Connection proxy whose executemany fails on one table: a crash mid-transaction."""
 

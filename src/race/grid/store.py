@@ -12,7 +12,10 @@ the rows of that run up to that step (:func:`prefix_id`). Such a row was not run
 own: it has no wall time and no run directory.
 
 Schema changes go through :data:`MIGRATIONS` (version -> statements); the
-``schema_version`` table records where a file stands and :func:`migrate` brings it up.
+``schema_version`` table records where a file stands and :func:`migrate` brings it up,
+each version in one transaction with foreign keys checked at its end (a version may
+rebuild a table: SQLite's create-copy-drop-rename, which needs enforcement off while the
+old table is dropped).
 """
 
 from __future__ import annotations
@@ -27,6 +30,11 @@ from typing import Any, Iterable, Iterator
 STORE_FILE = "study.sqlite"
 STATUSES = ("pending", "running", "complete", "failed", "diverged")
 FINISHED = ("complete", "diverged")
+
+#: the columns of ``runs`` from schema 3 on, in order (schema 3 copies them from schema 2's table)
+_RUNS_V3 = ("run_id, study, position, spec_json, allocation_json, label, engine, model, num_generations, "
+            "prompts_per_step, num_iterations, learning_rate, reward, lora_r, budget, seed, status, attempts, error, "
+            "started_at, finished_at, wall_s, total_flops, steps, model_params, run_json, prefix_of, prefix_step")
 
 MIGRATIONS: dict[int, list[str]] = {
     1: [
@@ -64,6 +72,23 @@ MIGRATIONS: dict[int, list[str]] = {
         "ALTER TABLE runs ADD COLUMN prefix_of TEXT",
         "ALTER TABLE runs ADD COLUMN prefix_step INTEGER",
     ],
+    3: [  # runs.final_json dropped: written, never read (run_json holds the run's "final" scores)
+        f"""CREATE TABLE runs_v3 (
+             run_id TEXT PRIMARY KEY, study TEXT NOT NULL, position INTEGER NOT NULL,
+             spec_json TEXT NOT NULL, allocation_json TEXT NOT NULL, label TEXT NOT NULL,
+             engine TEXT, model TEXT, num_generations INTEGER, prompts_per_step INTEGER,
+             num_iterations INTEGER, learning_rate REAL, reward TEXT, lora_r INTEGER,
+             budget REAL NOT NULL, seed INTEGER NOT NULL,
+             status TEXT NOT NULL DEFAULT 'pending' CHECK (status IN {STATUSES!r}),
+             attempts INTEGER NOT NULL DEFAULT 0, error TEXT,
+             started_at REAL, finished_at REAL, wall_s REAL,
+             total_flops REAL, steps INTEGER, model_params INTEGER,
+             run_json TEXT, prefix_of TEXT, prefix_step INTEGER)""",
+        f"INSERT INTO runs_v3 ({_RUNS_V3}) SELECT {_RUNS_V3} FROM runs",
+        "DROP TABLE runs",
+        "ALTER TABLE runs_v3 RENAME TO runs",
+        "CREATE INDEX runs_status ON runs(status)",
+    ],
 }
 SCHEMA_VERSION = max(MIGRATIONS)
 
@@ -85,16 +110,31 @@ def migrate(conn: sqlite3.Connection) -> int:
     if current > SCHEMA_VERSION:
         raise StoreError(f"study store has schema version {current}, but this RACE knows up to "
                          f"{SCHEMA_VERSION}: upgrade RACE to read it")
-    for version in range(current + 1, SCHEMA_VERSION + 1):
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            for stmt in MIGRATIONS[version]:
-                conn.execute(stmt)
-            conn.execute("INSERT INTO schema_version(version) VALUES (?)", (version,))
-            conn.execute("COMMIT")
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
+    if current == SCHEMA_VERSION:
+        return current
+    enforce = conn.execute("PRAGMA foreign_keys").fetchone()[0]
+    conn.execute("PRAGMA foreign_keys = OFF")  # a no-op inside a transaction: set before BEGIN
+    try:
+        for version in range(current + 1, SCHEMA_VERSION + 1):
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                if (conn.execute("SELECT MAX(version) FROM schema_version").fetchone()[0] or 0) >= version:
+                    conn.execute("COMMIT")  # another process migrated this version meanwhile
+                    continue
+                for stmt in MIGRATIONS[version]:
+                    conn.execute(stmt)
+                broken = conn.execute("PRAGMA foreign_key_check").fetchall()
+                if broken:
+                    raise StoreError(f"migrating the study store to schema {version} would leave {len(broken)} "
+                                     f"rows without their run (first: {tuple(broken[0])}); the file is left at "
+                                     f"schema {version - 1}: check it with `sqlite3 ... 'PRAGMA foreign_key_check'`")
+                conn.execute("INSERT INTO schema_version(version) VALUES (?)", (version,))
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+    finally:
+        conn.execute(f"PRAGMA foreign_keys = {'ON' if enforce else 'OFF'}")
     return current
 
 
@@ -230,10 +270,10 @@ class Store:
             c.executemany("INSERT INTO train_metrics VALUES (?,?,?,?)", train)
             c.execute(
                 "UPDATE runs SET status=?, error=?, finished_at=?, wall_s=?, total_flops=?, steps=?, model_params=?, "
-                "final_json=?, run_json=? WHERE run_id=?",
+                "run_json=? WHERE run_id=?",
                 (status, run.get("error") if status == "diverged" else None, time.time(), _num(wall),
                  _num(run.get("total_flops")), run.get("steps"), run.get("model_params"),
-                 json.dumps(run.get("final")), json.dumps(run, sort_keys=True), run_id))
+                 json.dumps(run, sort_keys=True), run_id))
             self._write_prefixes(c, run_id, run, ledger, evals, train)
         return status
 
@@ -279,7 +319,7 @@ class Store:
                                                          "verified_mean")}}
             row = {**base, "run_id": pid, "spec_json": json.dumps(pspec, sort_keys=True), "budget": b,
                    "status": "complete", "error": None, "wall_s": None, "total_flops": float(p["flops"]), "steps": k,
-                   "final_json": json.dumps(final), "run_json": json.dumps(prun, sort_keys=True),
+                   "run_json": json.dumps(prun, sort_keys=True),
                    "prefix_of": run_id, "prefix_step": k}
             c.execute(f"INSERT INTO runs({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})",
                       [row[col] for col in cols])

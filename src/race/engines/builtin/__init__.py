@@ -2,6 +2,8 @@
 
     engine.py        the training loop (BuiltinEngine, run_builtin): every phase charged
                      to the ledger, every stop decided by the run's BudgetGuard
+    state.py         its lifecycle, declared: what setup() builds (BuiltinState) and the
+                     run's records once it knows where it starts (RunBooks)
     fast_decode.py   the functional prefill + KV-cache decoder the rollout uses
     fast_forward.py  the prefix-shared forward of the log-prob passes and the update
     micro_batch.py   micro-batches, gradient accumulation and checkpointing of those passes

@@ -58,6 +58,7 @@ from race.engines.common import (
     start_policy,
 )
 from race.engines.builtin import fast_forward, micro_batch
+from race.engines.builtin.state import BuiltinState, RunBooks
 from race.engines.grpo_math import group_advantages, grpo_loss, lr_at
 from race.engines.run_io import MetricsLog
 from race.engines.sampling import Rollout, decode_completions, encode_prompts, rollout_flops, sample, step_charge
@@ -77,51 +78,69 @@ class BuiltinEngine:
     def __init__(self, cfg: RunConfig, run_dir: Path, progress: Progress | None = None) -> None:
         self.cfg, self.run_dir, self.progress = cfg, Path(run_dir), progress
         self.out = RunDir(self.run_dir, cfg)
-        # the run's state; the models load in _setup() (not for a run already complete)
         self.schedule = EvalSchedule.of(cfg)
-        self.ledger: FlopLedger | None = None  # the run's ledger, opened by run() with its BudgetGuard
-        self.guard: BudgetGuard | None = None  # every budget decision of the run (race.accounting.guard)
-        self.metrics: MetricsLog | None = None
-        self.total_steps = cfg.max_steps or 0  # steps the budget buys (the lr schedule's length), set by run()
-        self.resumed_from: int | None = None
+        # the lifecycle (race.engines.builtin.state): start() builds the state (not for a run
+        # already complete), open_books() opens the records once the run knows where it starts
+        self.state: BuiltinState
+        self.books: RunBooks
         self._warned_cut = False
-        self.recompute_early_stop = True  # torch's non-reentrant early stop (set when checkpointing is enabled)
 
     # -- setup ------------------------------------------------------------------------
-    def _setup(self) -> None:
+    def setup(self) -> BuiltinState:
+        """Build and return the run's state (loads the models: see :class:`BuiltinState`)."""
         from race.models import wrap_lora
         from race.rewards import make_reward
 
         cfg = self.cfg
         policy = start_policy(cfg, self.schedule)
-        self.tok, self.lora, self.shape, self.device = policy.tok, policy.lora, policy.shape, policy.device
         model, tok = policy.model, policy.tok
-        self.ref_model = None
+        ref_model = None
         if cfg.lora is not None:
             model = wrap_lora(model, cfg.lora)
         elif cfg.beta != 0:
-            self.ref_model = copy.deepcopy(model).eval().requires_grad_(False)
-        self.model = model
-        if cfg.gradient_checkpointing:
-            self.recompute_early_stop = micro_batch.enable_checkpointing(model)
-        self.share_prompts = fast_forward.supports(model)  # prefix-shared passes (module docstring)
-        self.task = make_task(cfg, tok)
-        self.reward = make_reward(cfg.reward, seed=cfg.seed, device=str(self.device), conventions=cfg.conventions,
-                                  task=self.task, tokenizer=tok)
+            ref_model = copy.deepcopy(model).eval().requires_grad_(False)
+        early_stop = micro_batch.enable_checkpointing(model) if cfg.gradient_checkpointing else True
+        share = fast_forward.supports(model)  # prefix-shared passes (module docstring)
+        task = make_task(cfg, tok)
+        reward = make_reward(cfg.reward, seed=cfg.seed, device=str(policy.device), conventions=cfg.conventions,
+                             task=task, tokenizer=tok)
         params = [p for p in model.parameters() if p.requires_grad]
-        self.optimizer = torch.optim.AdamW(params, lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
-        self.evaluator = run_evaluator(cfg, self.task, policy)
-        self.step_plan = StepPlan(  # the rollout shares prompts always, the learning passes where supported
-            self.shape, cfg.num_generations, lora=self.lora, num_iterations=cfg.num_iterations, beta=cfg.beta,
+        optimizer = torch.optim.AdamW(params, lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
+        evaluator = run_evaluator(cfg, task, policy)
+        step_plan = StepPlan(  # the rollout shares prompts always, the learning passes where supported
+            policy.shape, cfg.num_generations, lora=policy.lora, num_iterations=cfg.num_iterations, beta=cfg.beta,
             needs_old_logprobs=cfg.needs_old_logprobs, recompute=cfg.gradient_checkpointing,
-            recompute_early_stop=self.recompute_early_stop, inputs_require_grad=cfg.gradient_checkpointing,
-            share_prompt=True, micro_batch=cfg.micro_batch_size if self.share_prompts else None,
-            conventions=cfg.conventions)
+            recompute_early_stop=early_stop, inputs_require_grad=cfg.gradient_checkpointing,
+            share_prompt=True, micro_batch=cfg.micro_batch_size if share else None, conventions=cfg.conventions)
+        return BuiltinState(model=model, ref_model=ref_model, tok=tok, lora=policy.lora, shape=policy.shape,
+                            device=policy.device, task=task, reward=reward, optimizer=optimizer, evaluator=evaluator,
+                            step_plan=step_plan, share_prompts=share, recompute_early_stop=early_stop)
+
+    def start(self) -> None:
+        """The run's state, built once (:meth:`setup`)."""
+        self.state = self.setup()
+
+    def open_books(self, resumed_from: int | None, total_steps: int | None = None, *, ledger: Any = None,
+                   metrics: Any = None) -> RunBooks:
+        """Open the run's records where the run directory stands (after a resume cut it back):
+        its ledger and metrics (``ledger``/``metrics`` in their place where given), its
+        ``BudgetGuard``, and the lr schedule's length: ``total_steps`` (a gang checkpoint's),
+        else the steps the budget buys at step 1's bound, a function of the config alone, so
+        a resumed run keeps the schedule of an uninterrupted one."""
+        cfg = self.cfg
+        ledger = FlopLedger(self.run_dir / "ledger.jsonl", budget=cfg.budget_flops) if ledger is None else ledger
+        metrics = MetricsLog(self.run_dir / "metrics.jsonl") if metrics is None else metrics
+        guard = BudgetGuard(ledger)
+        if total_steps is None:
+            problems1, ids1, _ = self._prompts(1)
+            total_steps = guard.steps_bought(self.step_bound(ids1.shape[1], problems1), cfg.max_steps, run=cfg.name)
+        self.books = RunBooks(ledger, guard, metrics, total_steps, resumed_from)
+        return self.books
 
     def _prompts(self, step: int) -> tuple[list[Any], torch.Tensor, torch.Tensor]:
-        cfg = self.cfg
-        problems = self.task.problems("train", cfg.prompts_per_step, seed=step_seed(cfg.seed, step))
-        ids, mask = encode_prompts(self.tok, [p.prompt for p in problems], self.device)
+        cfg, st = self.cfg, self.state
+        problems = st.task.problems("train", cfg.prompts_per_step, seed=step_seed(cfg.seed, step))
+        ids, mask = encode_prompts(st.tok, [p.prompt for p in problems], st.device)
         if ids.shape[1] > cfg.max_prompt_length:  # keep the end of over-long prompts (TRL does the same)
             if not self._warned_cut and (cfg.task.prompt_template or cfg.task.chat_template):
                 self._warned_cut = True
@@ -135,23 +154,24 @@ class BuiltinEngine:
         """Upper bound of one step's counted FLOPs: completions at max length, no group
         dropped; a reward model reads the full prompts of ``problems`` (not the policy's
         prompts cut to ``max_prompt_length``)."""
-        cfg = self.cfg
+        cfg, st = self.cfg, self.state
         n, T = cfg.prompts_per_step * cfg.num_generations, cfg.max_completion_length
-        return self.step_plan.bound(cfg.prompts_per_step, prompt_len, T) + reward_bound(self.reward, n, prompt_len, T,
-                                                                                         problems)
+        return st.step_plan.bound(cfg.prompts_per_step, prompt_len, T) + reward_bound(st.reward, n, prompt_len, T,
+                                                                                       problems)
 
     def _learning(self, prompt_len: int, completion_len: int, n: int) -> dict[str, int]:
         """The learning passes over ``n`` rows (whole groups) padded to ``prompt_len`` +
         ``completion_len``, prompts shared per group and micro-batch where the engine does."""
-        return self.step_plan.learning([prompt_len + completion_len] * n, [completion_len] * n)
+        return self.state.step_plan.learning([prompt_len + completion_len] * n, [completion_len] * n)
 
     # -- stages -----------------------------------------------------------------------
     def rollout(self, step: int, ids: torch.Tensor, mask: torch.Tensor) -> Rollout:
+        st = self.state
         gen = torch.Generator(device="cpu").manual_seed(self.cfg.seed * 7_919 + step)
-        self.model.eval()
-        return sample(self.model, ids, mask, group=self.cfg.num_generations,
-                      max_new_tokens=self.cfg.max_completion_length, eos_id=self.tok.eos_token_id,
-                      pad_id=self.tok.pad_token_id, temperature=self.cfg.temperature, generator=gen)
+        st.model.eval()
+        return sample(st.model, ids, mask, group=self.cfg.num_generations,
+                      max_new_tokens=self.cfg.max_completion_length, eos_id=st.tok.eos_token_id,
+                      pad_id=st.tok.pad_token_id, temperature=self.cfg.temperature, generator=gen)
 
     @staticmethod
     def _select(ro: Rollout, rows: torch.Tensor) -> Rollout:
@@ -165,53 +185,53 @@ class BuiltinEngine:
 
     def _logprobs(self, model: Any, ro: Rollout) -> torch.Tensor:
         return micro_batch.logprobs(model, ro, self.cfg.micro_batch_size, self.cfg.temperature,
-                                    share=self.share_prompts)
+                                    share=self.state.share_prompts)
 
     def update(self, batch: Rollout, adv: torch.Tensor, step: int) -> dict[str, float]:
         """Old/reference log-probs, then ``num_iterations`` clipped policy updates, each in
         micro-batches of ``per_device_train_batch_size`` sequences (``race.engines.builtin.micro_batch``)."""
         from race.models import reference_policy
 
-        cfg = self.cfg
+        cfg, st = self.cfg, self.state
         timings: dict[str, float] = {}
         mask = batch.completion_mask.clone()
         if cfg.mask_truncated_completions:
             mask[batch.truncated] = 0
-        t0 = device_clock(self.device)
+        t0 = device_clock(st.device)
         old = None
         if cfg.needs_old_logprobs:
-            self.model.eval()
+            st.model.eval()
             with torch.no_grad():
-                old = self._logprobs(self.model, batch)
-        timings["old_logprobs"] = device_clock(self.device) - t0
-        t0 = device_clock(self.device)
+                old = self._logprobs(st.model, batch)
+        timings["old_logprobs"] = device_clock(st.device) - t0
+        t0 = device_clock(st.device)
         ref = None
         if cfg.beta != 0:
-            if self.ref_model is not None:
+            if st.ref_model is not None:
                 with torch.no_grad():
-                    ref = self._logprobs(self.ref_model, batch)
+                    ref = self._logprobs(st.ref_model, batch)
             else:
-                with reference_policy(self.model) as base:
+                with reference_policy(st.model) as base:
                     ref = self._logprobs(base, batch)
-        timings["reference"] = device_clock(self.device) - t0
-        t0 = device_clock(self.device)
+        timings["reference"] = device_clock(st.device) - t0
+        t0 = device_clock(st.device)
         lr = self.lr(step)
-        for g in self.optimizer.param_groups:
+        for g in st.optimizer.param_groups:
             g["lr"] = lr
-        self.model.train()
+        st.model.train()
         stats = None
         kw = dict(epsilon=cfg.epsilon, epsilon_high=cfg.epsilon_high, loss_type=cfg.loss_type,
                   max_completion_length=cfg.max_completion_length, beta=cfg.beta,
                   sapo_temperatures=(cfg.sapo_temperature_pos, cfg.sapo_temperature_neg))
         for _ in range(cfg.num_iterations):
-            self.optimizer.zero_grad(set_to_none=True)
-            stats = micro_batch.accumulate_gradients(self.model, batch, adv, mask, old, ref,
+            st.optimizer.zero_grad(set_to_none=True)
+            stats = micro_batch.accumulate_gradients(st.model, batch, adv, mask, old, ref,
                                                      size=cfg.micro_batch_size, temperature=cfg.temperature,
                                                      loss_fn=grpo_loss, loss_kwargs=kw, step=step,
-                                                     share=self.share_prompts)
-            torch.nn.utils.clip_grad_norm_([p for p in self.model.parameters() if p.requires_grad], cfg.max_grad_norm)
-            self.optimizer.step()
-        timings["update"] = device_clock(self.device) - t0
+                                                     share=st.share_prompts)
+            torch.nn.utils.clip_grad_norm_([p for p in st.model.parameters() if p.requires_grad], cfg.max_grad_norm)
+            st.optimizer.step()
+        timings["update"] = device_clock(st.device) - t0
         assert stats is not None
         return {"loss": stats.loss, "clip_frac": stats.clip_frac, "kl": stats.kl, "lr": lr, **{
             f"seconds_{k}": v for k, v in timings.items()}}
@@ -219,59 +239,47 @@ class BuiltinEngine:
     def lr(self, step: int) -> float:
         cfg = self.cfg
         return lr_at(step, base_lr=cfg.learning_rate, schedule=cfg.lr_scheduler_type, warmup_steps=cfg.warmup_steps,
-                     total_steps=self.total_steps)
+                     total_steps=self.books.total_steps)
 
     # -- bookkeeping --------------------------------------------------------------------
     def _evaluate(self, step: int) -> list[dict[str, Any]]:
-        assert self.metrics is not None
-        return self.schedule.evaluate(self.evaluator, self.model, self.ledger, self.metrics, step)
+        st, books = self.state, self.books
+        return self.schedule.evaluate(st.evaluator, st.model, books.ledger, books.metrics, step)
 
     def _checkpoint(self, step: int) -> None:
-        assert self.ledger is not None and self.metrics is not None
-        meta = dict(self.out.checkpoint_meta(self.schedule, self.reward), ledger_records=len(self.ledger),
-                    metrics_rows=len(self.metrics.rows))
-        save_checkpoint(self.run_dir, model=self.model, optimizer=self.optimizer, step=step, meta=meta)
+        meta = dict(self.out.checkpoint_meta(self.schedule, self.state.reward), ledger_records=len(self.books.ledger),
+                    metrics_rows=len(self.books.metrics.rows))
+        save_checkpoint(self.run_dir, model=self.state.model, optimizer=self.state.optimizer, step=step, meta=meta)
 
-    def _resume(self) -> int:
-        """The step to continue after: the checkpoint's (its state restored), else 0."""
+    def _resume(self) -> int | None:
+        """The checkpoint's step (its state restored, the files cut back to it), else None."""
         ckpt = find_checkpoint(self.run_dir)
         if ckpt is None:
             self.out.start_over()
-            return 0
-        meta = load_checkpoint(ckpt, model=self.model, optimizer=self.optimizer)
-        self.out.resume(meta, self.schedule, self.reward)
-        self.resumed_from = int(meta["step"])
+            return None
+        meta = load_checkpoint(ckpt, model=self.state.model, optimizer=self.state.optimizer)
+        self.out.resume(meta, self.schedule, self.state.reward)
         if "ledger_records" in meta:  # back to exactly what was written when the checkpoint was taken
             cut_lines(self.run_dir / "ledger.jsonl", int(meta["ledger_records"]))
             cut_lines(self.run_dir / "metrics.jsonl", int(meta["metrics_rows"]))
-        return self.resumed_from
-
-    def _plan(self) -> None:
-        """Steps the budget buys at step 1's bound (the lr schedule's length): a function of
-        the config alone, so a resumed run keeps the schedule of an uninterrupted one."""
-        assert self.guard is not None
-        problems1, ids1, _ = self._prompts(1)
-        self.total_steps = self.guard.steps_bought(self.step_bound(ids1.shape[1], problems1), self.cfg.max_steps,
-                                                   run=self.cfg.name)
+        return int(meta["step"])
 
     # -- the run --------------------------------------------------------------------------
     def run(self) -> dict[str, Any]:
-        cfg, run_dir = self.cfg, self.run_dir
+        cfg = self.cfg
         done = self.out.completed()
         if done is not None:
             return done
         t_start = time.perf_counter()
         self.out.begin()
-        self._setup()
-        step = self._resume()
-        self.ledger = FlopLedger(run_dir / "ledger.jsonl", budget=cfg.budget_flops)
-        self.guard = BudgetGuard(self.ledger)
-        self.metrics = MetricsLog(run_dir / "metrics.jsonl")
+        self.start()
+        resumed_from = self._resume()
+        step = resumed_from or 0
+        books = self.open_books(resumed_from)
         if step:  # a checkpoint without record counts (older runs): drop the steps after it
-            self.ledger.truncate_after(step)
-            self.metrics.truncate_after(step)
-        self._plan()
-        if self.resumed_from is None:
+            books.ledger.truncate_after(step)
+            books.metrics.truncate_after(step)
+        if resumed_from is None:
             self._evaluate(0)
         status, stop_reason, error = "complete", "budget", None
         try:
@@ -281,14 +289,15 @@ class BuiltinEngine:
                     break
                 problems, ids, mask = self._prompts(step + 1)
                 bound = self.step_bound(ids.shape[1], problems)
-                self.schedule.reach_budgets(self.evaluator, self.model, self.ledger, self.metrics, step, bound)
-                if not self.guard.may_start(bound):
+                self.schedule.reach_budgets(self.state.evaluator, self.state.model, books.ledger, books.metrics, step,
+                                            bound)
+                if not books.guard.may_start(bound):
                     break
                 step += 1
                 if not self._train_step(step, problems, ids, mask):  # the budget could not take it: stop
                     step -= 1
                     break
-                if self.schedule.due(self.ledger.total):
+                if self.schedule.due(books.ledger.total):
                     self._evaluate(step)
                 if step % cfg.checkpoint_every == 0:
                     self._checkpoint(step)
@@ -303,19 +312,19 @@ class BuiltinEngine:
     def _train_step(self, step: int, problems: list[Any], ids: torch.Tensor, mask: torch.Tensor) -> bool:
         """One step, charged to the ledger; False (nothing charged, what ran recorded as
         ``overrun``) when its exact cost does not fit the budget."""
-        cfg = self.cfg
+        cfg, st, books = self.cfg, self.state, self.books
         torch.manual_seed(cfg.seed * 1_000_033 + step)  # LoRA dropout etc.
         G = cfg.num_generations
         # 1. rollout
-        t0 = device_clock(self.device)
+        t0 = device_clock(st.device)
         ro = self.rollout(step, ids, mask)
-        t_roll = device_clock(self.device) - t0
-        roll = {f"rollout/{k}": v for k, v in rollout_flops(self.shape, ro, lora=self.lora,
+        t_roll = device_clock(st.device) - t0
+        roll = {f"rollout/{k}": v for k, v in rollout_flops(st.shape, ro, lora=st.lora,
                                                              conventions=cfg.conventions).items()}
         # 2. reward
-        texts = decode_completions(self.tok, ro)
+        texts = decode_completions(st.tok, ro)
         rep_problems = [p for p in problems for _ in range(G)]
-        rw = self.reward.score(rep_problems, texts)
+        rw = st.reward.score(rep_problems, texts)
         rewards = torch.tensor(rw.rewards, dtype=torch.float32)
         # 3. advantages; groups whose rewards are all equal carry no signal
         adv, zero_var = group_advantages(rewards, G, scale=cfg.scale_rewards)
@@ -330,46 +339,45 @@ class BuiltinEngine:
             P, T = batch.prompt_ids.shape[1], batch.completion_ids.shape[1]
             learn = self._learning(P, T, n_kept)
         ran = {**roll, **(rw.components or {})}
-        if not self.guard.may_continue(step, ran, learn,  # the bound was low: no update, ran recorded as overrun
+        if not books.guard.may_continue(step, ran, learn,  # the bound was low: no update, ran recorded as overrun
                                        seconds={"rollout/decode": t_roll, reward_key: rw.seconds}):
             return False
         if batch is not None:
             # 4-6. old/ref log-probs and the update
-            upd = self.update(batch, adv[rows].to(self.device), step)
+            upd = self.update(batch, adv[rows].to(st.device), step)
         # charge the ledger: what executed
         seconds = {"rollout/prefill": 0.0, "rollout/decode": t_roll, reward_key: rw.seconds,
                    "old_logprobs/forward": upd.get("seconds_old_logprobs", 0.0),
                    "reference/forward": upd.get("seconds_reference", 0.0),
                    "update/forward": upd.get("seconds_update", 0.0)}
         comps, tokens = step_charge(roll, rw, learn, ro, G)
-        if self.guard.charge(step, comps, tokens=tokens, seconds=seconds):  # overrun: cannot happen after the check
+        if books.guard.charge(step, comps, tokens=tokens, seconds=seconds):  # overrun: cannot happen after the check
             return False
         trunc = float(ro.truncated.float().mean())
-        row = {"kind": "train", "step": step, "flops": self.ledger.total, "reward_mean": float(rewards.mean()),
+        row = {"kind": "train", "step": step, "flops": books.ledger.total, "reward_mean": float(rewards.mean()),
                "reward_std": float(rewards.std()) if len(rewards) > 1 else 0.0,
                "verified_mean": sum(rw.verified) / max(1, len(rw.verified)),
                "zero_var_frac": float(zero_var.float().mean()), "trunc_rate": trunc,
                "completion_len": float(ro.lengths.float().mean()), "kept_sequences": n_kept,
                **{k: v for k, v in upd.items() if not k.startswith("seconds_")}, **rw.extra}
-        self.metrics.append([row])
+        books.metrics.append([row])
         if self.progress:
-            self.progress({"step": step, "flops": self.ledger.total, "budget": self.cfg.budget_flops, **row})
+            self.progress({"step": step, "flops": books.ledger.total, "budget": self.cfg.budget_flops, **row})
         return True
 
     def _finish(self, step: int, status: str, stop_reason: str, error: str | None, wall: float) -> dict[str, Any]:
-        cfg = self.cfg
-        assert self.metrics is not None
+        cfg, st, books = self.cfg, self.state, self.books
         if status == "complete":
-            self.model.save_pretrained(self.run_dir / "adapter", safe_serialization=True)
-        card = ReportCard.from_ledger(self.ledger, conventions=cfg.conventions, model=cfg.model,
-                                      model_params=self.shape.num_params(),
+            st.model.save_pretrained(self.run_dir / "adapter", safe_serialization=True)
+        card = ReportCard.from_ledger(books.ledger, conventions=cfg.conventions, model=cfg.model,
+                                      model_params=st.shape.num_params(),
                                       lora_rank=cfg.lora.r if cfg.lora is not None else None,
                                       num_generations=cfg.num_generations, extra={"engine": self.name,
                                                                                   "reward": str(cfg.reward)})
         write_card(card, self.run_dir)
-        return self.out.finish(engine=self.name, ledger=self.ledger, metrics=self.metrics, steps=step, status=status,
-                               stop_reason=stop_reason, error=error, wall=wall, shape=self.shape,
-                               resumed_from=self.resumed_from, budget_points=self.schedule.budget_points)
+        return self.out.finish(engine=self.name, ledger=books.ledger, metrics=books.metrics, steps=step, status=status,
+                               stop_reason=stop_reason, error=error, wall=wall, shape=st.shape,
+                               resumed_from=books.resumed_from, budget_points=self.schedule.budget_points)
 
 
 def run_builtin(cfg: RunConfig, run_dir: Path, progress: Progress | None = None) -> dict[str, Any]:

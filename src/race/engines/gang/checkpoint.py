@@ -22,8 +22,8 @@ from race.engines.checkpoint import find_checkpoint, load_checkpoint, publish, s
 
 def save_gang(gang_dir: Path, *, step: int, run_ids: list[str], left: list[bool], members: list[Any],
               metas: list[dict[str, Any] | None], total_steps: list[int]) -> None:
-    """Write the gang's state at ``step``; ``members[i]`` has ``.model``/``.optimizer``
-    (unused for a member that left); ``metas[i]``: its ``RunDir.checkpoint_meta``."""
+    """Write the gang's state at ``step``; ``members[i]`` has ``.model``/``.optimizer`` (its
+    ``BuiltinState``; unused for a member that left); ``metas[i]``: its ``RunDir.checkpoint_meta``."""
     tmp, final = gang_dir / "checkpoint.tmp", gang_dir / "checkpoint"
     if tmp.exists():
         shutil.rmtree(tmp)
@@ -57,7 +57,8 @@ def read_gang(ckpt: Path, run_ids: list[str]) -> dict[str, Any]:
 
 
 def load_member(ckpt: Path, i: int, member: Any) -> dict[str, Any]:
-    """Restore member ``i``'s weights and optimizer; returns its resume metadata."""
+    """Restore member ``i``'s weights and optimizer (``member``: its ``BuiltinState``);
+    returns its resume metadata."""
     d = find_checkpoint(ckpt / f"m{i}")
     if d is None:
         raise RuntimeError(f"{ckpt} has no state for live member {i}; delete the gang directory to start over")

@@ -33,14 +33,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from race.accounting import BudgetGuard, FlopLedger
 from race.engines.builtin import BuiltinEngine
 from race.engines.common import Progress
 from race.engines.checkpoint import cut_lines
 from race.engines.gang.checkpoint import find_gang, load_member, read_gang, save_gang
 from race.engines.gang.members import gang_refusal
 from race.engines.gang.step import Work, gang_step
-from race.engines.run_io import MetricsLog, read_run, write_json_atomic
+from race.engines.run_io import read_run, write_json_atomic
 from race.spec.run import RunConfig
 
 
@@ -61,6 +60,7 @@ class GangEngine:
         self.results: list[dict[str, Any] | None] = [None] * len(self.engs)
         self.wall = [0.0] * len(self.engs)
         self.executed = [0] * len(self.engs)  # rollout FLOPs the gang executed per member
+        self.total_steps = [0] * len(self.engs)  # each member's lr-schedule length (its books', once open)
         self.every = min(c.checkpoint_every for c, _ in members)
 
     def gang_info(self, i: int) -> dict[str, Any]:
@@ -79,14 +79,14 @@ class GangEngine:
         self.gang_dir.mkdir(parents=True, exist_ok=True)
         for e in self.engs:
             e.out.begin()
-            e._setup()
+            e.start()
         from race.engines.builtin import fast_forward
         from race.engines.gang.forward import share_base
 
-        if not all(fast_forward.supports(e.model) for e in self.engs):
+        if not all(fast_forward.supports(e.state.model) for e in self.engs):
             raise ValueError("a gang needs the functional forward (a Qwen2/Llama-style model without gradient "
                              "checkpointing or attention dropout); run these cells alone (gang: false)")
-        share_base([e.model for e in self.engs])
+        share_base([e.state.model for e in self.engs])
         step = self._restore(ckpt, state)
         setup = (time.perf_counter() - t0) / len(self.engs)
         for i in range(len(self.engs)):
@@ -102,25 +102,23 @@ class GangEngine:
             if state is not None and state["left"][i]:
                 self.left[i] = True
                 self.results[i] = read_run(e.run_dir)
+                self.total_steps[i] = int(state["total_steps"][i])
                 continue
             if state is None:
                 e.out.start_over()
+                e.open_books(None)  # its ledger, metrics and guard, as BuiltinEngine.run opens them
             else:
-                meta = load_member(ckpt, i, e)  # type: ignore[arg-type]
-                e.out.resume(meta, e.schedule, e.reward)
-                e.resumed_from = step
-                e.total_steps = int(state["total_steps"][i])
+                meta = load_member(ckpt, i, e.state)  # type: ignore[arg-type]
+                e.out.resume(meta, e.schedule, e.state.reward)
                 self.executed[i] = int(meta.get("rollout_flops_executed", 0))
                 self.wall[i] = float(meta.get("wall_s", 0.0))
                 # back to what it had written at the checkpoint (counts, not steps: a member that
                 # left recorded its final evaluation at its last step, which may be the checkpoint's)
                 cut_lines(e.run_dir / "ledger.jsonl", int(meta["ledger_records"]))
                 cut_lines(e.run_dir / "metrics.jsonl", int(meta["metrics_rows"]))
-            e.ledger = FlopLedger(e.run_dir / "ledger.jsonl", budget=e.cfg.budget_flops)
-            e.metrics = MetricsLog(e.run_dir / "metrics.jsonl")
-            e.guard = BudgetGuard(e.ledger)  # every budget decision of the member, as in BuiltinEngine.run
+                e.open_books(step, int(state["total_steps"][i]))
+            self.total_steps[i] = e.books.total_steps
             if state is None:
-                e._plan()
                 t = time.perf_counter()
                 e._evaluate(0)
                 self.wall[i] += time.perf_counter() - t
@@ -138,7 +136,7 @@ class GangEngine:
                 leaving.append((i, "complete", "max_steps", None, step))
                 continue
             problems, ids, mask = e._prompts(t)
-            if not e.guard.may_start(e.step_bound(ids.shape[1], problems)):
+            if not e.books.guard.may_start(e.step_bound(ids.shape[1], problems)):
                 leaving.append((i, "complete", "budget", None, step))
                 continue
             works.append(Work(i, e, problems, ids, mask))
@@ -155,7 +153,7 @@ class GangEngine:
                     leaving.append((w.index, "complete", "budget", None, step))
                 elif w.outcome == "diverged":
                     leaving.append((w.index, "diverged", "diverged", f"{w.error}; kept the last good checkpoint", t))
-                elif w.eng.schedule.due(w.eng.ledger.total):
+                elif w.eng.schedule.due(w.eng.books.ledger.total):
                     t1 = time.perf_counter()
                     w.eng._evaluate(t)
                     self.wall[w.index] += time.perf_counter() - t1
@@ -181,12 +179,12 @@ class GangEngine:
         self.left[i] = True
 
     def _checkpoint(self, step: int) -> None:
-        metas = [None if gone else dict(e.out.checkpoint_meta(e.schedule, e.reward), wall_s=self.wall[i],
-                                        rollout_flops_executed=self.executed[i], ledger_records=len(e.ledger),
-                                        metrics_rows=len(e.metrics.rows))
+        metas = [None if gone else dict(e.out.checkpoint_meta(e.schedule, e.state.reward), wall_s=self.wall[i],
+                                        rollout_flops_executed=self.executed[i], ledger_records=len(e.books.ledger),
+                                        metrics_rows=len(e.books.metrics.rows))
                  for i, (e, gone) in enumerate(zip(self.engs, self.left))]
-        save_gang(self.gang_dir, step=step, run_ids=self.run_ids, left=list(self.left), members=self.engs,
-                  metas=metas, total_steps=[e.total_steps for e in self.engs])
+        save_gang(self.gang_dir, step=step, run_ids=self.run_ids, left=list(self.left),
+                  members=[e.state for e in self.engs], metas=metas, total_steps=list(self.total_steps))
 
 
 def run_gang(members: list[tuple[RunConfig, Path]], gang_dir: Path,

@@ -60,24 +60,24 @@ class Work:
 def gang_step(step: int, works: list[Work]) -> float:
     """Run step ``step`` for every member in ``works`` (module docstring); sets each
     ``outcome``. Returns the step's batched seconds (for the caller's wall split)."""
-    models = [w.eng.model for w in works]
+    models = [w.eng.state.model for w in works]
     # 1. rollout, one batched decode
     jobs = []
     for k, w in enumerate(works):
         cfg = w.eng.cfg
         gen = torch.Generator(device="cpu").manual_seed(cfg.seed * 7_919 + step)
-        w.eng.model.eval()
+        w.eng.state.model.eval()
         jobs.append(SampleJob(k, w.ids, w.mask, cfg.num_generations, cfg.temperature, gen,
-                              w.eng.tok.eos_token_id, w.eng.tok.pad_token_id))
-    t0 = device_clock(works[0].eng.device)
+                              w.eng.state.tok.eos_token_id, w.eng.state.tok.pad_token_id))
+    t0 = device_clock(works[0].eng.state.device)
     fast = fast_gang_sample(models, jobs, works[0].eng.cfg.max_completion_length)
-    t_roll = device_clock(works[0].eng.device) - t0
+    t_roll = device_clock(works[0].eng.state.device) - t0
     for w, ro in zip(works, fast.rollouts):
         cfg, eng = w.eng.cfg, w.eng
         w.ro = ro
-        w.roll = {f"rollout/{k}": v for k, v in rollout_flops(eng.shape, ro, lora=eng.lora,
+        w.roll = {f"rollout/{k}": v for k, v in rollout_flops(eng.state.shape, ro, lora=eng.state.lora,
                                                              conventions=cfg.conventions).items()}
-    executed = fast.executed(works[0].eng.shape, [w.eng.lora for w in works], works[0].eng.cfg.conventions)
+    executed = fast.executed(works[0].eng.state.shape, [w.eng.state.lora for w in works], works[0].eng.cfg.conventions)
     shares = [int(e) for e in split_seconds(float(executed), [counted(w.roll) for w in works])]
     shares[-1] = executed - sum(shares[:-1])  # the shares add up to what executed
     for w, e in zip(works, shares):
@@ -100,8 +100,8 @@ def _score(step: int, w: Work) -> None:
     eng, cfg, ro = w.eng, w.eng.cfg, w.ro
     assert ro is not None
     G = cfg.num_generations
-    texts = decode_completions(eng.tok, ro)
-    w.rw = rw = eng.reward.score([p for p in w.problems for _ in range(G)], texts)
+    texts = decode_completions(eng.state.tok, ro)
+    w.rw = rw = eng.state.reward.score([p for p in w.problems for _ in range(G)], texts)
     w.rewards = torch.tensor(rw.rewards, dtype=torch.float32)
     w.adv, w.zero_var = group_advantages(w.rewards, G, scale=cfg.scale_rewards)
     keep = (~w.zero_var) if cfg.drop_zero_variance_groups else torch.ones_like(w.zero_var)
@@ -113,7 +113,7 @@ def _score(step: int, w: Work) -> None:
     reward_key = next(iter(rw.components), "reward/score")
     w.seconds[reward_key] = rw.seconds
     ran = {**w.roll, **(rw.components or {})}
-    if not eng.guard.may_continue(step, ran, w.learn,  # the bound was low: no update, ran recorded as overrun
+    if not eng.books.guard.may_continue(step, ran, w.learn,  # the bound was low: no update, ran recorded as overrun
                                   seconds={"rollout/decode": w.seconds["rollout/decode"], reward_key: rw.seconds}):
         w.outcome = "overrun"
 
@@ -122,7 +122,7 @@ def _learn(step: int, ws: list[Work]) -> float:
     """Old/reference log-probs and the updates of members ``ws``, batched; returns seconds."""
     if not ws:
         return 0.0
-    models = [w.eng.model for w in ws]
+    models = [w.eng.state.model for w in ws]
     idx = {id(w): k for k, w in enumerate(ws)}
     masks = {}
     for w in ws:
@@ -130,13 +130,13 @@ def _learn(step: int, ws: list[Work]) -> float:
         if w.eng.cfg.mask_truncated_completions:
             m[w.batch.truncated] = 0
         masks[id(w)] = m
-    dev = ws[0].eng.device
+    dev = ws[0].eng.state.device
     secs: dict[str, float] = {}
     old: dict[int, torch.Tensor] = {}
     t0 = device_clock(dev)
     need = [w for w in ws if w.eng.cfg.needs_old_logprobs]
     for w in need:
-        w.eng.model.eval()
+        w.eng.state.model.eval()
     for w, lp in zip(need, gang_logprobs(models, [PassJob(idx[id(w)], w.batch, w.eng.cfg.micro_batch_size,
                                                          w.eng.cfg.temperature) for w in need])):
         old[id(w)] = lp
@@ -151,10 +151,10 @@ def _learn(step: int, ws: list[Work]) -> float:
     t0 = device_clock(dev)
     for w in ws:
         lr = w.eng.lr(step)
-        for g in w.eng.optimizer.param_groups:
+        for g in w.eng.state.optimizer.param_groups:
             g["lr"] = lr
         w.upd["lr"] = lr  # (loss, clip_frac, kl go first once known: the solo row's order)
-        w.eng.model.train()
+        w.eng.state.model.train()
     live = list(ws)
     stats: dict[int, Any] = {}
     for it in range(max(w.eng.cfg.num_iterations for w in ws)):
@@ -162,7 +162,7 @@ def _learn(step: int, ws: list[Work]) -> float:
         if not cur:  # the members still iterating diverged
             break
         for w in cur:
-            w.eng.optimizer.zero_grad(set_to_none=True)
+            w.eng.state.optimizer.zero_grad(set_to_none=True)
         jobs = []
         for w in cur:
             cfg = w.eng.cfg
@@ -178,9 +178,9 @@ def _learn(step: int, ws: list[Work]) -> float:
                 live.remove(w)
                 continue
             stats[id(w)] = res.stats
-            torch.nn.utils.clip_grad_norm_([p for p in w.eng.model.parameters() if p.requires_grad],
+            torch.nn.utils.clip_grad_norm_([p for p in w.eng.state.model.parameters() if p.requires_grad],
                                            w.eng.cfg.max_grad_norm)
-            w.eng.optimizer.step()
+            w.eng.state.optimizer.step()
     secs["update"] = device_clock(dev) - t0
     for w in ws:
         if w.outcome == "ok":
@@ -204,19 +204,20 @@ def _charge(step: int, w: Work) -> None:
                "reference/forward": w.seconds.get("reference/forward", 0.0),
                "update/forward": w.seconds.get("update/forward", 0.0)}
     comps, tokens = step_charge(w.roll, rw, w.learn, ro, G)
-    if eng.guard.charge(step, comps, tokens=tokens, seconds=seconds):  # overrun: cannot happen after the check
+    if eng.books.guard.charge(step, comps, tokens=tokens, seconds=seconds):  # overrun: cannot happen after the check
         w.outcome = "overrun"
         return
     rewards, zero_var = w.rewards, w.zero_var
-    row = {"kind": "train", "step": step, "flops": eng.ledger.total, "reward_mean": float(rewards.mean()),
+    row = {"kind": "train", "step": step, "flops": eng.books.ledger.total, "reward_mean": float(rewards.mean()),
            "reward_std": float(rewards.std()) if len(rewards) > 1 else 0.0,
            "verified_mean": sum(rw.verified) / max(1, len(rw.verified)),
            "zero_var_frac": float(zero_var.float().mean()), "trunc_rate": float(ro.truncated.float().mean()),
            "completion_len": float(ro.lengths.float().mean()), "kept_sequences": int(w.rows.numel()),
            **{k: v for k, v in w.upd.items() if not k.startswith("seconds_")}, **rw.extra}
-    eng.metrics.append([row])
+    eng.books.metrics.append([row])
     if eng.progress:
-        eng.progress({"step": step, "flops": eng.ledger.total, "budget": cfg.budget_flops, "run": cfg.name, **row})
+        eng.progress({"step": step, "flops": eng.books.ledger.total, "budget": cfg.budget_flops, "run": cfg.name,
+                      **row})
 
 
 __all__ = ["Work", "gang_step"]

@@ -27,9 +27,11 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from race.accounting import LoRA, ModelShape
 from race.accounting.guard import steps_in_budget
 from race.cards import write_card
 from race.engines.common import EvalSchedule, Progress, RunDir, make_task, run_evaluator, start_policy
@@ -44,6 +46,27 @@ from race.tasks import step_seed
 MAX_DATASET_BATCHES = 10_000  # prompts repeat (TRL starts a new epoch) past this many batches
 
 
+@dataclass(frozen=True)
+class TrlState:
+    """What ``TrlEngine.setup()`` builds for a run: the trainer and what RACE wraps around it."""
+
+    tok: Any  # the policy's tokenizer
+    lora: LoRA | None  # the accounting's LoRA (rank, targets)
+    shape: ModelShape  # the policy's shape
+    device: Any  # where the policy was loaded
+    plan: Any  # the TrlStepPlan of the config (race.accounting.trl_step)
+    task: Any  # the run's task
+    reward: Any  # the run's reward system (race.rewards)
+    problems: list[Any]  # the dataset's problems, in order (problem_idx)
+    max_prompt: int  # the longest prompt of the dataset, in tokens (cut to max_prompt_length)
+    total_steps: int  # batches the budget buys at the first batch's bound: the lr schedule's length
+    flops: Any  # the RaceFlopCallback: ledger, budget guard, report card
+    reward_fn: Any  # the RaceReward TRL calls
+    run_cb: Any  # the RunCallback: metrics, evaluations, divergence, resume state
+    trainer: Any  # TRL's GRPOTrainer (race.engines.trl.trainer)
+    model: Any  # the trainer's model (PEFT-wrapped with LoRA)
+
+
 class TrlEngine:
     """Runs a ``RunConfig`` with TRL (see module docstring). ``run()`` returns run.json."""
 
@@ -53,12 +76,11 @@ class TrlEngine:
         self.cfg, self.run_dir, self.progress = cfg, Path(run_dir), progress
         self.out = RunDir(self.run_dir, cfg)
         self.schedule = EvalSchedule.of(cfg)
-        self.resumed_from: int | None = None
-        self.total_steps = cfg.max_steps or 0  # batches the budget buys (the lr schedule's length), set by _setup
-        self.problems: list[Any] = []  # the dataset's problems (set by _setup)
+        self.state: TrlState  # built by setup() (not for a run already complete)
 
     # -- setup ---------------------------------------------------------------------------
-    def _dataset(self, tok: Any) -> tuple[Any, list[Any], int]:
+    def _dataset(self, tok: Any, task: Any, shape: ModelShape, plan: Any,
+                 lora: LoRA | None) -> tuple[Any, list[Any], int]:
         """Prompts of batches 1..N (batch b = the built-in engine's step-b problems), cut to
         their last ``max_prompt_length`` tokens; N stops once even the cheapest possible
         steps would spend the budget. Returns (dataset, problems, longest prompt)."""
@@ -74,7 +96,7 @@ class TrlEngine:
         floor = 0.0
         longest = 0
         for b in range(1, limit + 1):
-            batch = self.task.problems("train", cfg.prompts_per_step, seed=step_seed(cfg.seed, b))
+            batch = task.problems("train", cfg.prompts_per_step, seed=step_seed(cfg.seed, b))
             width = 0
             for p in batch:
                 ids = tok(p.prompt, add_special_tokens=False)["input_ids"]
@@ -83,14 +105,16 @@ class TrlEngine:
                 problems.append(p)
                 texts.append(text)
             longest = max(longest, width)
-            floor += trl_batch_floor(self.shape, self.plan, n_seqs=n, prompt_width=width,
-                                     num_iterations=cfg.num_iterations, lora=self.lora, conventions=cfg.conventions)
+            floor += trl_batch_floor(shape, plan, n_seqs=n, prompt_width=width,
+                                     num_iterations=cfg.num_iterations, lora=lora, conventions=cfg.conventions)
             if floor >= cfg.budget_flops:
                 break
         ds = Dataset.from_dict({"prompt": texts, "problem_idx": list(range(len(texts)))})
         return ds, problems, longest
 
-    def _setup(self) -> None:
+    def setup(self) -> TrlState:
+        """Build and return the run's state: the policy, the dataset, the reward, RACE's two
+        callbacks and the trainer (see :class:`TrlState`)."""
         from peft import LoraConfig
         from transformers import PrinterCallback, ProgressCallback
 
@@ -103,67 +127,69 @@ class TrlEngine:
 
         cfg = self.cfg
         policy = start_policy(cfg, self.schedule)
-        self.tok, self.lora, self.shape, self.device = policy.tok, policy.lora, policy.shape, policy.device
-        model, tok = policy.model, policy.tok
+        model, tok, lora, shape, device = policy.model, policy.tok, policy.lora, policy.shape, policy.device
         peft_config = None
         if cfg.lora is not None:
             validate_lora(model, cfg.lora)
             peft_config = LoraConfig(r=cfg.lora.r, lora_alpha=cfg.lora.lora_alpha, lora_dropout=cfg.lora.lora_dropout,
                                      target_modules=list(cfg.lora.target_modules), task_type="CAUSAL_LM", bias="none")
-        self.plan = TrlStepPlan(per_device_train_batch_size=cfg.micro_batch_size,
+        plan = TrlStepPlan(per_device_train_batch_size=cfg.micro_batch_size,
                                 gradient_accumulation_steps=cfg.accumulation_steps,
                                 steps_per_generation=cfg.accumulation_steps, num_generations=cfg.num_generations,
                                 num_iterations=cfg.num_iterations, beta=cfg.beta, compact_head=compact_head(model))
-        self.task = make_task(cfg)
-        self.reward = make_reward(cfg.reward, seed=cfg.seed, device=str(self.device), conventions=cfg.conventions,
-                                  task=self.task)
-        dataset, problems, self.max_prompt = self._dataset(tok)
-        self.problems = problems
-        reward = self.reward
+        task = make_task(cfg)
+        reward = make_reward(cfg.reward, seed=cfg.seed, device=str(device), conventions=cfg.conventions,
+                             task=task)
+        dataset, problems, max_prompt = self._dataset(tok, task, shape, plan, lora)
         # a reward model reads the full prompts of the dataset's problems, not TRL's cut ones
-        self.flops = RaceFlopCallback(
-            cfg.budget_flops, self.run_dir, conventions=cfg.conventions, max_prompt_length=self.max_prompt,
+        flops = RaceFlopCallback(
+            cfg.budget_flops, self.run_dir, conventions=cfg.conventions, max_prompt_length=max_prompt,
             reward_step_bound=lambda n, p, t: reward_bound(reward, n, p, t, problems), model_name=cfg.model)
         eos_ids = {int(tok.eos_token_id)}
         gen_eos = getattr(model.generation_config, "eos_token_id", None)
         eos_ids |= set(gen_eos if isinstance(gen_eos, (list, tuple)) else [gen_eos] if gen_eos is not None else [])
         eos_ids.add(int(tok.pad_token_id))
-        self.reward_fn = RaceReward(self.reward, problems, cfg.num_generations, self.flops.charge, eos_ids)
-        self.total_steps = self._schedule_steps()
+        reward_fn = RaceReward(reward, problems, cfg.num_generations, flops.charge, eos_ids)
+        total_steps = self._schedule_steps(shape, plan, lora, reward, max_prompt, problems)
         mu = cfg.num_iterations
-        args = grpo_args(cfg, self.run_dir / "trl", use_cpu=self.device.type == "cpu",
+        args = grpo_args(cfg, self.run_dir / "trl", use_cpu=device.type == "cpu",
                          max_steps=cfg.max_steps * mu if cfg.max_steps else 10 ** 9)
-        total, warm, sched, base = self.total_steps, cfg.warmup_steps, cfg.lr_scheduler_type, cfg.learning_rate
+        total, warm, sched, base = total_steps, cfg.warmup_steps, cfg.lr_scheduler_type, cfg.learning_rate
 
         def lr_factor(i: int) -> float:  # TRL's optimizer step i -> the built-in engine's lr at batch i // mu + 1
             return lr_at(i // mu + 1, base_lr=base, schedule=sched, warmup_steps=warm, total_steps=total) / base
 
-        self.run_cb = RunCallback(self.out, ledger_cb=self.flops, reward_fn=self.reward_fn, reward=self.reward,
-                                  evaluator=run_evaluator(cfg, self.task, policy), schedule=self.schedule,
-                                  progress=self.progress)
-        self.trainer = _trainer.trainer_class()(
-            model=model, reward_funcs=self.reward_fn, args=args, train_dataset=dataset, processing_class=tok,
-            peft_config=peft_config, callbacks=[self.flops, self.run_cb], lr_factor=lr_factor)
-        self.flops.attach(self.trainer)
+        run_cb = RunCallback(self.out, ledger_cb=flops, reward_fn=reward_fn, reward=reward,
+                             evaluator=run_evaluator(cfg, task, policy), schedule=self.schedule,
+                             progress=self.progress)
+        trainer = _trainer.trainer_class()(
+            model=model, reward_funcs=reward_fn, args=args, train_dataset=dataset, processing_class=tok,
+            peft_config=peft_config, callbacks=[flops, run_cb], lr_factor=lr_factor)
+        flops.attach(trainer)
+        run_cb.attach(trainer)
         for quiet in (PrinterCallback, ProgressCallback):  # the engine reports progress itself
-            self.trainer.remove_callback(quiet)
-        self.model = self.run_cb.model = self.trainer.model
+            trainer.remove_callback(quiet)
+        return TrlState(tok=tok, lora=lora, shape=shape, device=device, plan=plan, task=task, reward=reward,
+                        problems=problems, max_prompt=max_prompt, total_steps=total_steps, flops=flops,
+                        reward_fn=reward_fn, run_cb=run_cb, trainer=trainer, model=trainer.model)
 
-    def _schedule_steps(self) -> int:
+    def _schedule_steps(self, shape: ModelShape, plan: Any, lora: LoRA | None, reward: Any, max_prompt: int,
+                        problems: list[Any]) -> int:
         """Batches of prompts the budget buys at the first batch's maximum cost (the
         built-in engine's ``total_steps``; used by warmup/cosine/linear schedules)."""
         from race.accounting.trl_step import trl_batch_bound
 
-        cfg, plan = self.cfg, self.plan
+        cfg = self.cfg
         T = cfg.max_completion_length
-        bound = trl_batch_bound(self.shape, plan, prompt_len=self.max_prompt, completion_len=T,
-                                num_iterations=cfg.num_iterations, lora=self.lora, conventions=cfg.conventions)
-        bound += reward_bound(self.reward, plan.generation_batch_size, self.max_prompt, T, self.problems)
+        bound = trl_batch_bound(shape, plan, prompt_len=max_prompt, completion_len=T,
+                                num_iterations=cfg.num_iterations, lora=lora, conventions=cfg.conventions)
+        bound += reward_bound(reward, plan.generation_batch_size, max_prompt, T, problems)
         return steps_in_budget(cfg.budget_flops, bound, cfg.max_steps, run=cfg.name)
 
     # -- the run ---------------------------------------------------------------------------------
     def _resume_point(self) -> str | None:
-        """The last TRL checkpoint (its RACE state restored), else ``None``."""
+        """The last TRL checkpoint (its RACE state restored), else ``None``; its step is
+        the run's ``resumed_from``."""
         from transformers.trainer_utils import get_last_checkpoint
 
         from race.engines.trl.run_callback import RACE_STATE
@@ -175,8 +201,7 @@ class TrlEngine:
             return None
         meta_path = Path(ckpt) / RACE_STATE
         meta = json.loads(meta_path.read_text()) if meta_path.exists() else {}
-        self.out.resume(meta, self.schedule, self.reward)
-        self.resumed_from = int(Path(ckpt).name.rsplit("-", 1)[-1])
+        self.out.resume(meta, self.schedule, self.state.reward)
         return ckpt
 
     def run(self) -> dict[str, Any]:
@@ -187,40 +212,43 @@ class TrlEngine:
             return done
         t_start = time.perf_counter()
         self.out.begin()
-        self._setup()
+        self.state = st = self.setup()
         ckpt = self._resume_point()
-        self.trainer.train(resume_from_checkpoint=ckpt)
-        step = int(self.trainer.state.global_step)
-        diverged = self.run_cb.diverged
+        resumed_from = None if ckpt is None else int(Path(ckpt).name.rsplit("-", 1)[-1])
+        st.trainer.train(resume_from_checkpoint=ckpt)
+        step = int(st.trainer.state.global_step)
+        diverged = st.run_cb.diverged
         status = "diverged" if diverged else "complete"
-        stop_reason = "diverged" if diverged else ("budget" if self.flops.stop_reason == "budget" else "max_steps")
+        stop_reason = "diverged" if diverged else ("budget" if st.flops.stop_reason == "budget" else "max_steps")
         if status == "complete" and self.schedule.last_step != step:
-            self.run_cb.evaluate(step)
-        return self._finish(step, status, stop_reason, diverged, time.perf_counter() - t_start)
+            st.run_cb.evaluate(step)
+        return self._finish(step, status, stop_reason, diverged, time.perf_counter() - t_start, resumed_from)
 
-    def _finish(self, step: int, status: str, stop_reason: str, error: str | None, wall: float) -> dict[str, Any]:
+    def _finish(self, step: int, status: str, stop_reason: str, error: str | None, wall: float,
+                resumed_from: int | None) -> dict[str, Any]:
         from race.accounting.trl_compare import builtin_same_shapes
 
-        cfg, led = self.cfg, self.flops.ledger
-        assert led is not None and self.run_cb.metrics is not None
+        cfg, st = self.cfg, self.state
+        led = st.flops.ledger
+        assert led is not None and st.run_cb.metrics is not None
         if status == "complete":
-            self.model.save_pretrained(self.run_dir / "adapter", safe_serialization=True)
-        gens = self.flops.tracker.generations
-        same = builtin_same_shapes(self.shape, gens, num_generations=cfg.num_generations,
-                                   num_iterations=cfg.num_iterations, beta=cfg.beta, lora=self.lora,
+            st.model.save_pretrained(self.run_dir / "adapter", safe_serialization=True)
+        gens = st.flops.tracker.generations
+        same = builtin_same_shapes(st.shape, gens, num_generations=cfg.num_generations,
+                                   num_iterations=cfg.num_iterations, beta=cfg.beta, lora=st.lora,
                                    conventions=cfg.conventions)
         trl_phases = led.totals_by_phase()
         vs = {p: {"trl": int(trl_phases.get(p, 0)), "builtin_same_shapes": int(same.get(p, 0))}
               for p in ("rollout", "old_logprobs", "reference", "update", "recompute")}
-        card = self.flops.report_card(model=cfg.model, model_params=self.shape.num_params(), extra={
+        card = st.flops.report_card(model=cfg.model, model_params=st.shape.num_params(), extra={
             "reward": str(cfg.reward), "generations": len(gens), "vs_builtin": vs,
             "vs_builtin_note": "FLOPs the built-in engine charges for the same batches (prompt prefix shared in "
                                "every pass, head at completion predictions, no checkpointing, no group dropped); a resumed run "
                                "counts the generations since the resume"})
         write_card(card, self.run_dir)
-        return self.out.finish(engine=self.name, ledger=led, metrics=self.run_cb.metrics, steps=step, status=status,
-                               stop_reason=stop_reason, error=error, wall=wall, shape=self.shape,
-                               resumed_from=self.resumed_from)
+        return self.out.finish(engine=self.name, ledger=led, metrics=st.run_cb.metrics, steps=step, status=status,
+                               stop_reason=stop_reason, error=error, wall=wall, shape=st.shape,
+                               resumed_from=resumed_from)
 
 
 def run_trl(cfg: RunConfig, run_dir: Path, progress: Progress | None = None) -> dict[str, Any]:

@@ -25,10 +25,14 @@ class RunCallback(TrainerCallback):
                  schedule: EvalSchedule, progress: Progress | None = None) -> None:
         self.out, self.ledger_cb, self.reward_fn, self.reward = out, ledger_cb, reward_fn, reward
         self.evaluator, self.schedule, self.progress = evaluator, schedule, progress
-        self.model: Any = None  # the trainer's model, set once the trainer exists
+        self.model: Any = None  # the trainer's model (attach)
         self.metrics: MetricsLog | None = None
         self.steps = 0
         self.diverged: str | None = None
+
+    def attach(self, trainer: Any) -> None:
+        """Evaluate ``trainer``'s model (built after this callback, which it is handed)."""
+        self.model = trainer.model
 
     def evaluate(self, step: int) -> None:
         """Run the evaluation targets (hooks paused: evaluation is not training)."""
