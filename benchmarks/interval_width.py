@@ -119,6 +119,8 @@ def _table(d: pd.DataFrame, by) -> str:
                       "replicates' share of variance": g["rep_share"].median(),
                       "median |error| (logit)": g["error"].apply(lambda e: e.abs().median()),
                       "95th pct |error|": g["error"].apply(lambda e: e.abs().quantile(0.95))})
+    if t["replicates' share of variance"].isna().all():
+        t = t.drop(columns="replicates' share of variance")
     return t.to_string(float_format=lambda v: f"{v:.3f}")
 
 
@@ -188,7 +190,7 @@ def saved(path: str) -> None:
     for name, by in (("label", "label"), ("target ratio", pd.cut(d["ratio"], [0, 6, 10, 16])),
                      ("forecast level", pd.cut(d["level"], [0, 0.4, 0.6, 0.8, 1])),
                      ("forecast rise over the last observation", pd.cut(d["rise"], [-1, 0, 0.05, 0.1, 0.2, 1]))):
-        print(f"by {name}\n{_table(d, by).replace(' nan', ' -')}\n")
+        print(f"by {name}\n{_table(d, by)}\n")
     print(f"95th percentile of |logit error|: {d['error'].abs().quantile(0.95):.3f}")
 
 

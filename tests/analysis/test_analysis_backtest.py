@@ -107,6 +107,10 @@ def test_open_ends_follow_the_data_not_a_blanket_flag():
     assert above and not below and why.startswith("no sign of saturation yet: the interval is open above")
     # not located but flat or falling: the data (the last observation) bound it
     assert open_ends(0.6, 0.2, z, not_located=True, rising=False, ln_reach=2.0) == (False, False, "")
+    # at the margin, the interval's own replicate quantiles reaching the end open it too
+    assert open_ends(0.5, top / z - 0.01, z, False, True, 1.4, lo=0.01, hi=0.9992)[:2] == (True, False)
+    assert open_ends(0.5, top / z - 0.01, z, False, True, 1.4, lo=0.0008, hi=0.99)[:2] == (False, True)
+    assert open_ends(0.5, top / z - 0.01, z, False, True, 1.4, lo=0.01, hi=0.99) == (False, False, "")
     # a low forecast whose error reaches the bottom only
     q = float(logit(0.05))
     above, below, why = open_ends(0.05, (q - float(logit(1e-3))) / z + 0.01, z, False, False, 1.0)

@@ -180,7 +180,8 @@ def run_backtest(budgets: list[float], allocations: list[str], fit_at, observed_
                     prior_scale=prior_scale)
 
 
-def open_ends(point: float, sd: float, z: float, not_located: bool, rising: bool, ln_reach: float) -> tuple[bool, bool, str]:
+def open_ends(point: float, sd: float, z: float, not_located: bool, rising: bool, ln_reach: float,
+              lo: float | None = None, hi: float | None = None) -> tuple[bool, bool, str]:
     """(open above, open below, why): does the data bound this forecast's interval?
 
     With q = logit(point) and the logit-scale SD ``sd`` of its interval at the target (the
@@ -190,7 +191,9 @@ def open_ends(point: float, sd: float, z: float, not_located: bool, rising: bool
     rises above the last observation (no sign of saturation yet: the ceiling is the error
     model's, not the data's), or when q + z sd reaches logit(1 - EPS) (the back-tested error
     at this reach spans the top of the scale); **open below** when q - z sd reaches
-    logit(EPS). ``why`` is "" when both ends are bounded by the data.
+    logit(EPS). The interval's replicate quantiles ``lo`` / ``hi``, when given, count too (at
+    the margin 200 replicates' quantile and the normal one differ: either reaching 1 - EPS or
+    EPS opens that end). ``why`` is "" when both ends are bounded by the data.
     """
     q, half = float(logit(point)), z * max(float(sd), 0.0)
     top, bottom = float(logit(1 - EPS)), float(logit(EPS))
@@ -201,11 +204,11 @@ def open_ends(point: float, sd: float, z: float, not_located: bool, rising: bool
         reasons.append("no sign of saturation yet: the interval is open above (no allocation's curve bends inside "
                        "the pilots, so no midpoint is located and the data do not bound the score above; the upper "
                        f"bound is the back-tested extrapolation error, {err}, not a ceiling the data show)")
-    elif q + half >= top:
+    elif q + half >= top or (hi is not None and hi >= 1 - EPS):
         above = True
         reasons.append("the interval is open above: the data do not bound the score there, the back-tested "
                        f"extrapolation error at this reach ({err}) spans the top of the scale")
-    if q - half <= bottom:
+    if q - half <= bottom or (lo is not None and lo <= EPS):
         below = True
         reasons.append("the interval is open below: the data do not bound the score there, the back-tested "
                        f"extrapolation error at this reach ({err}) spans the bottom of the scale")

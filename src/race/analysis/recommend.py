@@ -343,7 +343,8 @@ def recommend(evals: pd.DataFrame, runs: pd.DataFrame, target: str, target_budge
         # back-tested error at this reach spans the scale)
         z = float(norm.ppf(0.5 + level / 2))
         ends = [open_ends(r["score"], r["logit_sd"], z, bool(a in passed and r["unidentified"]),
-                          bool(r["score"] > r["observed"]), r["ln_reach"]) for a, (_, r) in zip(allocs, pred.iterrows())]
+                          bool(r["score"] > r["observed"]), r["ln_reach"], r["lo"], r["hi"])
+                for a, (_, r) in zip(allocs, pred.iterrows())]
         pred["open_above"], pred["open_below"], pred["open_reason"] = ([e[i] for e in ends] for i in range(3))
         default = observed if observed is not None else allocs[int(np.argmax(pred["score"]))]
         chosen, decision, gain_lo = decide(rep_matrix, allocs, default, rules.switch_alpha)
