@@ -171,6 +171,12 @@ def tuning(args: argparse.Namespace) -> None:
                     ("ln C reach only", d["D"])):
         print(f"| {name} | {min_width(d, s):.3f} |")
     s = d["D"] * d["factor"]
+    print(f"| as the code does x the study's own scale (3 budget origins; per-world, no prior) | "
+          f"{min_width(d, s * d['s_study'].clip(lower=1e-3)):.3f} |")
+    if args.prefix:
+        ok = d["s_prefix"].notna()
+        print(f"| as the code does x the scale from every evaluation point as an origin (per-world, no prior; "
+              f"{int(ok.sum())} worlds) | {min_width(d[ok], (s * d['s_prefix'].clip(lower=1e-3))[ok]):.3f} |")
     print(f"| as the code does, one multiplier per curve family (oracle) | {min_width(d, s, d['family']):.3f} |")
 
 
