@@ -105,6 +105,7 @@ def result_of(w, rec: dict, seconds: dict, failed: int = 0) -> dict:
     truth = {f"{a['model']}|G={a['num_generations']}": w.truth(k) for k, a in enumerate(w.allocations)}
     preds = [{"allocation": short(p["allocation"]), "score": p["score"], "lo": p["lo"], "hi": p["hi"],
               "p_best": p["p_best"], "open_above": bool(p.get("open_above") or False),
+              "open_below": bool(p.get("open_below") or False),
               "truth": truth[short(p["allocation"])]} for p in rec["predictions"]]
     gate = rec["gate"]
     return {"seed": w.seed, "tags": w.tags, "truth": truth, "chosen": short(rec["allocation"]),
@@ -263,7 +264,9 @@ def summarise(results: list[dict]) -> str:
         out.append(f"| median width | {np.median(hi - lo):.3f} |")
         out.append(f"| mean Winkler interval score (alpha 0.05) | {wink.mean():.3f} |")
         out.append(f"| upper bound at 1.0 | {at1.mean():.1%} (of which flagged 'open above': {said[at1].mean() if at1.any() else float('nan'):.0%}) |")
-        out.append(f"| lower bound at 0.0 | {np.mean(lo <= 0.001):.1%} |")
+        at0, said0 = lo <= 0.001, np.array([p["open_below"] for _, p in ch])
+        out.append(f"| lower bound at 0.0 | {at0.mean():.1%} (of which flagged 'open below': {said0[at0].mean() if at0.any() else float('nan'):.0%}) |")
+        out.append(f"| flagged 'open above' / 'open below' (chosen) | {said.mean():.1%} / {said0.mean():.1%} |")
         allp = [(r, p) for r in made for p in r["predictions"]]
         ya = np.array([p["truth"] for _, p in allp])
         cova = np.array([p["lo"] <= p["truth"] <= p["hi"] for _, p in allp])

@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-SCALES = (0.5, 0.75, 1.0, 1.5, 2.25)
+SCALES = (0.5, 0.75, 1.0, 1.5, 1.75, 1.8, 1.85, 2.0, 2.25)
 METHODS = {"curve": None, "curve3": ("constant", "loglinear", "sigmoid"), "joint": ("joint",)}
 
 
@@ -124,6 +124,10 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--records", help="reuse (or write) the per-world records here")
     ap.add_argument("--methods", default=",".join(METHODS), help="comma-separated subset of " + ", ".join(METHODS))
+    ap.add_argument("--alpha", type=float, default=None,
+                    help="switch level of the decision (default: ConfidenceRules().switch_alpha)")
+    ap.add_argument("--scales", default=None, help="comma-separated prior scales s0 (default: " +
+                    ", ".join(map(str, SCALES)) + ")")
     args = ap.parse_args()
     if args.first < 1000:
         sys.exit("tuning seeds are 1000 and up")
@@ -140,9 +144,14 @@ def main() -> None:
     print("| method | s0 | learning worlds | mean regret | RACE - observed [95% paired] | switches | after: RACE / obs "
           "| coverage | median width | hi at 1.0 | mean abs logit error |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    from race.analysis.decision import ConfidenceRules
+
+    alpha = ConfidenceRules().switch_alpha if args.alpha is None else args.alpha
+    scales = tuple(float(v) for v in args.scales.split(",")) if args.scales else SCALES
+    print(f"(switch level {alpha:g})")
     for m in args.methods.split(","):
-        for s0 in SCALES:
-            e = evaluate(records, m, s0)
+        for s0 in scales:
+            e = evaluate(records, m, s0, alpha=alpha)
             late = e.get("late")
             lt = f"{late[0]:.4f} / {late[1]:.4f} (n={late[2]})" if late else ""
             print(f"| {m} | {s0:g} | {e['n']} | {e['regret']:.4f} | {e['diff']:+.4f} [{e['diff_ci'][0]:+.4f}, "

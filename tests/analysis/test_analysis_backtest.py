@@ -7,11 +7,13 @@ import pytest
 from race.analysis.backtest import (
     PRIOR_PAIRS,
     PRIOR_SCALE,
+    SLOPE_CAP,
     SLOPE_FLOOR,
     BackTest,
     at_ratio,
     error_scale,
     logit,
+    open_ends,
     run_backtest,
     slope_norm,
 )
@@ -85,3 +87,43 @@ def test_slope_norm():
     assert slope_norm(np.array([0.0]), np.array([0.5])) == SLOPE_FLOOR
     lnc = np.array([0.0, 1.0, 2.0])
     assert slope_norm(lnc, 1 / (1 + np.exp(-(0.3 * lnc)))) == pytest.approx(0.3 + SLOPE_FLOOR)
+    # a curve rising faster in logit than SLOPE_CAP - c0 per ln C is capped (near its ceiling)
+    assert SLOPE_CAP - SLOPE_FLOOR < 1.5
+    assert slope_norm(lnc, 1 / (1 + np.exp(-(1.5 * lnc)))) == pytest.approx(SLOPE_CAP)
+
+
+def test_open_ends_follow_the_data_not_a_blanket_flag():
+    z, top = 1.96, float(logit(1 - 1e-3))  # the interval's end reaches 0.999 when logit(point) + z sd >= top
+    # bounded: a saturated forecast whose back-tested error stays inside the scale
+    assert open_ends(0.5, 1.0, z, not_located=False, rising=True, ln_reach=1.4) == (False, False, "")
+    # the same forecast with an error that reaches the top (and, symmetric at 0.5, the bottom)
+    sd = top / z + 0.01
+    above, below, why = open_ends(0.5, sd, z, not_located=False, rising=True, ln_reach=1.4)
+    assert above and below and "open above" in why and "open below" in why and "1.40 ln C" in why
+    # just short of the top: bounded (the rule is the arithmetic of the interval, not a margin)
+    assert open_ends(0.5, top / z - 0.01, z, not_located=False, rising=True, ln_reach=1.4)[:2] == (False, False)
+    # no midpoint located and the forecast still rises: open above, whatever the error's size
+    above, below, why = open_ends(0.6, 0.2, z, not_located=True, rising=True, ln_reach=2.0)
+    assert above and not below and why.startswith("no sign of saturation yet: the interval is open above")
+    # not located but flat or falling: the data (the last observation) bound it
+    assert open_ends(0.6, 0.2, z, not_located=True, rising=False, ln_reach=2.0) == (False, False, "")
+    # at the margin, the interval's own replicate quantiles reaching the end open it too
+    assert open_ends(0.5, top / z - 0.01, z, False, True, 1.4, lo=0.01, hi=0.9992)[:2] == (True, False)
+    assert open_ends(0.5, top / z - 0.01, z, False, True, 1.4, lo=0.0008, hi=0.99)[:2] == (False, True)
+    assert open_ends(0.5, top / z - 0.01, z, False, True, 1.4, lo=0.01, hi=0.99) == (False, False, "")
+    # a low forecast whose error reaches the bottom only
+    q = float(logit(0.05))
+    above, below, why = open_ends(0.05, (q - float(logit(1e-3))) / z + 0.01, z, False, False, 1.0)
+    assert below and not above and why.startswith("the interval is open below")
+
+
+def test_pooled_sd_is_what_the_noise_draws():
+    bt = BackTest(table=pd.DataFrame(), s_shared=0.5, s_specific=0.3, n_pairs=2, picked_right=None, prior_scale=1.0)
+    sh, sp = bt.pooled()
+    assert sh == pytest.approx(np.sqrt((2 * 0.25 + PRIOR_PAIRS * 0.5) / (2 + PRIOR_PAIRS)))
+    assert sp == pytest.approx(np.sqrt((2 * 0.09 + PRIOR_PAIRS * 0.5) / (2 + PRIOR_PAIRS)))
+    reach = np.array([0.5, 2.0])
+    assert bt.sd(reach) == pytest.approx(reach * np.hypot(sh, sp))
+    z = bt.noise(reach, 20000, 2, np.random.default_rng(1))
+    # sample SD of 20000 normal draws: relative standard error 1 / sqrt(2 * 20000) = 0.005; 5 of them
+    assert np.std(z, axis=0) == pytest.approx(bt.sd(reach), rel=0.025)

@@ -46,10 +46,11 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 from scipy.special import expit
+from scipy.stats import norm
 
 from race.accounting.guard import is_budget
 
-from .backtest import JOINT_PRIOR_SCALE, PRIOR_SCALE, BackTest, logit, run_backtest, slope_norm
+from .backtest import JOINT_PRIOR_SCALE, PRIOR_SCALE, BackTest, logit, open_ends, run_backtest, slope_norm
 from .bootstrap import as_rng, win_probabilities
 from .families import FAMILIES, select_and_forecast
 from .decision import NO_LEARNING, ConfidenceRules, decide, declining, label
@@ -93,7 +94,9 @@ class Recommendation:
     default_allocation: str | None = None  # the observed winner at the largest pilot budget
     decision: str = ""  # why the pick is the default or a switch
     switch_gain_lo: float = float("nan")  # paired lower bound of the candidate's gain over the default
-    open_above: bool = False  # the chosen curve shows no saturation: its interval is open above
+    open_above: bool = False  # the data do not bound the chosen allocation's score above (backtest.open_ends)
+    open_below: bool = False  # ... nor below
+    open_reason: str = ""  # why (empty when both ends are bounded by the data)
     backtest: pd.DataFrame | None = field(default=None, repr=False)
 
     @property
@@ -227,7 +230,7 @@ def backtest_study(sm: StudyMatrix, reps: Replicates, allocations: list[str],
 
 
 def slope_of(sm: StudyMatrix, allocation: str) -> float:
-    """|b| + c0 of the allocation's seed-mean equal-FLOP scores over its pilot budgets (:func:`slope_norm`)."""
+    """min(|b| + c0, c1) of the allocation's seed-mean equal-FLOP scores over its pilot budgets (:func:`slope_norm`)."""
     r = sm.runs.assign(end=sm.end, lnc=np.log(sm.runs["end_flops"].to_numpy(float)))
     g = r[r["allocation"] == allocation].groupby("budget")[["lnc", "end"]].mean()
     return slope_norm(g["lnc"].to_numpy(), g["end"].to_numpy())
@@ -256,7 +259,7 @@ def resampled_text(reps: Replicates, sm: StudyMatrix, forecast: bool = True, met
 def forecast_parts(sm: StudyMatrix, reps: Replicates, allocs: list[str], families_of: dict, forecast_c: float,
                    gen: np.random.Generator) -> tuple[pd.DataFrame, np.ndarray, np.ndarray, BackTest]:
     """Per allocation: point forecast and info (rows), (R, k) replicates WITHOUT the back-tested
-    noise, the reach it is scaled by (log-FLOP reach x (|slope| + c0)), the back-test."""
+    noise, the reach it is scaled by (log-FLOP reach x min(|slope| + c0, c1)), the back-test."""
     x_t = float(np.log(forecast_c))
     joint = [a for a in allocs if families_of[a] == ("joint",)]
     if joint:
@@ -280,8 +283,12 @@ def forecast_parts(sm: StudyMatrix, reps: Replicates, allocs: list[str], familie
 
 def _forecasts(sm: StudyMatrix, reps: Replicates, allocs: list[str], families_of: dict, forecast_c: float,
                gen: np.random.Generator) -> tuple[pd.DataFrame, np.ndarray, BackTest]:
-    """:func:`forecast_parts` with the back-tested extrapolation noise added to every replicate (step 5)."""
+    """:func:`forecast_parts` with the back-tested extrapolation noise added to every replicate (step 5);
+    ``info_df`` gains ``ln_reach`` (ln C past the allocation's last point) and ``logit_sd`` (the
+    interval's logit-scale SD: replicates' spread and back-tested noise), read by :func:`open_ends`."""
     info_df, F0, reach, bt = forecast_parts(sm, reps, allocs, families_of, forecast_c, gen)
+    info_df["ln_reach"] = np.maximum(np.log(forecast_c) - info_df["x_max"].to_numpy(float), 0.0)
+    info_df["logit_sd"] = np.hypot(np.std(logit(F0), axis=0), bt.sd(reach))
     return info_df, expit(logit(F0) + bt.noise(reach, reps.n, len(allocs), gen)), bt
 
 
@@ -294,7 +301,7 @@ def recommend(evals: pd.DataFrame, runs: pd.DataFrame, target: str, target_budge
     ``method="joint"`` (the default) fits the allocations that passed the gate together
     (:mod:`race.analysis.joint_model`); ``"curve"`` chooses among the curve families per
     allocation, ``"trend"`` forces the straight line in log FLOPs. ``predictions``: one row per candidate, the pick first, then by forecast
-    (``score, lo, hi, p_best, expected_regret, observed, open_above, gate_passed, gain,
+    (``score, lo, hi, p_best, expected_regret, observed, open_above, open_below, open_reason, gate_passed, gain,
     family, share_*, bound_*``).
     """
     if method not in METHODS:
@@ -332,16 +339,19 @@ def recommend(evals: pd.DataFrame, runs: pd.DataFrame, target: str, target_budge
         pred = pred.merge(info_df.drop(columns=["point", "x_max", "x_min"]), on="allocation")
         obs = dict(zip(obs_names, obs_pts))
         pred["observed"] = [obs.get(a, np.nan) for a in allocs]
-        # no sign of saturation: the saturating fit cannot place its midpoint inside the data
-        # (joint model: no allocation's) and the forecast still rises above the last observation
-        pred["open_above"] = [bool(a in passed and bool(r["unidentified"]) and r["score"] > r["observed"])
-                              for a, (_, r) in zip(allocs, pred.iterrows())]
+        # does the data bound each interval? (backtest.open_ends: not located and still rising, or the
+        # back-tested error at this reach spans the scale)
+        z = float(norm.ppf(0.5 + level / 2))
+        ends = [open_ends(r["score"], r["logit_sd"], z, bool(a in passed and r["unidentified"]),
+                          bool(r["score"] > r["observed"]), r["ln_reach"], r["lo"], r["hi"])
+                for a, (_, r) in zip(allocs, pred.iterrows())]
+        pred["open_above"], pred["open_below"], pred["open_reason"] = ([e[i] for e in ends] for i in range(3))
         default = observed if observed is not None else allocs[int(np.argmax(pred["score"]))]
         chosen, decision, gain_lo = decide(rep_matrix, allocs, default, rules.switch_alpha)
         method_used = method
     else:
         pred = summarise(obs_names, obs_pts, obs_reps, level).assign(family="observed", observed=obs_pts,
-                                                                      open_above=False)
+                                                                      open_above=False, open_below=False, open_reason="")
         rep_matrix, method_used, forecast_c = obs_reps, "observed", largest
         chosen = observed
     pred = pred.merge(gate[["allocation", "passed", "gain"]].rename(columns={"passed": "gate_passed"}),
@@ -357,10 +367,10 @@ def recommend(evals: pd.DataFrame, runs: pd.DataFrame, target: str, target_budge
         reasons.insert(0, decision)
     top = pred.iloc[0]
     open_above = bool(top["open_above"]) and confidence != NO_LEARNING
-    if open_above:
-        reasons.append(f"no sign of saturation yet in {top['allocation']}: the saturating curve cannot place its "
-                       "midpoint inside the pilots (joint model: no allocation's), so the interval is open above (its upper bound is what the "
-                       "back-tested error allows, not a ceiling the data show)")
+    open_below = bool(top["open_below"]) and confidence != NO_LEARNING
+    open_reason = str(top["open_reason"]) if confidence != NO_LEARNING else ""
+    if open_reason:
+        reasons.append(f"{top['allocation']}: {open_reason}")
     if not gate_checked:
         reasons.append("learning gate not applied: the study has no step-0 evaluations (record one per run)")
         confidence = "unstable" if confidence == "stable regime" else confidence
@@ -376,5 +386,5 @@ def recommend(evals: pd.DataFrame, runs: pd.DataFrame, target: str, target_budge
         reasons=reasons, largest_pilot_budget=largest, extrapolation_ratio=ratio, forecast_flops=forecast_c,
         n_boot=int(n_boot), resampled=resampled_text(reps, sm, forecast=method_used != "observed", method=method_used), predictions=pred,
         gate=gate, notes=notes, replicates=rep_matrix, default_allocation=observed, decision=decision,
-        switch_gain_lo=gain_lo, open_above=open_above, backtest=bt.table if bt is not None else None,
+        switch_gain_lo=gain_lo, open_above=open_above, open_below=open_below, open_reason=open_reason, backtest=bt.table if bt is not None else None,
     )

@@ -31,6 +31,8 @@ def interval_note(rec: Recommendation) -> str | None:
     """Why the chosen allocation's interval reaches 0 or 1, when it does (None otherwise)."""
     if not rec.forecast_made:
         return None
+    if getattr(rec, "open_reason", ""):  # computed from the data (race.analysis.backtest.open_ends)
+        return rec.open_reason
     if rec.open_above:
         return ("no sign of saturation yet: the interval is open above (no curve bends inside the pilots, so the "
                 "saturating model cannot place its midpoint; the upper bound is the back-tested extrapolation error, "
@@ -165,8 +167,12 @@ def recommendation_section(ctx: Context) -> Section:
             text = f"{r['family']} ({shares})" + (f"; fits at a bound: {', '.join(bounds)}" if bounds else "")
         if not r.get("gate_passed", True):
             text += "; forecast flat (did not pass the gate)"
+        why = str(r.get("open_reason") or "")
         if r.get("open_above", False):
-            text += "; no sign of saturation yet: open above"
+            text += ("; no sign of saturation yet: open above" if why.startswith("no sign") else
+                     "; open above: the back-tested error at this reach spans the scale")
+        if r.get("open_below", False):
+            text += "; open below: the back-tested error at this reach spans the scale"
         return text
 
     sec.add(Table(["allocation", ("predicted" if rec.forecast_made else "observed") + " score [95%]", "P(best)",
