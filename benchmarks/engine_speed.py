@@ -97,7 +97,7 @@ def builtin_engine(model_dir: Path, prompts: int, group: int, length: int, tmp: 
         """Seconds of one step, and (FLOPs, seconds) per phase from its ledger records."""
         state["step"] += 1
         s = state["step"]
-        problems, ids, mask = eng._prompts(s)
+        problems, ids, mask = eng.prompts_at(s)
         n = len(eng.books.ledger)
         t0 = time.perf_counter()
         eng._train_step(s, problems, ids, mask)
@@ -273,14 +273,14 @@ def run_gangs(a) -> None:
                     s = state["solo"]
                     t0 = time.perf_counter()
                     for e in solo:
-                        e._train_step(s, *e._prompts(s))
+                        e._train_step(s, *e.prompts_at(s))
                     return time.perf_counter() - t0
 
                 def gang_once() -> float:
                     state["gang"] += 1
                     s = state["gang"]
                     t0 = time.perf_counter()
-                    gang_step(s, [Work(i, e, *e._prompts(s)) for i, e in enumerate(gang)])
+                    gang_step(s, [Work(i, e, *e.prompts_at(s)) for i, e in enumerate(gang)])
                     return time.perf_counter() - t0
 
                 solo_steps(), gang_once()  # warm-up

@@ -317,7 +317,7 @@ def check_builtin_step(ctx: Ctx) -> dict[str, Any]:
             return out
 
         setattr(eng, name, counted)
-    problems, ids, mask = eng._prompts(1)
+    problems, ids, mask = eng.prompts_at(1)
     if not eng._train_step(1, problems, ids, mask):
         raise RuntimeError("the built-in step did not charge the ledger (recorded as overrun)")
     keys = eng.books.ledger.totals_by_key()

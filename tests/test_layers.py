@@ -571,6 +571,58 @@ def test_the_private_import_scan_catches_one(tmp_path):
     assert len(found) == 2 and all(w.endswith(f"race/report/figs.py:{i}") for w, i in zip(found, (1, 2))), found
 
 
+def _private_members(tree: ast.AST) -> set[str]:
+    """Single-underscore names a module defines on its classes and objects: methods
+    (``def _x``) and attributes it assigns (``self._x = ...``)."""
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+            names.add(node.attr)
+    return {n for n in names if n.startswith("_") and not n.startswith("__")}
+
+
+def private_reaches(src: Path) -> list[str]:
+    """One message per ``obj._name`` (obj not ``self``/``cls``) where ``_name`` is a private
+    member defined by ANOTHER module of ``race`` and not by this one: reaching into another
+    room's object. Third-party privates (``torch._C``, TRL's ``_generate_single_turn``) are
+    names no race module defines, so they are not counted here."""
+    mods = modules_of(src)
+    trees = {mod: ast.parse(f.read_text(), str(f)) for mod, f in mods.items()}
+    own = {mod: _private_members(t) for mod, t in trees.items()}
+    everywhere: dict[str, set[str]] = defaultdict(set)
+    for mod, names in own.items():
+        for n in names:
+            everywhere[n].add(mod)
+    bad = []
+    for mod, tree in trees.items():
+        rel = str(mods[mod].relative_to(src.parent))
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__")):
+                continue
+            if isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"):
+                continue
+            if node.attr in own[mod] or not everywhere.get(node.attr):
+                continue
+            bad.append(f"{rel}:{node.lineno}: {mod} reaches {node.attr} of an object of "
+                       f"{', '.join(sorted(everywhere[node.attr]))}: make it public or ask its owner")
+    return bad
+
+
+def test_no_module_reaches_into_another_modules_objects():
+    bad = private_reaches(SRC)
+    assert not bad, "private members reached across modules:\n" + "\n".join(bad)
+
+
+def test_the_private_reach_scan_catches_one(tmp_path):
+    pkg = package_dir(tmp_path, "engines")
+    (pkg / "engine.py").write_text("class E:\n    def _finish(self):\n        self._done = 1\n")
+    (pkg / "gang.py").write_text("def leave(e):\n    e._finish()\n    return e._done, e._other\n")
+    found = sorted(m.split(": ", 1)[0] for m in private_reaches(tmp_path))
+    assert len(found) == 2 and all(w.endswith(f"race/engines/gang.py:{i}") for w, i in zip(found, (2, 3))), found
+
+
 # -- one home per vocabulary ---------------------------------------------------------------------
 def _is_step_seed(node: ast.AST) -> bool:
     """``a * 1_000_003 + b``: the seed of a step's training problems."""

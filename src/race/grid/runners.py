@@ -105,6 +105,7 @@ class _Driver:
                           if pc.prediction and pc.cell.run_id in self.cells}
         self.observed: list[tuple[float, float]] = []  # (predicted, observed) wall of cells done this session
         self.started: dict[str, float] = {}
+        self.status: dict[str, str] = {}  # run id -> its status in the store, read when run() starts, kept current
         self.capacity = 1
         self.progress = GridProgress(total=len(self.cells), refused=len(plan.refused),
                                      flops_planned=sum(c.budget for c in self.cells.values()))
@@ -143,23 +144,23 @@ class _Driver:
     def _emit(self, kind: str, cell: Cell | None = None, message: str | None = None) -> None:
         p = self.progress
         p.elapsed_s = time.monotonic() - self.t0
-        remaining = [rid for rid in self.cells if self._status.get(rid) not in FINISHED + ("failed",)]
+        remaining = [rid for rid in self.cells if self.status.get(rid) not in FINISHED + ("failed",)]
         p.eta_s = self._eta(remaining, self.capacity)
         self.on_event(GridEvent(kind, p, cell.run_id if cell else None, cell.label if cell else None, message))
 
     def run(self, make: Callable[[], Executor], retry_failed: bool) -> tuple[int, list[str]]:
         """Schedule every cell still to do; the executor is started only if there is one."""
         rows = {r["run_id"]: r for r in self.store.runs()}
-        self._status = {rid: rows[rid]["status"] for rid in self.cells}
+        self.status = {rid: rows[rid]["status"] for rid in self.cells}
         todo_status = ("pending", "failed") if retry_failed else ("pending",)
         from race.grid.gangs import gang_units
 
         units = gang_units(list(self.cells.values()), gang=self.spec.gang, gang_size=self.spec.gang_size)
-        queue = deque(self.ordered([u for u in units if any(self._status[c.run_id] in todo_status for c in u)]))
+        queue = deque(self.ordered([u for u in units if any(self.status[c.run_id] in todo_status for c in u)]))
         p = self.progress
-        p.complete = sum(1 for s in self._status.values() if s in FINISHED)
-        p.failed = sum(1 for s in self._status.values() if s == "failed" and not retry_failed)
-        p.flops_done = sum(rows[rid]["total_flops"] or 0.0 for rid in self.cells if self._status[rid] in FINISHED)
+        p.complete = sum(1 for s in self.status.values() if s in FINISHED)
+        p.failed = sum(1 for s in self.status.values() if s == "failed" and not retry_failed)
+        p.flops_done = sum(rows[rid]["total_flops"] or 0.0 for rid in self.cells if self.status[rid] in FINISHED)
         executor = make() if queue else None
         self.capacity = executor.capacity if executor else 1
         p.runner = executor.description if executor else "nothing to run"
@@ -172,7 +173,7 @@ class _Driver:
             if executor is not None:
                 executor.close(cancel=not clean)
         self._emit("finish")
-        return ran, [rid for rid, s in self._status.items() if s == "failed"]
+        return ran, [rid for rid, s in self.status.items() if s == "failed"]
 
     def _submit(self, executor: Executor, unit: list[Cell]) -> Any:
         if len(unit) == 1:
@@ -198,7 +199,7 @@ class _Driver:
                 inflight[handle] = unit
                 for cell in unit:
                     self.started[cell.run_id] = time.monotonic()
-                    self._status[cell.run_id] = "running"
+                    self.status[cell.run_id] = "running"
                     p.running += 1
                     self._emit("started", cell)
             for handle, outcome in executor.wait(list(inflight), timeout=self.poll_s):
@@ -222,7 +223,7 @@ class _Driver:
                                                       time.monotonic() - self.started[cell.run_id]))
                             p.flops_done += flops
                             p.complete += 1
-                            self._status[cell.run_id] = status
+                            self.status[cell.run_id] = status
                             self._emit("complete", cell, None if status == "complete" else status)
                             continue
                     failed.append((cell, str(oc.get("error") or "unknown error")))
@@ -237,11 +238,11 @@ class _Driver:
                 for cell, error in failed:
                     if retry:
                         self.store.mark_pending(cell.run_id, error)
-                        self._status[cell.run_id] = "pending"
+                        self.status[cell.run_id] = "pending"
                         self._emit("retry", cell, f"attempt {tries[key]} failed: {_last_line(error)}")
                     else:
                         self.store.mark_failed(cell.run_id, error)
-                        self._status[cell.run_id] = "failed"
+                        self.status[cell.run_id] = "failed"
                         p.failed += 1
                         self._emit("failed", cell, _last_line(error))
                 if retry:
@@ -310,7 +311,7 @@ def run_grid(spec: "GridSpec | dict | str | Path", study_dir: str | Path | None 
         t0 = time.monotonic()
         ran, failed = driver.run(lambda: make_executor(spec.runner, spec.cell_fn), retry_failed)
     return GridResult(study=spec.study, study_dir=sdir, total=len(selected),
-                      complete=sum(1 for c in selected if driver._status[c.run_id] in FINISHED),
+                      complete=sum(1 for c in selected if driver.status[c.run_id] in FINISHED),
                       failed=failed, refused=plan.refused, skipped_complete=skipped, restarted=restarted,
                       ran=ran, elapsed_s=time.monotonic() - t0,
                       notes=notes)

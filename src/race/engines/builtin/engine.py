@@ -132,12 +132,12 @@ class BuiltinEngine:
         metrics = MetricsLog(self.run_dir / "metrics.jsonl") if metrics is None else metrics
         guard = BudgetGuard(ledger)
         if total_steps is None:
-            problems1, ids1, _ = self._prompts(1)
+            problems1, ids1, _ = self.prompts_at(1)
             total_steps = guard.steps_bought(self.step_bound(ids1.shape[1], problems1), cfg.max_steps, run=cfg.name)
         self.books = RunBooks(ledger, guard, metrics, total_steps, resumed_from)
         return self.books
 
-    def _prompts(self, step: int) -> tuple[list[Any], torch.Tensor, torch.Tensor]:
+    def prompts_at(self, step: int) -> tuple[list[Any], torch.Tensor, torch.Tensor]:
         cfg, st = self.cfg, self.state
         problems = st.task.problems("train", cfg.prompts_per_step, seed=step_seed(cfg.seed, step))
         ids, mask = encode_prompts(st.tok, [p.prompt for p in problems], st.device)
@@ -159,7 +159,7 @@ class BuiltinEngine:
         return st.step_plan.bound(cfg.prompts_per_step, prompt_len, T) + reward_bound(st.reward, n, prompt_len, T,
                                                                                        problems)
 
-    def _learning(self, prompt_len: int, completion_len: int, n: int) -> dict[str, int]:
+    def learning_flops(self, prompt_len: int, completion_len: int, n: int) -> dict[str, int]:
         """The learning passes over ``n`` rows (whole groups) padded to ``prompt_len`` +
         ``completion_len``, prompts shared per group and micro-batch where the engine does."""
         return self.state.step_plan.learning([prompt_len + completion_len] * n, [completion_len] * n)
@@ -174,7 +174,7 @@ class BuiltinEngine:
                       pad_id=st.tok.pad_token_id, temperature=self.cfg.temperature, generator=gen)
 
     @staticmethod
-    def _select(ro: Rollout, rows: torch.Tensor) -> Rollout:
+    def select_rows(ro: Rollout, rows: torch.Tensor) -> Rollout:
         """Keep ``rows`` and trim padding columns no kept row uses (what the update runs on)."""
         pm, cm = ro.prompt_mask[rows], ro.completion_mask[rows]
         first = int(pm.any(0).long().argmax())
@@ -242,11 +242,11 @@ class BuiltinEngine:
                      total_steps=self.books.total_steps)
 
     # -- bookkeeping --------------------------------------------------------------------
-    def _evaluate(self, step: int) -> list[dict[str, Any]]:
+    def evaluate(self, step: int) -> list[dict[str, Any]]:
         st, books = self.state, self.books
         return self.schedule.evaluate(st.evaluator, st.model, books.ledger, books.metrics, step)
 
-    def _checkpoint(self, step: int) -> None:
+    def checkpoint(self, step: int) -> None:
         meta = dict(self.out.checkpoint_meta(self.schedule, self.state.reward), ledger_records=len(self.books.ledger),
                     metrics_rows=len(self.books.metrics.rows))
         save_checkpoint(self.run_dir, model=self.state.model, optimizer=self.state.optimizer, step=step, meta=meta)
@@ -280,14 +280,14 @@ class BuiltinEngine:
             books.ledger.truncate_after(step)
             books.metrics.truncate_after(step)
         if resumed_from is None:
-            self._evaluate(0)
+            self.evaluate(0)
         status, stop_reason, error = "complete", "budget", None
         try:
             while True:
                 if cfg.max_steps and step >= cfg.max_steps:
                     stop_reason = "max_steps"
                     break
-                problems, ids, mask = self._prompts(step + 1)
+                problems, ids, mask = self.prompts_at(step + 1)
                 bound = self.step_bound(ids.shape[1], problems)
                 self.schedule.reach_budgets(self.state.evaluator, self.state.model, books.ledger, books.metrics, step,
                                             bound)
@@ -298,16 +298,16 @@ class BuiltinEngine:
                     step -= 1
                     break
                 if self.schedule.due(books.ledger.total):
-                    self._evaluate(step)
+                    self.evaluate(step)
                 if step % cfg.checkpoint_every == 0:
-                    self._checkpoint(step)
+                    self.checkpoint(step)
         except DivergedError as e:
             status, stop_reason, error = "diverged", "diverged", f"{e}; kept the last good checkpoint"
         if status == "complete" and self.schedule.last_step != step:
-            self._evaluate(step)
+            self.evaluate(step)
         if status == "complete":
-            self._checkpoint(step)
-        return self._finish(step, status, stop_reason, error, time.perf_counter() - t_start)
+            self.checkpoint(step)
+        return self.finish(step, status, stop_reason, error, time.perf_counter() - t_start)
 
     def _train_step(self, step: int, problems: list[Any], ids: torch.Tensor, mask: torch.Tensor) -> bool:
         """One step, charged to the ledger; False (nothing charged, what ran recorded as
@@ -334,10 +334,10 @@ class BuiltinEngine:
         upd: dict[str, float] = {}
         n_kept = int(rows.numel())
         reward_key = next(iter(rw.components), "reward/score")
-        batch = self._select(ro, rows) if n_kept else None
+        batch = self.select_rows(ro, rows) if n_kept else None
         if batch is not None:
             P, T = batch.prompt_ids.shape[1], batch.completion_ids.shape[1]
-            learn = self._learning(P, T, n_kept)
+            learn = self.learning_flops(P, T, n_kept)
         ran = {**roll, **(rw.components or {})}
         if not books.guard.may_continue(step, ran, learn,  # the bound was low: no update, ran recorded as overrun
                                        seconds={"rollout/decode": t_roll, reward_key: rw.seconds}):
@@ -365,7 +365,7 @@ class BuiltinEngine:
             self.progress({"step": step, "flops": books.ledger.total, "budget": self.cfg.budget_flops, **row})
         return True
 
-    def _finish(self, step: int, status: str, stop_reason: str, error: str | None, wall: float) -> dict[str, Any]:
+    def finish(self, step: int, status: str, stop_reason: str, error: str | None, wall: float) -> dict[str, Any]:
         cfg, st, books = self.cfg, self.state, self.books
         if status == "complete":
             st.model.save_pretrained(self.run_dir / "adapter", safe_serialization=True)

@@ -202,7 +202,7 @@ class FastDecoder:
             self._build()
 
     # -- forward --------------------------------------------------------------------------
-    def _rms(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    def rms_norm(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
         if x.dtype == torch.float32:  # one fused op, HF's Qwen2RMSNorm arithmetic
             return F.rms_norm(x, (x.shape[-1],), w, self.eps)
         dt = x.dtype
@@ -210,7 +210,7 @@ class FastDecoder:
         x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
         return w * x.to(dt)
 
-    def _tables(self, max_len: int, device: Any, dtype: torch.dtype) -> None:
+    def rope_tables(self, max_len: int, device: Any, dtype: torch.dtype) -> None:
         """cos and sign-folded sin per position: ``rope(x) = x cos + roll(x, d/2) sin±``."""
         pos = torch.arange(max_len, device=device)
         freqs = pos[:, None].float() * self.inv_freq.float()
@@ -220,7 +220,7 @@ class FastDecoder:
         self.cos = (emb.cos() * self.rope_scale).to(dtype)
         self.sin = (emb.sin() * self.rope_scale * sign).to(dtype)
 
-    def _rope(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    def apply_rope(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         return x * cos + torch.roll(x, self.head_dim // 2, dims=-1) * sin
 
     def run(self, ids: torch.Tensor, pos: torch.Tensor, bias: torch.Tensor, keys: Any) -> torch.Tensor:
@@ -236,15 +236,15 @@ class FastDecoder:
         bias = bias[:, :, None]  # (B, 1, 1, n, keys): broadcast over (kv head, rep)
         x = F.embedding(ids, self.embed, self.padding_idx).view(B * n, -1)
         for li, L in enumerate(self.layers):
-            qkv, h = L["qkv"], self._rms(x, L["ln1"])  # q carries the attention scale
+            qkv, h = L["qkv"], self.rms_norm(x, L["ln1"])  # q carries the attention scale
             if qkv.plain:  # q and k adjacent in one output: one RoPE over both
                 y = F.linear(h, qkv.weight, qkv.bias)
-                qk = self._rope(y[:, :(H + KV) * hd].view(B, n, H + KV, hd), cos, sin)
+                qk = self.apply_rope(y[:, :(H + KV) * hd].view(B, n, H + KV, hd), cos, sin)
                 q, k, v = qk[:, :, :H], qk[:, :, H:], y[:, (H + KV) * hd:]
             else:
                 q, k, v = qkv(h)
-                q = self._rope(q.view(B, n, H, hd), cos, sin)
-                k = self._rope(k.view(B, n, KV, hd), cos, sin)
+                q = self.apply_rope(q.view(B, n, H, hd), cos, sin)
+                k = self.apply_rope(k.view(B, n, KV, hd), cos, sin)
             K, V = keys(li, k, v.view(B, n, KV, hd))
             end = K.shape[2]
             q = q.reshape(B, n, KV, rep, hd).permute(0, 2, 3, 1, 4).reshape(B, KV, rep * n, hd)
@@ -252,7 +252,7 @@ class FastDecoder:
             p = torch.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype).view(B, KV, rep * n, end)
             a = torch.matmul(p, V).view(B, KV, rep, n, hd).permute(0, 3, 1, 2, 4).reshape(B * n, H * hd)
             (x,) = L["o"](a, add=x)
-            g, u = L["gate_up"](self._rms(x, L["ln2"]))
+            g, u = L["gate_up"](self.rms_norm(x, L["ln2"]))
             (x,) = L["down"](F.silu(g) * u, add=x)
         return x.view(B, n, -1)
 
@@ -267,7 +267,7 @@ class FastDecoder:
 
         x = self.run(ids, pos, bias, cached)
         self.length = end
-        return F.linear(self._rms(x[:, -1], self.norm_w), self.lm_head)
+        return F.linear(self.rms_norm(x[:, -1], self.norm_w), self.lm_head)
 
     @torch.no_grad()
     def prefill(self, ids: torch.Tensor, mask: torch.Tensor, max_len: int) -> torch.Tensor:
@@ -277,7 +277,7 @@ class FastDecoder:
         shape = (B, self.kv_heads, max_len, self.head_dim)
         self.k_cache = [torch.zeros(shape, device=dev, dtype=dt) for _ in self.layers]
         self.v_cache = [torch.zeros(shape, device=dev, dtype=dt) for _ in self.layers]
-        self._tables(max_len, dev, dt)
+        self.rope_tables(max_len, dev, dt)
         neg = torch.finfo(dt).min
         self.bias = torch.full((B, max_len), neg, dtype=dt, device=dev)
         self.bias[:, :P].masked_fill_(mask.bool(), 0.0)

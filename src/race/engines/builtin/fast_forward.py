@@ -59,11 +59,11 @@ def sequence_logits(model: Any, ids: torch.Tensor, mask: torch.Tensor, pos: torc
     dec = FastDecoder(model)
     n = ids.shape[1]
     dt = dec.embed.dtype
-    dec._tables(int(pos.max()) + 1, ids.device, dt)
+    dec.rope_tables(int(pos.max()) + 1, ids.device, dt)
     bias = padding_bias(torch.ones(n, n, dtype=torch.bool, device=ids.device).tril()[None] & mask.bool()[:, None, :],
                          dt)
     x = dec.run(ids, pos, bias[:, None], lambda li, k, v: (k.transpose(1, 2), v.transpose(1, 2)))
-    x = dec._rms(x[:, first:first + count], dec.norm_w)
+    x = dec.rms_norm(x[:, first:first + count], dec.norm_w)
     return F.linear(x, dec.lm_head)
 
 
@@ -94,7 +94,7 @@ def shared_prompt_logits(model: Any, prompt_ids: torch.Tensor, prompt_mask: torc
     n_real = prompt_mask.long().sum(-1)[seg]  # (B,)
     c_ids, c_mask = completion_ids[:, :T - 1], completion_mask[:, :T - 1]
     c_pos = (n_real[:, None] + c_mask.long().cumsum(-1) - 1).clamp(min=0)
-    dec._tables(max(int(p_pos.max()), int(c_pos.max()) if T > 1 else 0) + 1, dev, dt)
+    dec.rope_tables(max(int(p_pos.max()), int(c_pos.max()) if T > 1 else 0) + 1, dev, dt)
     causal_p = torch.ones(P, P, dtype=torch.bool, device=dev).tril()
     p_bias = padding_bias(causal_p[None] & prompt_mask.bool()[:, None, :], dt)
     cache: list[tuple[torch.Tensor, torch.Tensor]] = []
@@ -105,7 +105,7 @@ def shared_prompt_logits(model: Any, prompt_ids: torch.Tensor, prompt_mask: torc
         return kv
 
     x_p = dec.run(prompt_ids, p_pos, p_bias[:, None], keep)
-    first = F.linear(dec._rms(x_p[:, -1], dec.norm_w), dec.lm_head)[seg][:, None]  # (B, 1, V)
+    first = F.linear(dec.rms_norm(x_p[:, -1], dec.norm_w), dec.lm_head)[seg][:, None]  # (B, 1, V)
     if T == 1:
         return first
     n = T - 1
@@ -119,5 +119,5 @@ def shared_prompt_logits(model: Any, prompt_ids: torch.Tensor, prompt_mask: torc
         return torch.cat([kp[seg], k.transpose(1, 2)], dim=2), torch.cat([vp[seg], v.transpose(1, 2)], dim=2)
 
     x_c = dec.run(c_ids, c_pos, c_bias[:, None], attend)
-    rest = F.linear(dec._rms(x_c, dec.norm_w), dec.lm_head)  # (B, T-1, V)
+    rest = F.linear(dec.rms_norm(x_c, dec.norm_w), dec.lm_head)  # (B, T-1, V)
     return torch.cat([first, rest], dim=1)

@@ -120,7 +120,7 @@ class GangEngine:
             self.total_steps[i] = e.books.total_steps
             if state is None:
                 t = time.perf_counter()
-                e._evaluate(0)
+                e.evaluate(0)
                 self.wall[i] += time.perf_counter() - t
         return step
 
@@ -135,7 +135,7 @@ class GangEngine:
             if cfg.max_steps and step >= cfg.max_steps:
                 leaving.append((i, "complete", "max_steps", None, step))
                 continue
-            problems, ids, mask = e._prompts(t)
+            problems, ids, mask = e.prompts_at(t)
             if not e.books.guard.may_start(e.step_bound(ids.shape[1], problems)):
                 leaving.append((i, "complete", "budget", None, step))
                 continue
@@ -155,7 +155,7 @@ class GangEngine:
                     leaving.append((w.index, "diverged", "diverged", f"{w.error}; kept the last good checkpoint", t))
                 elif w.eng.schedule.due(w.eng.books.ledger.total):
                     t1 = time.perf_counter()
-                    w.eng._evaluate(t)
+                    w.eng.evaluate(t)
                     self.wall[w.index] += time.perf_counter() - t1
         for i, status, reason, error, at in sorted(leaving):
             self._leave(i, status, reason, error, at)
@@ -168,11 +168,11 @@ class GangEngine:
         e = self.engs[i]
         t0 = time.perf_counter()
         if status == "complete" and e.schedule.last_step != step:
-            e._evaluate(step)
+            e.evaluate(step)
         if status == "complete":
-            e._checkpoint(step)
+            e.checkpoint(step)
         self.wall[i] += time.perf_counter() - t0
-        out = e._finish(step, status, reason, error, self.wall[i])
+        out = e.finish(step, status, reason, error, self.wall[i])
         out["gang"] = self.gang_info(i)
         write_json_atomic(e.run_dir / "run.json", out)
         self.results[i] = out

@@ -141,12 +141,12 @@ class GangDecoder:
         rope = [(b.cos[s.pos][:, :, None], b.sin[s.pos][:, :, None]) for s in segs]
         xs = [F.embedding(s.ids, b.embed, b.padding_idx).view(s.ids.numel(), -1) for s in segs]
         for li, L in enumerate(b.layers):
-            qkv = self._proj(li, "qkv", [b._rms(x, L["ln1"]) for x in xs], segs)
+            qkv = self._proj(li, "qkv", [b.rms_norm(x, L["ln1"]) for x in xs], segs)
             att = []
             for s, (q, k, v), (cos, sin) in zip(segs, qkv, rope):
                 B, n = s.ids.shape
-                q = b._rope(q.view(B, n, H, hd), cos, sin)
-                k = b._rope(k.view(B, n, KV, hd), cos, sin)
+                q = b.apply_rope(q.view(B, n, H, hd), cos, sin)
+                k = b.apply_rope(k.view(B, n, KV, hd), cos, sin)
                 K, V = s.keys(li, k, v.view(B, n, KV, hd))
                 end = K.shape[2]
                 q = q.reshape(B, n, KV, rep, hd).permute(0, 2, 3, 1, 4).reshape(B, KV, rep * n, hd)
@@ -154,12 +154,12 @@ class GangDecoder:
                 p = torch.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype).view(B, KV, rep * n, end)
                 att.append(torch.matmul(p, V).view(B, KV, rep, n, hd).permute(0, 3, 1, 2, 4).reshape(B * n, H * hd))
             xs = [o for (o,) in self._proj(li, "o", att, segs, adds=xs)]
-            gu = self._proj(li, "gate_up", [b._rms(x, L["ln2"]) for x in xs], segs)
+            gu = self._proj(li, "gate_up", [b.rms_norm(x, L["ln2"]) for x in xs], segs)
             xs = [o for (o,) in self._proj(li, "down", [F.silu(g) * u for g, u in gu], segs, adds=xs)]
         return [x.view(s.ids.shape[0], s.ids.shape[1], -1) for s, x in zip(segs, xs)]
 
     def head(self, x: torch.Tensor) -> torch.Tensor:
-        return F.linear(self.base._rms(x, self.base.norm_w), self.base.lm_head)
+        return F.linear(self.base.rms_norm(x, self.base.norm_w), self.base.lm_head)
 
 
 def share_base(models: list[Any]) -> None:
@@ -208,7 +208,7 @@ def shared_prompt_logits(gdec: GangDecoder, items: list[SharedItem]) -> list[tor
         c_pos = (n_real[:, None] + c_mask.long().cumsum(-1) - 1).clamp(min=0)
         top = max(top, int(p_pos.max()), int(c_pos.max()) if T > 1 else 0)
         prep.append((p_pos, c_pos, c_mask))
-    gdec.base._tables(top + 1, dev, dt)
+    gdec.base.rope_tables(top + 1, dev, dt)
     caches: list[list[tuple[torch.Tensor, torch.Tensor]]] = [[] for _ in items]
 
     def keeper(cache: list[tuple[torch.Tensor, torch.Tensor]]) -> KeysFn:

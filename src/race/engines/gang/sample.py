@@ -152,7 +152,7 @@ def gang_sample(models: list[Any], jobs: list[SampleJob], max_new_tokens: int) -
     with torch.inference_mode():
         gdec = GangDecoder(models)
         P = max(j.prompt_ids.shape[1] for j in jobs)
-        gdec.base._tables(P + max_new_tokens, jobs[0].prompt_ids.device, gdec.base.embed.dtype)
+        gdec.base.rope_tables(P + max_new_tokens, jobs[0].prompt_ids.device, gdec.base.embed.dtype)
         ms = [_Member(j, gdec, max_new_tokens) for j in jobs]
         xs = gdec.run([m.prefill() for m in ms])
         for m, x in zip(ms, xs):

@@ -107,9 +107,9 @@ def _score(step: int, w: Work) -> None:
     keep = (~w.zero_var) if cfg.drop_zero_variance_groups else torch.ones_like(w.zero_var)
     w.rows = keep.repeat_interleave(G).nonzero().squeeze(1)
     n_kept = int(w.rows.numel())
-    w.batch = eng._select(ro, w.rows) if n_kept else None
+    w.batch = eng.select_rows(ro, w.rows) if n_kept else None
     if w.batch is not None:
-        w.learn = eng._learning(w.batch.prompt_ids.shape[1], w.batch.completion_ids.shape[1], n_kept)
+        w.learn = eng.learning_flops(w.batch.prompt_ids.shape[1], w.batch.completion_ids.shape[1], n_kept)
     reward_key = next(iter(rw.components), "reward/score")
     w.seconds[reward_key] = rw.seconds
     ran = {**w.roll, **(rw.components or {})}

@@ -133,8 +133,7 @@ class RaceFlopCallback(TrainerCallback):
         self._warned_bound = False
         self.overrun_flops = 0  # FLOPs of a step the budget could not take (recorded uncounted)
         self.rollout_location = "policy"  # policy (hooked generate) | vllm_colocate | vllm_server | ...
-        self._peak: float | None = None  # the table's peak (wiring.utilisation_logs), read once
-        self._peak_read = False
+        self.table_peak = wiring.TablePeak()  # the table's peak for the policy (wiring.utilisation_logs), read once
 
     def attach(self, trainer: Any) -> "RaceFlopCallback":
         """Hook the trainer's policy and, when TRL keeps one, its reference model."""
@@ -361,7 +360,8 @@ class RaceFlopCallback(TrainerCallback):
         to the history entry the trainer just appended for them."""
         if self.ledger is None or logs is None:
             return
-        values = {**log_values(self.ledger), **wiring.utilisation_logs(self, args, state)}
+        trainer = self._trainer() if self._trainer is not None else None
+        values = {**log_values(self.ledger), **wiring.utilisation_logs(self, args, state, self._models[0][0], trainer)}
         logs.update(values)
         hist = getattr(state, "log_history", None)
         # Trainer.log appended {**logs, "step": ...} just before on_log: the same value objects

@@ -120,27 +120,36 @@ def keep_work(args: Any, control: Any) -> None:
         control.should_evaluate = True
 
 
-def utilisation_logs(cb: Any, args: Any, state: Any) -> dict[str, float]:
+class TablePeak:
+    """One device's peak FLOP/s from the table for a model, read once (at the first log,
+    after the trainer placed the model); without one, a one-time note and ``None``."""
+
+    def __init__(self) -> None:
+        self.read, self.value = False, None
+
+    def get(self, model: Any, args: Any) -> float | None:
+        if not self.read:
+            self.read = True
+            self.value, name, dtype = model_peak(model, args)
+            if self.value is None:
+                import logging
+
+                logging.getLogger(__name__).warning(
+                    "race/mfu/* not logged: no peak FLOP/s for device %r at %s in race.engines.trl.utilisation."
+                    "PEAK_FLOPS; pass peak_flops=<one device's FLOP/s> to add_race_accounting / RaceFlopCallback",
+                    name, dtype)
+        return self.value
+
+
+def utilisation_logs(cb: Any, args: Any, state: Any, policy: Any, trainer: Any) -> dict[str, float]:
     """The utilisation values of ``race.engines.trl.usage`` for callback ``cb``'s ledger,
-    against ``cb.peak_flops`` or the table's peak for the policy's device and dtype (read
-    once, at the first log, after the trainer placed the model; without one MFU is omitted
-    with a one-time note). Sets TRL's ``state.total_flos`` to the ledger's counted total
-    (and zeroes transformers' own estimate, which it would add at the end)."""
+    against ``cb.peak_flops`` or the table's peak for ``policy``'s device and dtype
+    (``cb.table_peak``, read once). Sets TRL's ``state.total_flos`` to the ledger's counted
+    total (and zeroes ``trainer``'s own transformers estimate, which it would add at the end)."""
     from race.engines.trl.usage import utilisation_values
 
-    if cb.peak_flops is None and not cb._peak_read:
-        cb._peak_read = True
-        cb._peak, name, dtype = model_peak(cb._models[0][0], args)
-        if cb._peak is None:
-            import logging
-
-            logging.getLogger(__name__).warning(
-                "race/mfu/* not logged: no peak FLOP/s for device %r at %s in race.engines.trl.utilisation."
-                "PEAK_FLOPS; pass peak_flops=<one device's FLOP/s> to add_race_accounting / RaceFlopCallback",
-                name, dtype)
-    peak = cb.peak_flops if cb.peak_flops is not None else cb._peak
+    peak = cb.peak_flops if cb.peak_flops is not None else cb.table_peak.get(policy, args)
     state.total_flos = float(cb.ledger.total)
-    trainer = cb._trainer() if cb._trainer is not None else None
     if trainer is not None and hasattr(trainer, "current_flos"):
         trainer.current_flos = 0
     led = cb.ledgers
@@ -175,4 +184,4 @@ def report_card(cb: Any, meta: dict[str, Any]) -> Any:
 
 
 __all__ = ["dataset_prompt_bound", "keep_work", "model_peak", "report_card", "rollout_location", "time_weight_sync",
-           "trainer_plan", "utilisation_logs"]
+           "trainer_plan", "utilisation_logs", "TablePeak"]
