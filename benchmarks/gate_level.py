@@ -103,6 +103,9 @@ def main() -> None:
           f"{args.first + args.worlds - 1}")
     print(f"# command: python benchmarks/gate_level.py --generator {args.generator} --{kind} --worlds {args.worlds} "
           f"--first {args.first} --jobs {args.jobs} --alpha {' '.join(f'{a:g}' for a in alphas)}")
+    if args.generator == "tune":
+        print("# tuning generator: 'seed SD ... points' is its logit-scale seed SD x 100, not score points; "
+              "it has no seed growth or collapses")
     print(table(recs, alphas, args.null))
     print(f"\nwall time: {time.time() - t0:.0f} s")
 

@@ -119,3 +119,33 @@ def test_pooled_variance_and_df_rules():
     assert size_safe_inflation(0, 0.05) == 1.0
     with pytest.raises(ValueError, match="df_rule"):
         learning_gate(null_study(0, 2.0, 2), None, ["x"], df_rule="z")
+
+
+def test_stable_regime_needs_three_seeds_and_its_own_accuracy():
+    """The label (race.analysis.decision.label): "stable regime" only with >= 3 seeds in every
+    cell, the pick passing the gate, P(best) >= 0.8 and the back-test picking the observed
+    winner; each missing condition makes it "unstable" with a reason that says which."""
+    import pandas as pd
+
+    from race.analysis.backtest import BackTest
+    from race.analysis.decision import ConfidenceRules, label
+
+    rules = ConfidenceRules()
+    pred = pd.DataFrame({"allocation": ["a", "b"], "p_best": [0.9, 0.1]})
+    gate = pd.DataFrame({"allocation": ["a", "b"], "passed": [True, False], "gain": [0.1, 0.0], "n_seeds": [3, 3]})
+
+    def bt(right):
+        return BackTest(table=pd.DataFrame(), s_shared=0.1, s_specific=0.1, n_pairs=3, picked_right=right)
+
+    conf, why = label(pred, gate, 1e12, 4.0, rules, 3, bt(True))
+    assert conf == "stable regime" and "3 or more needed" in why[0]
+    conf, why = label(pred, gate, 1e12, 4.0, rules, 2, bt(True))
+    assert conf == "unstable" and any("2 seeds in some cell" in r and "needs 3 or more" in r for r in why)
+    conf, why = label(pred, gate, 1e12, 4.0, rules, 3, bt(False))
+    assert conf == "unstable" and any("back-test" in r for r in why)
+    conf, why = label(pred.assign(p_best=[0.7, 0.3]), gate, 1e12, 4.0, rules, 3, bt(True))
+    assert conf == "unstable" and any("win probability 0.70" in r for r in why)
+    conf, why = label(pred, gate.assign(passed=[False, True]), 1e12, 4.0, rules, 3, bt(True))
+    assert conf == "unstable" and any("did not pass the learning gate" in r for r in why)
+    conf, why = label(pred, gate.assign(passed=False), 1e12, 4.0, rules, 3, bt(True))
+    assert conf == "no learning detected"
