@@ -39,10 +39,10 @@ def test_one_cell_null_worlds_old_gate_fails_new_holds():
     curve family the fitter does not assume (the test generator's), at family-wise 1%.
     Bound: nominal + 3 binomial SEs, 0.01 + 3 sqrt(0.01 x 0.99 / 800) = 2.06% (16 worlds).
     The size-safe gate expects <= 1% (its exact size at every seed share, test below); plain
-    Welch-Satterthwaite has exact size up to 4.9x at 1 df and 1% (about 3.5% here) and must
-    exceed the same bound. Each replicate world is its own model, so one StudyMatrix holds
-    them all and the gate runs on one allocation at a time (its pooled seed variance is that
-    cell's alone, as in a one-allocation study)."""
+    Welch-Satterthwaite has exact size up to 4.9x at 1 df and 1% and must exceed the same bound
+    (38 of 800 worlds pass it here, 9 pass the size-safe gate). Each replicate world is its own
+    model, so one StudyMatrix holds them all and the gate runs on one allocation at a time
+    (its pooled seed variance is that cell's alone, as in a one-allocation study)."""
     import pandas as pd
 
     n = 800
