@@ -103,4 +103,5 @@ def label(pred: pd.DataFrame, gate: pd.DataFrame, largest: float, ratio: float, 
         return "unstable", unstable
     return "stable regime", [f"chosen allocation learned (gate passed), wins in {top['p_best']:.0%} of joint "
                              f"replicates (back-tested extrapolation error included), the back-test from the smaller "
-                             f"pilot budgets picked the observed winner at the largest, {min_seeds}+ seeds per cell"]
+                             f"pilot budgets picked the observed winner at the largest, {min_seeds}+ seeds per cell "
+                             f"({rules.min_seeds_stable} or more needed)"]

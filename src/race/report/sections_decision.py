@@ -115,8 +115,8 @@ def _gate_table(rec: Recommendation) -> Table:
     return Table(["allocation", "largest budget", "step-0 score", "end score (equal FLOPs)", "gain [95%]",
                   "vs random control", "learned"], rows,
                  f"Learning gate: end minus step-0 score on the same problems (paired; seed variance pooled over "
-                 f"the cells; passes at t > {rec.gate['threshold_z'].max():.2f} with Welch degrees of freedom, "
-                 f"family-wise {1 - 0.05:.0%} over {len(rec.gate)} allocations)")
+                 f"the cells; passes at t > {rec.gate['threshold_z'].max():.2f} with size-safe Satterthwaite "
+                 f"degrees of freedom, family-wise {1 - 0.05:.0%} over {len(rec.gate)} allocations)")
 
 
 def recommendation_section(ctx: Context) -> Section:
