@@ -98,7 +98,7 @@ def test_resumed_run_keeps_the_lr_schedule_of_the_uninterrupted_run(tiny_model_d
     would buy fewer steps and change every learning rate after the resume."""
     from race.engines import builtin, run_engine
 
-    real_prompts, real_bound = builtin.BuiltinEngine._prompts, builtin.BuiltinEngine.step_bound
+    real_prompts, real_bound = builtin.BuiltinEngine.prompts_at, builtin.BuiltinEngine.step_bound
 
     def prompts(self, step):
         self._bound_step = step
@@ -108,7 +108,7 @@ def test_resumed_run_keeps_the_lr_schedule_of_the_uninterrupted_run(tiny_model_d
         b = real_bound(self, *a, **k)
         return int(b * 1.3) if getattr(self, "_bound_step", 1) >= 3 else b
 
-    monkeypatch.setattr(builtin.BuiltinEngine, "_prompts", prompts)
+    monkeypatch.setattr(builtin.BuiltinEngine, "prompts_at", prompts)
     monkeypatch.setattr(builtin.BuiltinEngine, "step_bound", bound)
     cfg = _cfg(tiny_model_dir, budget_flops=5e9, lr_scheduler_type="cosine")
     ref = run_engine(cfg, tmp_path / "ref")
@@ -132,7 +132,7 @@ def test_kill_between_the_final_evaluation_and_the_final_checkpoint_does_not_eva
                eval={"n_problems": 8, "n_hard_problems": 4, "n_pass_problems": 4, "pass_k": 2, "num_points": 1})
     ref = run_engine(cfg, tmp_path / "ref")
     assert ref["steps"] == 4 and ref["stop_reason"] == "max_steps"
-    real = builtin.BuiltinEngine._checkpoint
+    real = builtin.BuiltinEngine.checkpoint
     calls: list[int] = []
 
     def killed_at_the_final_checkpoint(self, step):
@@ -141,12 +141,12 @@ def test_kill_between_the_final_evaluation_and_the_final_checkpoint_does_not_eva
             raise KeyboardInterrupt("simulated kill")
         return real(self, step)
 
-    monkeypatch.setattr(builtin.BuiltinEngine, "_checkpoint", killed_at_the_final_checkpoint)
+    monkeypatch.setattr(builtin.BuiltinEngine, "checkpoint", killed_at_the_final_checkpoint)
     with pytest.raises(KeyboardInterrupt):
         run_engine(cfg, tmp_path / "run")
     evals = [r for r in _lines(tmp_path / "run" / "metrics.jsonl") if r["kind"] == "eval" and r["step"] == 4]
     assert evals  # the final evaluation was written before the kill
-    monkeypatch.setattr(builtin.BuiltinEngine, "_checkpoint", real)
+    monkeypatch.setattr(builtin.BuiltinEngine, "checkpoint", real)
     out = run_engine(cfg, tmp_path / "run")
     assert out["resumed_from"] == 4
     assert_same_files(tmp_path / "ref", tmp_path / "run")
