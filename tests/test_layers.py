@@ -817,3 +817,65 @@ def test_the_lifecycle_scan_catches_state_set_late_and_from_outside(tmp_path):
     assert "race/engines/gang.py:3: race.engines.gang sets e.ledger, an attribute of LoopEngine, from outside" in text
     assert "race/engines/gang.py:4: race.engines.gang sets e.cfg.seed" not in text  # .seed is no engine attribute
     assert "race/engines/gang.py:4: race.engines.gang sets e.cfg, an attribute of LoopEngine" not in text
+
+
+# -- s4-23s: only the guard decides a stop or bounds a step ------------------------------------------
+#: The package that owns every budget decision and every step bound (race.accounting.guard and
+#: the formulas it takes: race.accounting.trl_step's bounds call its step_bound).
+ACCOUNTING = "race.accounting"
+
+
+def _call_name(node: ast.AST) -> str:
+    f = node.func if isinstance(node, ast.Call) else None
+    return f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else ""
+
+
+def budget_asks(src: Path) -> list[str]:
+    """One message per place outside ``race.accounting`` that decides against a budget or
+    assembles a step's bound itself: a call of ``fits`` (``guard.fits(...)`` or the free
+    function: whatever its result decides, a refusal, a stop, a prefix's budget, is the
+    guard's: ``check_first_step``, ``may_start``, ``stops_before``), or a sum with a bound
+    (a call of ``reward_bound``, ``bound`` or ``*_bound``) as an operand (``step_bound`` /
+    ``plan_step_bound`` add the policy's and the reward's)."""
+    bad = []
+    for mod, rel, node in walk_nodes(src):
+        if mod == ACCOUNTING or mod.startswith(ACCOUNTING + "."):
+            continue
+        where = f"{rel}:{getattr(node, 'lineno', 0)}"
+        if isinstance(node, ast.Call) and _call_name(node) == "fits":
+            bad.append(f"{where}: {mod} calls fits: the guard decides (check_first_step, may_start, stops_before)")
+        elif isinstance(node, (ast.BinOp, ast.AugAssign)) and isinstance(node.op, ast.Add):
+            sides = [node.left, node.right] if isinstance(node, ast.BinOp) else [node.target, node.value]
+            names = [_call_name(s) for s in sides]
+            if any(n == "bound" or n.endswith("_bound") for n in names):
+                bad.append(f"{where}: {mod} adds a bound to a bound: race.accounting.guard.step_bound assembles a "
+                           "step's bound")
+    return bad
+
+
+def test_only_the_guard_asks_whether_flops_fit_and_assembles_a_step_bound():
+    bad = budget_asks(SRC)
+    assert not bad, "budget decisions or step bounds outside race.accounting:\n" + "\n".join(bad)
+
+
+def test_the_budget_ask_scan_catches_a_fits_decision_and_a_hand_made_bound(tmp_path):
+    """The patterns this rule replaced: the TRL callback's own "smaller than one step"
+    refusal on ``guard.fits``, the prefix stop on ``fits``, and an engine's bound summed by
+    hand; the guard's own calls (in race.accounting) are not flagged."""
+    pkg = package_dir(tmp_path, "engines")
+    (pkg / "loop.py").write_text(
+        "def begin(self, bound, ledger, b, plan, reward):\n"
+        "    if not self.guard.fits(bound):\n"
+        "        raise ValueError('smaller than one step')\n"
+        "    done = fits(ledger.total, bound, b)\n"
+        "    total = plan.bound(4, 10, 12) + reward_bound(reward, 16, 10, 12)\n"
+        "    total += trl_batch_bound(plan)\n"
+        "    return total + 1, self.guard.may_start(bound)\n")
+    acc = package_dir(tmp_path, "accounting")
+    (acc / "guard.py").write_text("def stops_before(budget, spent, bound):\n    return not fits(spent, bound, budget)\n"
+                                  "def step_bound(p, r, n, P, T):\n    return int(p) + r(n, P, T)\n")
+    bad = budget_asks(tmp_path)
+    text = "\n".join(bad)
+    assert len(bad) == 4, text
+    for line, what in ((2, "calls fits"), (4, "calls fits"), (5, "adds a bound"), (6, "adds a bound")):
+        assert f"race/engines/loop.py:{line}: race.engines.loop {what}" in text, (line, what, text)

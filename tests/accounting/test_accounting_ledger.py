@@ -9,6 +9,7 @@ import pytest
 from race.accounting import (
     AccountingError,
     BudgetExceededError,
+    BudgetGuard,
     FlopLedger,
     LedgerCorruptError,
     LedgerRecord,
@@ -94,14 +95,14 @@ def test_budget_enforcement(tmp_path):
     led.add(0, "rollout", "decode", 600)
     led.add(0, "recompute", "forward", 10_000)  # uncounted: does not touch the budget
     assert led.remaining == 400
-    assert not led.would_exceed(400) and led.would_exceed(401)
+    assert BudgetGuard(led).fits(400) and not BudgetGuard(led).fits(401)
     before = p.read_bytes()
     with pytest.raises(BudgetExceededError, match="exceed the budget"):
         led.add_components(1, {"rollout/decode": 300, "update/backward": 200})  # all or nothing
     assert p.read_bytes() == before and led.total == 600
     led.extend([LedgerRecord(1, "update", "forward", 500)], enforce_budget=False)  # explicit override
     assert led.total == 1100 and led.remaining == -100
-    assert not FlopLedger().would_exceed(1e30)  # no budget
+    assert BudgetGuard(FlopLedger()).fits(1e30)  # no budget
     with pytest.raises(AccountingError, match="budget must be > 0"):
         FlopLedger(budget=0)
 

@@ -205,3 +205,44 @@ def test_a_step_plans_bound_is_its_counted_rollout_and_learning_at_full_length(s
     comps.update(plan.learning([70] * n, [20] * n))
     assert plan.bound(3, 50, 20) == counted(comps) == plan.uniform(3, 50, 20).total
     assert plan.bound(3, 50, 20) < plan.bound(3, 50, 21)
+
+
+# -- s4-23s: the first-step refusal, the step bound and the prefix stop are the guard's ---------------
+def test_the_first_step_refusal_is_the_guards_and_says_what_to_change(tmp_path):
+    led = FlopLedger(tmp_path / "l.jsonl", budget=1000)
+    led.add(1, "rollout", "decode", 600)
+    led.add(1, "recompute", "forward", 10_000)  # uncounted: leaves 400
+    guard = BudgetGuard(led)
+    guard.check_first_step(400)  # fits exactly: no refusal
+    with pytest.raises(AccountingError) as err:
+        guard.check_first_step(401, step="one TRL step", shrink="batch, num_generations")
+    assert str(err.value) == ("budget 1000 FLOPs (400 left) is smaller than one TRL step (401 FLOPs at the maximum "
+                              "lengths); raise the budget or shrink the step (batch, num_generations)")
+    assert guard.stop_reason is None and led.total == 600  # a refusal before training, not a stop
+    BudgetGuard(FlopLedger()).check_first_step(1e30)  # no budget: nothing refused
+
+
+def test_a_step_bound_is_the_policys_plus_the_rewards_at_the_same_lengths():
+    from race.accounting.guard import plan_step_bound, step_bound
+
+    seen = []
+
+    def reward(n, p, t):
+        seen.append((n, p, t))
+        return 1000 * n + 10 * p + t
+
+    assert step_bound(100, reward, 8, 3, 2) == 100 + 8032 and seen == [(8, 3, 2)]
+    assert step_bound(100, None, 8, 3, 2) == 100  # a reward that spends nothing
+    plan = StepPlan(SHAPE, 4, lora=LoRA(8), share_prompt=True, micro_batch=8)
+    assert plan_step_bound(plan, 3, 50, 20, reward) == plan.bound(3, 50, 20) + 12 * 1000 + 500 + 20
+    assert seen[-1] == (12, 50, 20)  # the reward bounds every sequence of the step: prompts x group
+
+
+def test_where_a_smaller_budget_stops_is_the_guards_own_rule(tmp_path):
+    from race.accounting.guard import stops_before
+
+    led = FlopLedger(tmp_path / "l.jsonl", budget=1000)
+    led.add(1, "rollout", "decode", 600)
+    for bound in (399, 400, 401):
+        assert stops_before(1000, led.total, bound) is (not BudgetGuard(led).may_start(bound))
+    assert not stops_before(1000, 600, 400) and stops_before(1000, 600, 400.5)

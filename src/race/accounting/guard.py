@@ -13,11 +13,16 @@ callback:
 - **the steps a budget buys** (:func:`steps_bought`; :func:`steps_in_budget` for a run,
   which refuses a budget that buys no step): ``floor(budget / step_flops)``, capped by
   ``max_steps``.
+- **a step's bound** (:func:`step_bound`, :func:`plan_step_bound`): the policy's counted
+  FLOPs at the maximum lengths plus the reward's bound; every engine's decisions take it.
+- **where a smaller budget stops** (:func:`stops_before`): the stop rule for a run's
+  prefix standing in for a run of a smaller budget.
 - **the stop** (:class:`BudgetGuard`): before a step, the step's upper bound must fit, or
   the run stops; once a step's exact cost is known, the part still to run must fit with
   what ran, or what ran is recorded as uncounted ``overrun`` and the run stops; a charge
   the ledger would refuse is recorded as ``overrun`` and the run stops. Every stop is a
-  clean ``budget`` stop (:attr:`BudgetGuard.stop_reason`).
+  clean ``budget`` stop (:attr:`BudgetGuard.stop_reason`). A budget that cannot take even
+  the first step is refused (:meth:`BudgetGuard.check_first_step`).
 
 The one object the per-step formulas take is :class:`StepPlan`: a step's model shape and
 settings (group size, LoRA, iterations, beta, recompute, shared prompts, reward system,
@@ -186,6 +191,38 @@ class StepPlan:
                                   conventions=self.conventions, **reward_lens)
 
 
+# -- the step bound and the budgets it stops -------------------------------------------------------
+#: A reward's FLOP bound for one generation: ``f(sequences, max prompt len, max completion len)``.
+RewardBound = Callable[[int, int, int], int]
+
+
+def step_bound(policy: int, reward: RewardBound | None, sequences: int, prompt_len: int, completion_len: int) -> int:
+    """The bound every budget decision takes for one generation of a step: ``policy`` (the
+    counted FLOPs of the policy's passes at the maximum lengths: ``StepPlan.bound``,
+    ``trl_batch_bound``, a TRL generation) + ``reward(sequences, prompt_len,
+    completion_len)``, the reward's bound for its ``sequences`` sequences at those lengths
+    (``None``: a reward that spends no FLOPs)."""
+    return int(policy) + (int(reward(sequences, prompt_len, completion_len)) if reward is not None else 0)
+
+
+def plan_step_bound(plan: StepPlan, prompts: int, prompt_len: int, completion_len: int,
+                    reward: RewardBound | None) -> int:
+    """:func:`step_bound` of a step of ``plan`` (the built-in engine's): ``prompts`` prompts
+    at ``prompt_len`` tokens, every completion at ``completion_len``, no group dropped
+    (:meth:`StepPlan.bound`), plus the reward's bound for its ``prompts * num_generations``
+    sequences."""
+    return step_bound(plan.bound(prompts, prompt_len, completion_len), reward, prompts * plan.num_generations,
+                      prompt_len, completion_len)
+
+
+def stops_before(budget: float, spent: float, bound: float) -> bool:
+    """Whether a run of budget ``budget`` that has spent ``spent`` counted FLOPs stops
+    before a step bounded by ``bound`` (:meth:`BudgetGuard.may_start`'s rule: the bound
+    does not fit). Where a longer run stands in for the run of a smaller budget (its
+    prefix, ``eval.at_budgets``)."""
+    return not fits(spent, bound, budget)
+
+
 # -- the stop ---------------------------------------------------------------------------------
 def record_overrun_step(ledger, step: int, components: dict[str, int], *, tokens: dict[str, int] | None = None,
                         seconds: dict[str, float] | None = None) -> int:
@@ -224,6 +261,17 @@ class BudgetGuard:
         if self.budget is None:
             raise AccountingError("no budget: steps_bought needs a ledger with a budget")
         return steps_in_budget(self.budget, step_bound, max_steps, run=run)
+
+    def check_first_step(self, step_bound: float, *, step: str = "one step",
+                         shrink: str = "prompts, group, lengths") -> None:
+        """Before a run's first step (or the first after a resume): refuses, with an
+        ``AccountingError`` saying what to change, a budget whose remaining part cannot take
+        one ``step`` bounded by ``step_bound`` (``shrink``: the settings that make it
+        smaller)."""
+        if not self.fits(step_bound):
+            raise AccountingError(
+                f"budget {self.budget:.4g} FLOPs ({self.ledger.remaining:.4g} left) is smaller than {step} "
+                f"({step_bound:.4g} FLOPs at the maximum lengths); raise the budget or shrink the step ({shrink})")
 
     def _stop(self) -> bool:
         self.stop_reason = BUDGET_STOP
@@ -273,4 +321,5 @@ class BudgetGuard:
 
 
 __all__ = ["BUDGET_STOP", "BudgetExceededError", "BudgetGuard", "StepPlan", "UNCOUNTED_PHASES", "check_budget",
-           "counted", "fits", "is_budget", "is_counted", "record_overrun_step", "steps_bought", "steps_in_budget"]
+           "counted", "fits", "is_budget", "is_counted", "record_overrun_step", "steps_bought", "steps_in_budget",
+           "RewardBound", "plan_step_bound", "step_bound", "stops_before"]

@@ -199,10 +199,6 @@ class FlopLedger:
             return float("inf")
         return self.budget - self.total
 
-    def would_exceed(self, next_step_bound: float) -> bool:
-        """True if a step costing up to ``next_step_bound`` FLOPs would not fit the budget."""
-        return not fits(self.total, next_step_bound, self.budget)
-
     def totals_by_phase(self, *, counted_only: bool = False) -> dict[str, int]:
         out: dict[str, int] = {}
         for r in self._records:

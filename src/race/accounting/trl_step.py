@@ -51,7 +51,7 @@ from . import terms
 from .conventions import Conventions, resolve
 from .errors import AccountingError
 from .grpo import learning_components, rollout_components
-from .guard import counted  # what the budget is charged: the one rule (re-exported here)
+from .guard import counted, step_bound  # what the budget is charged: the one rule (re-exported here)
 from .lora import LoRA
 from .passes import Work, backward_components, forward_components, recompute_flops, sequence_work
 from .shapes import ModelShape
@@ -333,15 +333,17 @@ def trl_step_bound(plan: TrlStepPlan, shape: ModelShape, micro_step: int, *, pro
         buffered = last is not None
     width = None if last is None or not buffered else (
         round_up(last[1], pad) + round_up(last[2], pad), round_up(last[2], pad))
+
+    def rewards(n: int, p: int, t: int) -> int:  # a generation's reward bound: the functions' and the models'
+        return int(reward_bound(n, p, t)) + reward_models.bound(n, p + t)
+
     for i in range(plan.gradient_accumulation_steps):
         m = micro_step + i
         if plan.generates(m) or width is None:
             gen = generation_components(shape, plan, n_seqs=plan.generation_batch_size, prompt_len=P,
                                         completion_len=T, lora=lora, conventions=conventions,
                                         reference_lora=reference_lora)
-            total += counted(gen)
-            total += int(reward_bound(plan.generation_batch_size, P, T))
-            total += reward_models.bound(plan.generation_batch_size, P + T)
+            total += step_bound(counted(gen), rewards, plan.generation_batch_size, P, T)  # the guard's rule
             width = (round_up(P, pad) + round_up(T, pad), round_up(T, pad))
         total += counted(update_components(shape, plan, n_seqs=plan.per_device_train_batch_size,
                                            seq_len=width[0], completion_len=width[1], lora=lora,

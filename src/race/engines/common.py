@@ -140,15 +140,15 @@ class EvalSchedule:
                       step_bound: float) -> None:
         """Before step ``step + 1`` (bounded by ``step_bound`` FLOPs): every budget b of
         ``at_budgets`` whose run would stop here (``spent + step_bound > b``, the guard's
-        own rule, ``race.accounting.guard.fits``) is reached at ``step``: evaluate (unless
+        own rule, ``race.accounting.guard.stops_before``) is reached at ``step``: evaluate (unless
         this step was just evaluated) and record ``{"budget", "step", "flops"}``. With the
         same seed and a schedule that does not depend on the budget (constant learning
         rate), the run so far IS the run of budget b: same prompts, samples and updates."""
-        from race.accounting.guard import fits
+        from race.accounting.guard import stops_before
 
         done = {p["budget"] for p in self.budget_points}
         for b in self.at_budgets:
-            if b in done or fits(ledger.total, step_bound, b):
+            if b in done or not stops_before(b, ledger.total, step_bound):
                 continue
             # evaluated already: at this step by the schedule, or before a crash that the
             # resumed run (checkpoint at this step, metrics kept up to it) is replaying

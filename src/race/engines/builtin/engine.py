@@ -45,6 +45,7 @@ from typing import Any
 import torch
 
 from race.accounting import BudgetGuard, FlopLedger, ReportCard, StepPlan
+from race.accounting.guard import plan_step_bound
 from race.cards import write_card
 from race.engines.checkpoint import cut_lines, find_checkpoint, load_checkpoint, save_checkpoint
 from race.engines.common import (
@@ -155,9 +156,8 @@ class BuiltinEngine:
         dropped; a reward model reads the full prompts of ``problems`` (not the policy's
         prompts cut to ``max_prompt_length``)."""
         cfg, st = self.cfg, self.state
-        n, T = cfg.prompts_per_step * cfg.num_generations, cfg.max_completion_length
-        return st.step_plan.bound(cfg.prompts_per_step, prompt_len, T) + reward_bound(st.reward, n, prompt_len, T,
-                                                                                       problems)
+        return plan_step_bound(st.step_plan, cfg.prompts_per_step, prompt_len, cfg.max_completion_length,
+                               lambda n, p, t: reward_bound(st.reward, n, p, t, problems))
 
     def learning_flops(self, prompt_len: int, completion_len: int, n: int) -> dict[str, int]:
         """The learning passes over ``n`` rows (whole groups) padded to ``prompt_len`` +

@@ -282,13 +282,12 @@ class RaceFlopCallback(TrainerCallback):
         self._pending.clear()
         self._outside.clear()
         self._in_step = False
-        bound = self.ledgers.global_bound(self.next_step_bound(state))
-        if not self.guard.fits(bound):
+        try:
+            self.guard.check_first_step(self.ledgers.global_bound(self.next_step_bound(state)), step="one TRL step",
+                                        shrink="batch, num_generations, max_completion_length")
+        except AccountingError:
             self._uninstall()
-            raise AccountingError(
-                f"budget {self.budget_flops:.4g} FLOPs ({self.ledger.remaining:.4g} left) is smaller than one TRL "
-                f"step ({bound:.4g} FLOPs at the maximum lengths); raise the budget or shrink the step "
-                "(batch, num_generations, max_completion_length)")
+            raise
 
     def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self._flush_outside(int(state.global_step))

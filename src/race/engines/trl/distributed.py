@@ -94,9 +94,9 @@ class RunLedgers:
         return _merge(parts)
 
     def commit(self, step: int, comps: dict[str, int], tokens: dict[str, int], seconds: dict[str, float],
-               guard: BudgetGuard | None = None) -> int:
-        """Charge one optimizer step (every rank's share) through ``guard`` (default: a
-        guard over the global ledger). Returns 0, or the FLOPs recorded as ``overrun`` when
+               guard: BudgetGuard) -> int:
+        """Charge one optimizer step (every rank's share) through ``guard`` (the run's, over
+        the global ledger). Returns 0, or the FLOPs recorded as ``overrun`` when
         the budget could not take the step (the same on every rank); ``executed/*`` records
         (never charged) stay as they are."""
         parts: list[Step] = []
@@ -104,7 +104,7 @@ class RunLedgers:
         for r, (c, _, s) in enumerate(parts):
             self.rank_flops[r] += counted(c)
             self.rank_seconds[r] += sum(s.values())
-        over = (guard or BudgetGuard(self.ledger)).charge(step, g[0], tokens=g[1], seconds=g[2])
+        over = guard.charge(step, g[0], tokens=g[1], seconds=g[2])
         if over:
             if self.rank_ledger is not None:
                 record_overrun_step(self.rank_ledger, step, comps, tokens=tokens, seconds=seconds)

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from race.accounting import LoRA, ModelShape
-from race.accounting.guard import steps_in_budget
+from race.accounting.guard import step_bound, steps_in_budget
 from race.cards import write_card
 from race.engines.common import EvalSchedule, Progress, RunDir, make_task, run_evaluator, start_policy
 from race.engines.grpo_math import lr_at
@@ -181,9 +181,10 @@ class TrlEngine:
 
         cfg = self.cfg
         T = cfg.max_completion_length
-        bound = trl_batch_bound(shape, plan, prompt_len=max_prompt, completion_len=T,
-                                num_iterations=cfg.num_iterations, lora=lora, conventions=cfg.conventions)
-        bound += reward_bound(reward, plan.generation_batch_size, max_prompt, T, problems)
+        policy = trl_batch_bound(shape, plan, prompt_len=max_prompt, completion_len=T,
+                                 num_iterations=cfg.num_iterations, lora=lora, conventions=cfg.conventions)
+        bound = step_bound(policy, lambda n, p, t: reward_bound(reward, n, p, t, problems), plan.generation_batch_size,
+                           max_prompt, T)
         return steps_in_budget(cfg.budget_flops, bound, cfg.max_steps, run=cfg.name)
 
     # -- the run ---------------------------------------------------------------------------------
