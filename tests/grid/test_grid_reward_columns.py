@@ -53,7 +53,7 @@ def test_the_runs_table_derives_the_typed_columns_from_the_stored_string(tmp_pat
 
 
 def test_the_analysis_reads_the_columns_and_derives_them_only_for_tables_built_by_hand():
-    from race.analysis.tables import prepare_runs, with_reward_columns
+    from race.analysis.tables import is_control, prepare_runs, with_reward_columns
 
     by_hand = pd.DataFrame({"run_id": ["a", "b", "c"], "reward": ["prm:prm-xs:min+partial", "random", "rule"]})
     typed = with_reward_columns(by_hand)
@@ -62,6 +62,9 @@ def test_the_analysis_reads_the_columns_and_derives_them_only_for_tables_built_b
     # columns present (as the grid writes them) are read as they are, never re-derived from the string
     sentinel = typed.assign(reward_model="sentinel", reward_learned=False)
     assert with_reward_columns(sentinel) is sentinel
+    assert list(is_control(typed)) == [False, True, False]  # the random control, by its typed column
+    assert list(is_control(typed.assign(reward_random=[True, False, False]))) == [True, False, False]
+    assert list(is_control(typed.drop(columns="reward_random"))) == [False, True, False]  # by reward_system
     assert list(with_reward_columns(typed.drop(columns="reward_rule"))["reward_rule"]) == list(typed["reward_rule"])
     runs = pd.DataFrame({"run_id": ["a", "b"], "budget": [1e12, 1e12], "seed": [0, 0], "status": ["complete"] * 2,
                          "model_params": [1e6, 1e6], "model": ["tiny-s"] * 2, "num_generations": [4, 4],

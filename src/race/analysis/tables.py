@@ -198,13 +198,17 @@ def reward_flag(df: pd.DataFrame, column: str) -> pd.Series:
     return df[column].eq(True)
 
 
-#: The reward of random-reward control runs: never a candidate, only a comparison.
+#: The reward system (``reward_system``) of random-reward control runs: never a candidate,
+#: only a comparison.
 RANDOM_REWARD = "random"
 
 
 def is_control(df: pd.DataFrame) -> pd.Series:
-    """Rows of random-reward control runs (``reward == "random"``)."""
-    return df["reward"].astype(str) == RANDOM_REWARD
+    """Rows of random-reward control runs: the typed ``reward_random`` column, else (a table
+    derived from the prepared runs, carrying ``reward_system`` only) that system."""
+    if "reward_random" in df.columns:
+        return reward_flag(df, "reward_random")
+    return df["reward_system"].astype(str) == RANDOM_REWARD
 
 
 def without_controls(df: pd.DataFrame) -> pd.DataFrame:
