@@ -854,7 +854,8 @@ def _is_reward_text(node: ast.AST, typed: set[str]) -> bool:
     while True:
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "str" and node.args:
             node = node.args[0]
-        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in ("astype", "get"):
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+              and node.func.attr in ("astype", "get")):
             node = node.func.value
         elif isinstance(node, ast.Attribute) and node.attr == "str":
             node = node.value

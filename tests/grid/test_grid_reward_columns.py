@@ -58,7 +58,8 @@ def test_the_analysis_reads_the_columns_and_derives_them_only_for_tables_built_b
     by_hand = pd.DataFrame({"run_id": ["a", "b", "c"], "reward": ["prm:prm-xs:min+partial", "random", "rule"]})
     typed = with_reward_columns(by_hand)
     assert [None if pd.isna(v) else v for v in typed["reward_rule"]] == ["rule:partial", None, "rule:outcome"]
-    assert list(typed["reward_learned"]) == [True, False, False] and list(typed["reward_random"]) == [False, True, False]
+    assert list(typed["reward_learned"]) == [True, False, False]
+    assert list(typed["reward_random"]) == [False, True, False]
     # columns present (as the grid writes them) are read as they are, never re-derived from the string
     sentinel = typed.assign(reward_model="sentinel", reward_learned=False)
     assert with_reward_columns(sentinel) is sentinel
