@@ -879,3 +879,116 @@ def test_the_budget_ask_scan_catches_a_fits_decision_and_a_hand_made_bound(tmp_p
     assert len(bad) == 4, text
     for line, what in ((2, "calls fits"), (4, "calls fits"), (5, "adds a bound"), (6, "adds a bound")):
         assert f"race/engines/loop.py:{line}: race.engines.loop {what}" in text, (line, what, text)
+
+
+# -- s4-23r: a reward spec is parsed once after the store; readers read its typed columns ----------
+#: The words of the reward grammar a reader would test a spec string against.
+REWARD_WORDS = {"prm", "orm", "rule", "random", "judge", "math", "prm:", "orm:", "rule:", "judge:"}
+REWARD_PREFIXES = {w for w in REWARD_WORDS if w.endswith(":")}
+#: The grammar's entry points (race.spec.reward): calling (or importing) them parses a spec.
+GRAMMAR = {"parse_reward", "parse_learned", "reward_columns"}
+#: Where the grammar may be called: its home and the deserialiser of the store's runs table.
+GRAMMAR_HOMES = ("race.spec", "race.grid.tables")
+#: Other callers, each with why (module -> reason).
+GRAMMAR_CALLERS = {
+    "race.analysis.tables": "with_reward_columns: the typed columns of a table passed in by hand (never stored), "
+                            "derived as the grid derives them",
+    "race.rewards.registry": "make_reward: an entry point that takes a user's spec string (RunConfig.reward, "
+                             "parsed already, passes through)",
+    "race.rewards.systems": "reward_system: the same, for planning (race estimate --rewards)",
+    "race.builds.demand": "ensure_reward: the same, for building what a spec loads",
+}
+
+
+def _reward_columns() -> set[str]:
+    sys.path.insert(0, str(SRC))
+    try:
+        from race.schema import REWARD_COLUMNS
+    finally:
+        sys.path.remove(str(SRC))
+    return set(REWARD_COLUMNS)
+
+
+def _is_reward_text(node: ast.AST, typed: set[str]) -> bool:
+    """Whether ``node`` is a reward spec string: a name, attribute or ``["key"]`` named like a
+    reward (not a typed column of ``race.schema.REWARD_COLUMNS``, not ``.kind``), seen through
+    ``str(...)``, ``.astype(...)``, ``.str`` and ``.get(...)``."""
+    while True:
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "str" and node.args:
+            node = node.args[0]
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+              and node.func.attr in ("astype", "get")):
+            node = node.func.value
+        elif isinstance(node, ast.Attribute) and node.attr == "str":
+            node = node.value
+        elif isinstance(node, ast.Subscript) and not (isinstance(node.slice, ast.Constant)
+                                                      and isinstance(node.slice.value, str)):
+            node = node.value
+        else:
+            break
+    name = (node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute)
+            else node.slice.value if isinstance(node, ast.Subscript) else "")
+    return "reward" in name.lower() and name not in typed
+
+
+def _is_reward_word(node: ast.AST) -> bool:
+    items = node.elts if isinstance(node, (ast.Tuple, ast.List, ast.Set)) else [node]
+    return any(isinstance(e, ast.Constant) and e.value in REWARD_WORDS for e in items)
+
+
+def reward_string_tests(src: Path) -> list[str]:
+    """One message per test of a reward spec STRING against a reward kind or prefix outside
+    ``race.spec`` (``reward.startswith("prm")``, ``df["reward"] == "random"``, ``"rule:" in
+    reward``), and per call or import of the reward grammar outside its homes
+    (:data:`GRAMMAR_HOMES`, :data:`GRAMMAR_CALLERS`): the runs table's typed columns
+    (``reward_system``, ``reward_rule``, ``reward_model``, ``reward_learned``,
+    ``reward_random``) say it, parsed once where the table is built."""
+    typed, bad = _reward_columns(), []
+    for mod, rel, node in walk_nodes(src):
+        if mod.startswith("race.spec"):
+            continue
+        if isinstance(node, ast.Compare) and any(isinstance(op, (ast.Eq, ast.NotEq, ast.In, ast.NotIn))
+                                                 for op in node.ops):
+            sides = [node.left, *node.comparators]
+            if any(_is_reward_word(a) and _is_reward_text(b, typed) for a in sides for b in sides if a is not b):
+                bad.append(f"{rel}:{node.lineno}: {mod} tests a reward spec string against a reward kind: read "
+                           "the typed reward columns (race.schema.REWARD_COLUMNS)")
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+              and node.func.attr in ("startswith", "endswith") and node.args and _is_reward_word(node.args[0])
+              and _is_reward_text(node.func.value, typed)):
+            bad.append(f"{rel}:{node.lineno}: {mod} tests a reward spec string's prefix: read the typed reward "
+                       "columns (race.schema.REWARD_COLUMNS)")
+        elif (isinstance(node, (ast.Tuple, ast.List, ast.Set)) and len(node.elts) > 1
+              and all(isinstance(e, ast.Constant) and e.value in REWARD_PREFIXES for e in node.elts)):
+            bad.append(f"{rel}:{node.lineno}: {mod} restates the reward kinds' prefixes: read reward_learned / "
+                       "reward_system (race.schema.REWARD_COLUMNS)")
+        if mod.startswith(GRAMMAR_HOMES) or mod in GRAMMAR_CALLERS:
+            continue
+        names = ([a.name for a in node.names] if isinstance(node, ast.ImportFrom) else
+                 [node.func.id if isinstance(node.func, ast.Name) else node.func.attr]
+                 if isinstance(node, ast.Call) and isinstance(node.func, (ast.Name, ast.Attribute)) else [])
+        for name in sorted(set(names) & GRAMMAR):
+            bad.append(f"{rel}:{node.lineno}: {mod} {'imports' if isinstance(node, ast.ImportFrom) else 'calls'} "
+                       f"{name}: a stored spec is parsed once (race.grid.tables); read the typed reward columns")
+    return bad
+
+
+def test_readers_read_the_typed_reward_columns_never_the_spec_string():
+    bad = reward_string_tests(SRC)
+    assert not bad, "\n".join(bad)
+
+
+def test_the_reward_string_scan_catches_one(tmp_path):
+    pkg = package_dir(tmp_path, "report")
+    (pkg / "sec.py").write_text(
+        "def f(p, fin, cfg, r):\n"
+        "    a = p['reward'].astype(str).str.startswith('prm')\n"
+        "    b = fin[fin['reward'].astype(str) == 'random']\n"
+        "    c = str(cfg.reward).startswith(('prm:', 'orm:'))\n"
+        "    d = 'rule:' in r.reward\n"
+        "    e = p['reward_system'] == 'prm', cfg.reward.kind == 'prm', r.name == 'rule'\n"
+        "    from race.spec.reward import parse_reward\n"
+        "    return parse_reward(r.reward).weights\n\n\n"
+        "LEARNED_PREFIXES = ('prm:', 'orm:', 'judge:')\n")
+    found = sorted(int(m.split(": ", 1)[0].rsplit(":", 1)[1]) for m in reward_string_tests(tmp_path))
+    assert found == [2, 3, 4, 4, 5, 7, 8, 11], reward_string_tests(tmp_path)  # line 6 reads typed fields

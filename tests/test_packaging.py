@@ -136,7 +136,7 @@ from race.rewards.rm_recipes import rm_dir
 with resources.as_file(resources.files("race") / "configs" / "demo.yaml") as f:
     spec = load_grid_spec(f)
 models, rms = grid_builds(spec.axes.get("model", [spec.base.get("model")]),
-                          spec.axes.get("reward", [spec.base.get("reward", "rule")]))
+                          [cell.config.reward for cell in spec.cells()])
 assert models and rms, (models, rms)
 for m in models:
     assert packaged_dir("base", f"{{m}}-{{recipe_hash(m)}}") is not None, (m, sorted(PACKAGED.glob("base/*")))

@@ -67,12 +67,20 @@ RUNS_EXTRA: dict[str, str] = {
     "error": "the last attempt's error, if any",
     "conventions": "FLOP conventions the run was counted under",
     "reward_system": "the parsed reward spec's kind (RewardSpec.kind: 'rule', 'prm', ...)",
+    "reward_rule": "the rule as 'rule:TERMS' (terms sorted): a rule reward's own, or the rule terms a learned "
+    "reward mixes in ('prm:prm-xs:min+partial' -> 'rule:partial'); empty when none",
+    "reward_model": "the learned reward's model name or path ('prm-xs'); empty for rules and the random control",
+    "reward_learned": "whether the reward is a learned model's (orm, prm, judge)",
+    "reward_random": "whether the run is a random-reward control",
     "prefix_of": "for a nested pilot's budget point: the run id of the longer run it is a prefix of (else empty)",
 }
 RUNS_OPTIONAL: dict[str, str] = {
     "proxy_reward_trend": "slope of the proxy (training) reward over the run",
     "verified_trend": "slope of the verified accuracy over the run",
 }
+#: The typed columns of the reward spec (``race.spec.reward.reward_columns``, derived from the
+#: stored string when the grid builds the table): readers use these, never the string.
+REWARD_COLUMNS: tuple[str, ...] = ("reward_system", "reward_rule", "reward_model", "reward_learned", "reward_random")
 #: The columns most analysis functions need from ``runs``.
 RUNS_CORE: tuple[str, ...] = ("run_id", "budget", "seed", "status", "model_params") + ALLOCATION_COLUMNS
 
@@ -117,5 +125,5 @@ def axis_column(path: str) -> str:
 
 
 __all__ = ["ALLOCATION_COLUMNS", "AXIS_PREFIX", "EVALS_COLUMNS", "EVALS_OPTIONAL", "KNOWN_STATUSES",
-           "LEDGER_COLUMNS", "OPTIONAL_ALLOCATION_COLUMNS", "OWN_COLUMN_AXES", "RUNS_COLUMNS", "RUNS_CORE",
-           "RUNS_EXTRA", "RUNS_OPTIONAL", "TRAIN_COLUMNS", "axis_column"]
+           "LEDGER_COLUMNS", "OPTIONAL_ALLOCATION_COLUMNS", "OWN_COLUMN_AXES", "REWARD_COLUMNS", "RUNS_COLUMNS",
+           "RUNS_CORE", "RUNS_EXTRA", "RUNS_OPTIONAL", "TRAIN_COLUMNS", "axis_column"]

@@ -101,12 +101,13 @@ def test_the_training_reward_is_the_proxy_without_an_rm_score():
     assert table.iloc[0]["proxy"] == "reward_mean" and table.iloc[0]["diverged"]
 
 
-def _arms_study(n_problems=400):
+def _arms_study(n_problems=400, extra=None):
     """tiny-s at one budget, 2 seeds: rule:outcome and prm-s score 0.5 on the same problems,
     prm-m 0.7 (a superset of them), rule:partial 0.9."""
     from race.analysis import feedback_comparisons  # noqa: F401 (import checked here)
 
-    solved = {"rule:outcome": 200, "prm:prm-s:min+outcome": 200, "prm:prm-m:min+outcome": 280, "rule:partial": 360}
+    solved = {"rule:outcome": 200, "prm:prm-s:min+outcome": 200, "prm:prm-m:min+outcome": 280, "rule:partial": 360,
+              **(extra or {})}
     runs, evals = [], []
     for reward, k in solved.items():
         for seed in (0, 1):
@@ -152,3 +153,23 @@ def test_feedback_comparisons_without_strengths_compare_only_against_rules():
     assert "stronger RM" not in set(comp["kind"]) and len(comp) == 4
     only_rules = runs[runs["reward"].str.startswith("rule")]
     assert feedback_comparisons(evals[evals["run_id"].isin(only_rules["run_id"])], only_rules, "greedy", {}).empty
+
+
+def test_feedback_comparisons_read_the_typed_reward_columns():
+    """The random control is left out, an ORM without rule terms and a PRM mixing in a rule
+    no arm runs alone meet only rule:partial; the columns are read as the table gives them."""
+    from race.analysis import feedback_comparisons
+    from race.analysis.tables import prepare_runs
+
+    runs, evals = _arms_study(extra={"random": 150, "orm:orm-s": 220, "prm:prm-s:min+outcome+format": 240})
+    comp = feedback_comparisons(evals, runs, "greedy", {}, n_boot=50)
+    pairs = {(r.kind, r.a, r.b) for r in comp.itertuples()}
+    assert not any("random" in (a, b) for _, a, b in pairs)
+    assert {p for p in pairs if p[1] in ("orm:orm-s", "prm:prm-s:min+outcome+format")} == {
+        ("RM vs rule:partial", "orm:orm-s", "rule:partial"),
+        ("RM vs rule:partial", "prm:prm-s:min+outcome+format", "rule:partial")}
+    # a table whose reward_rule says the ORM mixes in rule:outcome: the comparison follows the column
+    typed = prepare_runs(runs, include_failed=True)
+    typed.loc[typed["reward"] == "orm:orm-s", "reward_rule"] = "rule:outcome"
+    comp = feedback_comparisons(evals, typed.drop(columns="allocation"), "greedy", {}, n_boot=50)
+    assert ("RM vs its rule", "orm:orm-s", "rule:outcome") in {(r.kind, r.a, r.b) for r in comp.itertuples()}

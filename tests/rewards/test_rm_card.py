@@ -11,6 +11,13 @@ import pytest
 from race.artefacts.cache import PACKAGED
 from race.rewards import rm_recipes
 from race.rewards.rm_card import POLICY_SAMPLES, PROGRAMMATIC, rm_card
+from race.spec.reward import reward_columns
+
+
+def card_of(spec: str) -> dict | None:
+    """The card of a reward as the report asks for it: from the spec's typed columns."""
+    cols = reward_columns(spec)
+    return rm_card(cols["reward_system"], cols["reward_model"])
 
 
 def test_the_packaged_strong_prm_reads_its_heldout_quality(monkeypatch):
@@ -19,7 +26,7 @@ def test_the_packaged_strong_prm_reads_its_heldout_quality(monkeypatch):
         "prm", "tiny-m", steps=100, warmup_steps=0, init="base", scoring="likelihood", **rm_recipes._POOL))
     name = f"prm-m-{rm_recipes.recipe_hash('prm-m')}"
     info = json.loads((PACKAGED / "rm" / name / "info.json").read_text())
-    card = rm_card("prm:prm-m:min+outcome")
+    card = card_of("prm:prm-m:min+outcome")
     held = info["data"]["heldout"]
     assert card["found"] and card["source"] == "packaged" and card["name"] == "prm-m"
     assert card["quality_on"] == POLICY_SAMPLES
@@ -32,7 +39,7 @@ def test_the_packaged_strong_prm_reads_its_heldout_quality(monkeypatch):
 
 def test_a_build_in_the_cache_is_read_first(built_rms):
     info = built_rms["prm-xs"]
-    card = rm_card("prm:prm-xs:min+partial")
+    card = card_of("prm:prm-xs:min+partial")
     assert card["found"] and card["source"] == "cache" and card["recipe_hash"] == info.recipe_hash
     assert card["quality_on"] == PROGRAMMATIC and card["threshold"] == 0.5
     assert card["step_auc"] == info.eval["step_auc"] and card["bad_step_recall"] == info.eval["bad_step_recall"]
@@ -40,12 +47,12 @@ def test_a_build_in_the_cache_is_read_first(built_rms):
 
 
 def test_rules_have_no_card_and_missing_models_say_what_to_run(tmp_path, built_rms):
-    assert rm_card("rule:partial") is None and rm_card("random") is None
-    missing = rm_card("prm:prm-l")
+    assert card_of("rule:partial") is None and card_of("random") is None
+    missing = card_of("prm:prm-l")
     assert not missing["found"] and "race rm build --names prm-l" in missing["note"]
     local = tmp_path / "my-prm"
     shutil.copytree(built_rms["prm-xs"].path, local)
-    card = rm_card(f"prm:{local}")
+    card = card_of(f"prm:{local}")
     assert card["found"] and card["source"] == "path" and card["train_flops"] == built_rms["prm-xs"].train_flops
     (local / "info.json").unlink()
-    assert not rm_card(f"prm:{local}")["found"]
+    assert not card_of(f"prm:{local}")["found"]

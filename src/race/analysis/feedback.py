@@ -42,9 +42,10 @@ import pandas as pd
 
 from .bootstrap import bootstrap_cells, difference
 from .curves import final_scores
-from .tables import prepare_runs, require_columns
+from .tables import prepare_runs, require_columns, reward_flag
 
-LEARNED_PREFIXES = ("prm:", "orm:", "judge:")
+#: The exact dense process reward a learned reward is also compared with (as ``reward_rule`` writes it).
+DENSE_RULE = "rule:partial"
 PROXY_COLUMNS = ("rm_score_mean", "reward_mean")
 
 
@@ -143,7 +144,7 @@ def divergence_table(runs: pd.DataFrame, train: pd.DataFrame, **settings: Any) -
     require_columns(train, ["run_id", "step", "flops", "verified_mean"], "train")
     pr = prepare_runs(runs, include_failed=True)
     pr = pr[pr["status"].astype(str).isin(["complete", "diverged"])]
-    pr = pr[pr["reward"].astype(str).str.startswith(LEARNED_PREFIXES)]
+    pr = pr[reward_flag(pr, "reward_learned")]
     rows = []
     for alloc, g in pr.groupby("allocation", sort=True):
         longest = g.sort_values(["budget", "run_id"], ascending=[False, True]).drop_duplicates("seed")
@@ -176,29 +177,6 @@ def divergence_table(runs: pd.DataFrame, train: pd.DataFrame, **settings: Any) -
     return pd.DataFrame(rows, columns=cols)
 
 
-def _rule_of(reward: str) -> str | None:
-    """The rule a learned reward mixes its model score with (``prm:X:min+outcome`` ->
-    ``rule:outcome``), ``None`` when it mixes none or cannot be parsed."""
-    from race.spec.reward import parse_reward
-
-    try:
-        spec = parse_reward(reward)
-    except ValueError:
-        return None
-    terms = sorted(t for t in spec.weights if t != "rm")
-    return "rule:" + "+".join(terms) if spec.learned and terms else None
-
-
-def _same_rule(a: str, b: str) -> bool:
-    from race.spec.reward import parse_reward
-
-    try:
-        pa, pb = parse_reward(a), parse_reward(b)
-    except ValueError:
-        return False
-    return pa.kind == pb.kind == "rule" and set(pa.weights) == set(pb.weights)
-
-
 def feedback_comparisons(evals: pd.DataFrame, runs: pd.DataFrame, target: str, strength: dict[str, float], *,
                          n_boot: int = 1000, rng: Any = 0, level: float = 0.95) -> pd.DataFrame:
     """Did stronger feedback pay at equal FLOPs? Within each budget and each group of
@@ -217,7 +195,10 @@ def feedback_comparisons(evals: pd.DataFrame, runs: pd.DataFrame, target: str, s
     ``tied``). Empty when no group holds two comparable rewards."""
     cols = ["budget", "group", "kind", "a", "b", "score_a", "score_b", "diff", "lo", "hi", "p_greater", "verdict"]
     fin = final_scores(evals, runs, target, at="equal")
-    fin = fin[fin["reward"].astype(str) != "random"]
+    pr = prepare_runs(runs, include_failed=True)  # the typed reward columns, one row per reward spec
+    typed = pr.assign(reward=pr["reward"].astype(str)).drop_duplicates("reward").set_index("reward")
+    learned_of, rule_of = reward_flag(typed, "reward_learned").to_dict(), typed["reward_rule"].to_dict()
+    fin = fin[~fin["reward"].astype(str).map(reward_flag(typed, "reward_random")).eq(True)]
     if fin.empty:
         return pd.DataFrame(columns=cols)
     fin = fin.assign(group=[a.replace(f"|{r}", "|*", 1) for a, r in zip(fin["allocation"], fin["reward"].astype(str))])
@@ -226,15 +207,16 @@ def feedback_comparisons(evals: pd.DataFrame, runs: pd.DataFrame, target: str, s
     for (budget, group), g in fin.groupby(["budget", "group"], sort=True):
         arms = {str(r): str(a) for r, a in zip(g["reward"], g["allocation"])}
         pairs = []
-        learned = [r for r in arms if r.startswith(LEARNED_PREFIXES)]
+        learned = [r for r in arms if learned_of[r]]
+        rules = {r: rule_of[r] for r in arms if not learned_of[r] and isinstance(rule_of[r], str)}  # rule arms
         for a in learned:
             pairs += [("stronger RM", a, b) for b in learned if b != a and a in strength and b in strength
                       and strength[a] > strength[b]]
-            rule = _rule_of(a)
-            own = next((r for r in arms if rule and _same_rule(r, rule)), None)
+            rule = rule_of[a]  # the rule the learned reward mixes in, if any
+            own = next((r for r in rules if isinstance(rule, str) and rules[r] == rule), None)
             if own is not None:
                 pairs.append(("RM vs its rule", a, own))
-            dense = next((r for r in arms if _same_rule(r, "rule:partial")), None)
+            dense = next((r for r in rules if rules[r] == DENSE_RULE), None)
             if dense is not None and dense != own:
                 pairs.append(("RM vs rule:partial", a, dense))
         for kind, a, b in pairs:
@@ -248,4 +230,4 @@ def feedback_comparisons(evals: pd.DataFrame, runs: pd.DataFrame, target: str, s
     return pd.DataFrame(rows, columns=cols)
 
 
-__all__ = ["divergence_point", "divergence_table", "feedback_comparisons", "LEARNED_PREFIXES", "PROXY_COLUMNS"]
+__all__ = ["divergence_point", "divergence_table", "feedback_comparisons", "DENSE_RULE", "PROXY_COLUMNS"]

@@ -38,6 +38,7 @@ from race.schema import (  # the tables' layout has one home; re-exported here f
     EVALS_OPTIONAL,
     KNOWN_STATUSES,
     OPTIONAL_ALLOCATION_COLUMNS,
+    REWARD_COLUMNS,
     RUNS_COLUMNS,
     RUNS_CORE,
     RUNS_OPTIONAL,
@@ -158,25 +159,56 @@ def _fmt_extra(v: object) -> str:
     return _fmt_number(v) if isinstance(v, (int, float, np.integer, np.floating)) else str(v)
 
 
-def reward_system(reward: object) -> str:
-    """The reward system of a reward spec: the ``kind`` of the parsed spec
-    (``race.spec.reward.parse_reward``, a ``RewardSpec`` read as it is; ``"prm:prm-s"`` ->
-    ``"prm"``). A spec that does not parse raises :class:`SchemaError` saying why."""
-    from race.spec.reward import RewardSpec, parse_reward  # the one reward grammar (imports pydantic's package)
+def reward_columns_of(reward: object) -> dict[str, object]:
+    """The typed reward columns (``race.schema.REWARD_COLUMNS``) of one reward spec of a
+    table that was passed in by hand, never stored: derived as the grid derives them when it
+    builds a study's table (``race.spec.reward.reward_columns``). A spec that does not parse
+    raises :class:`SchemaError` saying why."""
+    from race.spec.reward import RewardSpec, reward_columns  # the one reward grammar (imports pydantic's package)
 
     try:
-        return parse_reward(reward if isinstance(reward, RewardSpec) else str(reward)).kind
+        return reward_columns(reward if isinstance(reward, RewardSpec) else str(reward))
     except ValueError as e:
         raise SchemaError(f"runs.reward {reward!r} is not a reward spec: {e}") from None
 
 
-#: The reward of random-reward control runs: never a candidate, only a comparison.
+def reward_system(reward: object) -> str:
+    """The reward system of a reward spec: the ``kind`` of the parsed spec
+    (``"prm:prm-s"`` -> ``"prm"``; :func:`reward_columns_of`)."""
+    return str(reward_columns_of(reward)["reward_system"])
+
+
+def with_reward_columns(runs: pd.DataFrame) -> pd.DataFrame:
+    """``runs`` with every typed reward column (``race.schema.REWARD_COLUMNS``): the grid's
+    tables have them (read as they are); a table passed in by hand without them, or with
+    an empty ``reward_system``, gets them derived from its ``reward`` (:func:`reward_columns_of`)."""
+    need = [c for c in REWARD_COLUMNS if c not in runs.columns]
+    if "reward_system" in runs.columns and runs["reward_system"].isna().any():
+        need = list(REWARD_COLUMNS)
+    if not need:
+        return runs
+    derived = [reward_columns_of(r) for r in runs["reward"]]
+    return runs.assign(**{c: pd.Series([d[c] for d in derived], index=runs.index, dtype=None if derived else object)
+                          for c in need})
+
+
+def reward_flag(df: pd.DataFrame, column: str) -> pd.Series:
+    """A boolean typed reward column (``reward_learned``, ``reward_random``) as booleans;
+    a missing value (a run without a reward) reads False."""
+    return df[column].eq(True)
+
+
+#: The reward system (``reward_system``) of random-reward control runs: never a candidate,
+#: only a comparison.
 RANDOM_REWARD = "random"
 
 
 def is_control(df: pd.DataFrame) -> pd.Series:
-    """Rows of random-reward control runs (``reward == "random"``)."""
-    return df["reward"].astype(str) == RANDOM_REWARD
+    """Rows of random-reward control runs: the typed ``reward_random`` column, else (a table
+    derived from the prepared runs, carrying ``reward_system`` only) that system."""
+    if "reward_random" in df.columns:
+        return reward_flag(df, "reward_random")
+    return df["reward_system"].astype(str) == RANDOM_REWARD
 
 
 def without_controls(df: pd.DataFrame) -> pd.DataFrame:
@@ -185,8 +217,8 @@ def without_controls(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def prepare_runs(runs: pd.DataFrame, include_failed: bool = False) -> pd.DataFrame:
-    """Runs with ``allocation`` and ``reward_system`` columns added (the latter read as the
-    grid wrote it, else from the parsed reward), sorted by run_id.
+    """Runs with ``allocation`` and the typed reward columns (``reward_system``, ...:
+    :func:`with_reward_columns`, read as the grid wrote them), sorted by run_id.
 
     Only ``status == "complete"`` runs are kept unless ``include_failed``.
     """
@@ -197,8 +229,7 @@ def prepare_runs(runs: pd.DataFrame, include_failed: bool = False) -> pd.DataFra
         out = out[out["status"].astype(str) == "complete"].copy()
     out["budget"] = out["budget"].astype(float)
     out["model_params"] = out["model_params"].astype(float)
-    if "reward_system" not in out.columns or out["reward_system"].isna().any():  # not written by the grid
-        out["reward_system"] = out["reward"].map(reward_system)
+    out = with_reward_columns(out)  # the grid wrote them; a table built by hand gets them here
     return out.sort_values("run_id", kind="mergesort").reset_index(drop=True)
 
 

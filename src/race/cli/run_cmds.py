@@ -115,7 +115,7 @@ def demo(
         spec = load_grid_spec(grid_file)
         axes = dict(spec.axes)
         models, rms = grid_builds(axes.get("model", [spec.base.get("model", "tiny-s")]),
-                                  axes.get("reward", [spec.base.get("reward", "rule")]))
+                                  [cell.config.reward for cell in spec.cells()])  # parsed specs
         con.rule("[bold]1/4 base models and reward models[/bold] (cached after the first run)")
         jobs = plan_builds(models, rms)
         if jobs:

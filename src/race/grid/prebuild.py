@@ -15,7 +15,10 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from race.spec.reward import RewardSpec
 
 
 @dataclass(frozen=True)
@@ -44,12 +47,13 @@ def _base_cost(name: str, recipe: Any) -> float:
     return float(steps * (1.0 + c["num_hidden_layers"] * c["hidden_size"] ** 2 / 20_000))
 
 
-def grid_builds(models: Sequence[str], rewards: Sequence[str]) -> tuple[list[str], list[str]]:
-    """The tiny sizes and RACE reward models that a grid's model and reward values need."""
+def grid_builds(models: Sequence[str], rewards: Sequence[RewardSpec]) -> tuple[list[str], list[str]]:
+    """The tiny sizes and RACE reward models that a grid's model values and its cells'
+    parsed reward specs (``RunConfig.reward``) need."""
     from race.models.family import is_tiny_name
     from race.rewards.systems import race_rms_of
 
-    return [m for m in models if is_tiny_name(str(m))], race_rms_of([str(r) for r in rewards])
+    return [m for m in models if is_tiny_name(str(m))], race_rms_of(list(rewards))
 
 
 def plan_builds(models: Sequence[str], rms: Sequence[str], *, cache_dir: str | os.PathLike[str] | None = None

@@ -18,7 +18,7 @@ from race.grid.lock import StudyLock
 from race.grid.store import FINISHED, STATUSES, Store
 from race.schema import EVALS_COLUMNS, EVALS_OPTIONAL, LEDGER_COLUMNS as LEDGER_SCHEMA, OWN_COLUMN_AXES, \
     RUNS_COLUMNS, RUNS_EXTRA, axis_column
-from race.spec.reward import parse_reward
+from race.spec.reward import reward_columns
 
 #: The tables' columns, in order: ``race.schema`` (the one layout the analysis reads too).
 RUN_COLUMNS = list(RUNS_COLUMNS)
@@ -112,7 +112,10 @@ def load_tables(study_dir: str | Path) -> dict[str, "Any"]:
             "zero_var_frac": diag.get("zero_var_frac"), "trunc_rate": diag.get("trunc_rate"),
             "lora_r": r["lora_r"], "engine": r["engine"], "allocation": r["label"], "attempts": r["attempts"],
             "error": r["error"], "conventions": run.get("conventions"),
-            "reward_system": parse_reward(r["reward"]).kind if r["reward"] else None, "prefix_of": r.get("prefix_of"),
+            "prefix_of": r.get("prefix_of"),
+            # the one place a stored reward spec is parsed: its typed columns (race.schema.REWARD_COLUMNS),
+            # derived here from the string, so stores written before these columns existed read the same
+            **reward_columns(r["reward"]),
         }
         alloc = json.loads(r["allocation_json"])
         for path in alloc:

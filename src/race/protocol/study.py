@@ -25,7 +25,7 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Mapping
 
 import numpy as np
 import pandas as pd
@@ -250,20 +250,18 @@ def default_target_budget(study: StudyData, target: str | None = None) -> float:
 
 
 
-def reward_model_cards(rewards: Iterable[str]) -> dict[str, dict[str, Any] | None]:
+def reward_model_cards(runs: pd.DataFrame) -> dict[str, dict[str, Any] | None]:
     """Reward spec -> the card of the reward model behind it (``race.rewards.rm_card``:
     its quality, inference and training FLOPs from its ``info.json``; ``None`` for a rule),
-    for each distinct spec of ``rewards``. A spec this version cannot parse gets a card
-    that says so (``found: False``) instead of stopping the report."""
+    for each distinct reward of ``runs``, read from its typed columns (``reward_system``,
+    ``reward_model``: ``race.analysis.tables.with_reward_columns``)."""
+    from race.analysis.tables import with_reward_columns
     from race.rewards.rm_card import rm_card
 
-    out: dict[str, dict[str, Any] | None] = {}
-    for reward in sorted(set(map(str, rewards))):
-        try:
-            out[reward] = rm_card(reward)
-        except ValueError as e:
-            out[reward] = dict(name=reward, kind="?", found=False, note=str(e))
-    return out
+    typed = with_reward_columns(runs)
+    typed = typed.assign(reward=typed["reward"].astype(str)).drop_duplicates("reward").sort_values("reward")
+    return {r.reward: rm_card(str(r.reward_system), r.reward_model if isinstance(r.reward_model, str) else None)
+            for r in typed.itertuples()}
 
 
 __all__ = ["StudyData", "ReportError", "load_study", "read_validations", "write_validation", "grid_primary_target",

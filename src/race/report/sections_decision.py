@@ -278,7 +278,7 @@ def diagnostics_section(ctx: Context) -> Section:
     has_trend = {"proxy_reward_trend", "verified_trend"} <= set(runs.columns)
     train = ctx.study.train
     has_train = train is not None and "reward_mean" in train.columns
-    prm = ctx.prepared["reward"].astype(str).str.startswith("prm")
+    prm = ctx.prepared["reward_system"].astype(str) == "prm"  # the typed column (race.schema.REWARD_COLUMNS)
     if not has_trend and not has_train:
         sec.add(Note("over-optimisation not checked: no per-step training log (train table with reward_mean)"))
     else:

@@ -27,7 +27,7 @@ def rm_cards(ctx: Context) -> dict[str, dict[str, Any] | None]:
     """Reward spec -> the RM card of the model behind it (``None``: a rule), for every
     reward of the study's pilot runs (``race.protocol.reward_model_cards``); read once per
     report."""
-    return ctx.cached("rm_cards", lambda: reward_model_cards(ctx.runs["reward"].astype(str)))
+    return ctx.cached("rm_cards", lambda: reward_model_cards(ctx.runs))
 
 
 def rm_training(ctx: Context) -> dict[str, int]:
@@ -45,9 +45,9 @@ def rm_training(ctx: Context) -> dict[str, int]:
     return out
 
 
-def _auc(card: dict[str, Any] | None, key: str, reward: str) -> str:
+def _auc(card: dict[str, Any] | None, key: str, system: str) -> str:
     if card is None:  # no learned model: a rule is exact, the random control is noise by design
-        return "-" if key == "outcome_auc" else "exact (rule)" if reward.startswith("rule") else "-"
+        return "-" if key == "outcome_auc" else "exact (rule)" if system == "rule" else "-"
     return fmt_score(card.get(key)) if card.get("found") and is_num(card.get(key)) else "n/a"
 
 
@@ -68,7 +68,8 @@ def feedback_section(ctx: Context) -> Section:
     p = ctx.prepared
     wt = waste_table(ctx.runs.assign(zero_var_frac=ctx.runs["zero_var_frac"].astype(float),
                                      trunc_rate=ctx.runs["trunc_rate"].astype(float)), by=("allocation",))
-    reward_of = p.drop_duplicates("allocation").set_index("allocation")["reward"].astype(str)
+    first = p.drop_duplicates("allocation").set_index("allocation")
+    reward_of, system_of = first["reward"].astype(str), first["reward_system"].astype(str)
     train = ctx.study.train
     div = (divergence_table(ctx.runs, train) if train is not None and
            {"run_id", "step", "flops", "verified_mean"} <= set(train.columns) else None)
@@ -81,13 +82,13 @@ def feedback_section(ctx: Context) -> Section:
                  "score (below)."))
     rows = []
     for r in wt.itertuples():
-        reward = reward_of.get(r.allocation, "")
+        reward, system = reward_of.get(r.allocation, ""), system_of.get(r.allocation, "")
         card = cards.get(reward)
         rm = "-" if card is None else card.get("name", "?") + ("" if card.get("found") else " (no info)")
         on = "-" if card is None else card.get("quality_on", "-") if card.get("found") else card.get("note", "")
         d = div_of.get(r.allocation)
-        rows.append([r.allocation, fmt_pct(r.feedback_share), rm, _auc(card, "step_auc", reward),
-                     _auc(card, "bad_step_recall", reward), _auc(card, "outcome_auc", reward), on,
+        rows.append([r.allocation, fmt_pct(r.feedback_share), rm, _auc(card, "step_auc", system),
+                     _auc(card, "bad_step_recall", system), _auc(card, "outcome_auc", system), on,
                      _divergence_text(d) if d is not None else "-"])
     sec.add(Table(["allocation", "feedback share", "reward model", "step AUC", "bad-step recall", "outcome AUC",
                    "quality measured on", "proxy diverges at"], rows, "Feedback share and reward-model quality"))

@@ -166,7 +166,7 @@ def frontier_section(ctx: Context) -> Section:
         env = frontier_envelope(ctx.evals, ctx.runs, t, n_grid=25)
         envs.append(env.rename(columns={"reward_system": "condition"}).assign(target=t))
         fin = final_scores(ctx.evals, ctx.runs, t, at="equal")
-        rnd = fin[fin["reward"].astype(str) == "random"]
+        rnd = fin[fin["reward_system"].astype(str) == "random"]  # the typed column (race.schema.REWARD_COLUMNS)
         if len(rnd):
             ctls.append(rnd.groupby("budget", as_index=False)["score"].mean().assign(target=t))
     w = pd.concat(winners, ignore_index=True)

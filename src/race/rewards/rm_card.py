@@ -1,12 +1,14 @@
 """What a study's learned reward says about itself: quality and cost of the reward model
 behind a reward spec, read from its ``info.json`` (torch-free, nothing built or copied).
 
-    rm_card("prm:prm-m:min+outcome") -> {"name": "prm-m", "step_auc": 0.929, ...} | None
+    rm_card("prm", "prm-m") -> {"name": "prm-m", "step_auc": 0.929, ...} | None
 
 Where the info comes from, in order: the RACE cache (``<cache>/rm/<name>-<hash>/``, the
 RM's CURRENT recipe hash), else the copy the package ships under the same hash; for a
-local directory (``prm:/path``), its own ``info.json`` when it has one. ``None`` for a
-reward without a learned model (rules, the random control); a learned reward whose info
+local directory (``prm:/path``), its own ``info.json`` when it has one. The reward is given
+by its typed columns (``race.schema.REWARD_COLUMNS``: ``reward_system``, ``reward_model``),
+never re-parsed from its string. ``None`` for a reward without a learned model (rules, the
+random control); a learned reward whose info
 cannot be found gets ``found: False`` and a ``note`` saying what to run.
 
 Quality (``step_auc``, ``bad_step_recall``, ``good_step_recall``, ``outcome_auc``,
@@ -33,7 +35,6 @@ from pathlib import Path
 from typing import Any
 
 from race.artefacts.cache import INFO_FILE, PACKAGED, cache_root
-from race.spec.reward import parse_reward
 
 POLICY_SAMPLES = "policy samples"
 PROGRAMMATIC = "programmatic test mixture"
@@ -90,29 +91,31 @@ def summarise_info(info: dict[str, Any]) -> dict[str, Any]:
                 conventions=info.get("flops_conventions", ""))
 
 
-def rm_card(reward: str, *, cache_dir: str | os.PathLike[str] | None = None) -> dict[str, Any] | None:
-    """Quality and cost of the learned model behind ``reward`` (a reward spec string), or
+def rm_card(kind: str, model: str | None, *, cache_dir: str | os.PathLike[str] | None = None
+            ) -> dict[str, Any] | None:
+    """Quality and cost of the learned model behind a reward of system ``kind`` (its
+    ``reward_system``) whose model is ``model`` (its ``reward_model``: ``prm-m``, a path), or
     ``None`` when the reward has none (module docstring)."""
-    spec = parse_reward(reward)
-    if spec.kind not in ("prm", "orm"):
-        return None if spec.kind != "judge" else dict(name=spec.target, kind="judge", found=False,
-                                                       note="a generative judge records no quality")
+    if kind not in ("prm", "orm"):
+        return None if kind != "judge" else dict(name=model, kind="judge", found=False,
+                                                 note="a generative judge records no quality")
+    target = str(model or "")
     from race.models.refs import looks_like_path
     from race.rewards.rm_recipes import known_rms
 
-    if spec.target in known_rms():
-        info, where = find_info(spec.target, cache_dir=cache_dir)
-    elif looks_like_path(spec.target):
-        path = Path(spec.target).expanduser()
+    if target in known_rms():
+        info, where = find_info(target, cache_dir=cache_dir)
+    elif looks_like_path(target):
+        path = Path(target).expanduser()
         info, where = _read(path), "path"
         if info is None:
-            return dict(name=path.name, kind=spec.kind, found=False,
+            return dict(name=path.name, kind=kind, found=False,
                         note=f"{path} has no {INFO_FILE}: its quality and training cost are unknown to RACE")
     else:
-        return dict(name=spec.target, kind=spec.kind, found=False, note=f"{spec.target!r} is no RM RACE builds")
+        return dict(name=target, kind=kind, found=False, note=f"{target!r} is no RM RACE builds")
     if info is None:
-        return dict(name=spec.target, kind=spec.kind, found=False, note=where)
-    return dict(summarise_info(info), name=spec.target if where != "path" else info.get("name") or spec.target,
+        return dict(name=target, kind=kind, found=False, note=where)
+    return dict(summarise_info(info), name=target if where != "path" else info.get("name") or target,
                 found=True, source=where)
 
 

@@ -34,13 +34,12 @@ def reward_system(spec: str | RewardSpec) -> RewardSystem:
     return RewardSystem(kind, shape, model)  # type: ignore[arg-type]
 
 
-def race_rms_of(specs: "list[str | RewardSpec]") -> list[str]:
-    """The RACE-built reward models (``prm-xs``, ...) that reward specs name, in order."""
+def race_rms_of(specs: "list[RewardSpec]") -> list[str]:
+    """The RACE-built reward models (``prm-xs``, ...) that parsed reward specs name, in order."""
     from race.rewards.rm_recipes import RM_RECIPES
 
     out = []
-    for text in specs:
-        parsed = parse_reward(text)
+    for parsed in specs:
         if parsed.kind in ("orm", "prm") and parsed.target in RM_RECIPES and parsed.target not in out:
             out.append(parsed.target)
     return out

@@ -150,5 +150,30 @@ def _parse(text: str) -> RewardSpec:
     return RewardSpec("rule", weights={t: 1.0 / len(terms) for t in terms}, text=text)
 
 
+def reward_columns(text: "str | RewardSpec | None") -> dict[str, object]:
+    """The typed columns of a reward spec, as a study's runs table holds them
+    (``race.schema.REWARD_COLUMNS``; ``race.grid.tables`` derives them from the stored
+    string when it builds the table, so stores written before the columns existed need no
+    migration):
+
+    - ``reward_system``: the kind (``"prm:prm-xs:min+partial"`` -> ``"prm"``);
+    - ``reward_rule``: the rule as ``rule:TERMS`` (terms sorted): a rule reward's own
+      (``rule`` -> ``rule:outcome``), or the rule terms a learned reward mixes into its
+      score (``prm:prm-xs:min+partial`` -> ``rule:partial``); ``None`` when there is none;
+    - ``reward_model``: the learned model's name or path (``prm-xs``), else ``None``;
+    - ``reward_learned``: a learned kind (orm, prm, judge); ``reward_random``: the
+      random-reward control.
+
+    ``None`` or an empty string (a run without a reward) gives every column empty."""
+    if text is None or (isinstance(text, str) and not text.strip()):
+        return {"reward_system": None, "reward_rule": None, "reward_model": None, "reward_learned": None,
+                "reward_random": None}
+    spec = parse_reward(text)
+    terms = sorted(t for t in spec.weights if t != "rm") if spec.kind == "rule" or spec.learned else []
+    return {"reward_system": spec.kind, "reward_rule": "rule:" + "+".join(terms) if terms else None,
+            "reward_model": spec.target if spec.learned else None, "reward_learned": spec.learned,
+            "reward_random": spec.kind == "random"}
+
+
 __all__ = ["AGGREGATIONS", "KINDS", "LEARNED_KINDS", "RULE_TERMS", "RULE_REWARD_TERMS", "RewardSpec",
-           "parse_learned", "parse_reward"]
+           "parse_learned", "parse_reward", "reward_columns"]
