@@ -14,6 +14,10 @@ Phases and when they run (docs/design.md section 2):
 - ``update``: forward + backward over every sequence, once per iteration.
 - ``recompute``: gradient checkpointing's second forward of the decoder layers, once per
   iteration: hardware FLOPs, reported apart and excluded from ``total`` (model FLOPs).
+
+The formulas take a :class:`StepPlan` (a step's shapes and settings) and the lengths of the
+call (:func:`step_flops`, :func:`learning_flops`); ``grpo_step_flops``,
+``learning_components`` and ``uniform_step_flops`` are their keyword forms, which build one.
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ PHASES = ("rollout", "old_logprobs", "reference", "reward", "update")  # the pha
 SPLIT = {"search": ("rollout",), "learning": ("update", "old_logprobs", "reference"), "feedback": ("reward",)}
 RewardKind = Literal["rule", "random", "orm", "prm", "judge"]
 TrainLogits = Union[Literal["completion", "completion+1", "all"], int]
+HeadPositions = Union[str, Sequence[int], None]  # a reward model's scoring head: "last", "all" or per sequence
 
 
 @dataclass(frozen=True)
@@ -161,11 +166,8 @@ def learning_flops(plan: "StepPlan", seq_lens: Sequence[int], completion_lens: S
     prompt of length ``seq_len - completion_len`` (equal within a group). Needs
     ``train_logits="completion"`` and no recompute (gradient checkpointing runs the
     unshared HF forward). ``plan.num_generations`` is not read: the passes see rows."""
-    conv = resolve(plan.conventions)
-    needs_old_logprobs = plan.needs_old_logprobs
-    if needs_old_logprobs is None:
-        needs_old_logprobs = plan.num_iterations > 1
-    shape, lora, mu = plan.shape, plan.lora, plan.num_iterations
+    conv, shape, lora, mu = resolve(plan.conventions), plan.shape, plan.lora, plan.num_iterations
+    needs_old_logprobs = mu > 1 if plan.needs_old_logprobs is None else plan.needs_old_logprobs
     if prompt_groups is None:
         work = sequence_work(seq_lens, _train_logits(plan.train_logits, completion_lens), conv)
     else:
@@ -253,7 +255,7 @@ def phase_flops(components: dict[str, int]) -> PhaseFlops:
 
 def step_flops(plan: "StepPlan", prompt_lens: Sequence[int], completion_lens: Sequence[int],
                prompt_groups: Sequence[int] | None, *, reward_seq_lens: Sequence[int] | None = None,
-               reward_head_positions: "str | Sequence[int] | None" = None,
+               reward_head_positions: HeadPositions = None,
                judge_completion_lens: Sequence[int] | None = None) -> PhaseFlops:
     """Per-phase FLOPs of one GRPO step under ``plan`` from the actual per-sequence lengths:
     rollout (``rollout_components``), the passes over whole sequences
@@ -282,21 +284,19 @@ def step_flops(plan: "StepPlan", prompt_lens: Sequence[int], completion_lens: Se
     seqs = [p + t for p, t in zip(plens, clens)]
     comps = plan.rollout(plens[::G] if plan.share_prompt else plens, clens)
     comps.update(learning_flops(plan, seqs, clens, prompt_groups))
-    reward = plan.reward
-    if reward.is_model:
+    if plan.reward.is_model:
         rlens = list(reward_seq_lens) if reward_seq_lens is not None else seqs
         head = reward_head_positions if reward_head_positions is not None else (
-            "last" if reward.kind == "orm" else "all")
-        comps.update(reward_model_flops(reward, rlens, head_positions=head, judge_completion_lens=judge_completion_lens,
-                                        conventions=plan.conventions))
+            "last" if plan.reward.kind == "orm" else "all")
+        comps.update(reward_model_flops(plan.reward, rlens, head_positions=head,
+                                        judge_completion_lens=judge_completion_lens, conventions=plan.conventions))
     return phase_flops(comps)
 
 
 def grpo_step_flops(shape: ModelShape, prompt_lens: Sequence[int], completion_lens: Sequence[int], *,
                     num_generations: int, lora: LoRA | None = None, num_iterations: int = 1, beta: float = 0.0,
                     needs_old_logprobs: bool | None = None, reward: RewardSystem = RULE,
-                    reward_seq_lens: Sequence[int] | None = None,
-                    reward_head_positions: "str | Sequence[int] | None" = None,
+                    reward_seq_lens: Sequence[int] | None = None, reward_head_positions: HeadPositions = None,
                     judge_completion_lens: Sequence[int] | None = None, share_prompt: bool = False,
                     recompute: bool = False, recompute_early_stop: bool = True,
                     train_logits: TrainLogits = "completion", inputs_require_grad: bool = False,
@@ -367,8 +367,7 @@ class StepPlan:
                                   share_prompt=self.share_prompt, conventions=self.conventions)
 
     def learning(self, seq_lens: Sequence[int], completion_lens: Sequence[int]) -> dict[str, int]:
-        """Old/reference log-prob, update and recompute FLOPs over whole sequences
-        (:func:`learning_flops`, prompts shared per :meth:`prompt_groups`)."""
+        """:func:`learning_flops` of this plan, prompts shared per :meth:`prompt_groups`."""
         seqs = list(seq_lens)
         return learning_flops(self, seqs, completion_lens, self.prompt_groups(len(seqs)))
 
