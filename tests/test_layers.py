@@ -992,3 +992,63 @@ def test_the_reward_string_scan_catches_one(tmp_path):
         "LEARNED_PREFIXES = ('prm:', 'orm:', 'judge:')\n")
     found = sorted(int(m.split(": ", 1)[0].rsplit(":", 1)[1]) for m in reward_string_tests(tmp_path))
     assert found == [2, 3, 4, 4, 5, 7, 8, 11], reward_string_tests(tmp_path)  # line 6 reads typed fields
+
+
+# -- s4-23p: one constructor of a run's step settings ------------------------------------------------
+#: Fields of a run config that say how a step runs: a StepPlan or LoRA built from them is a
+#: run's plan, and has one home (race.estimate's run_step_plan / run_lora), used by the
+#: built-in engine's setup and the dry run alike. (FlopsQuery's names differ: group,
+#: iterations, lora_rank; the accounting sees no run config.)
+RUN_STEP_FIELDS = {"num_generations", "num_iterations", "lora", "target_modules", "needs_old_logprobs",
+                   "gradient_checkpointing", "micro_batch_size"}
+RUN_PLAN_HOMES = {("race.estimate", "run_step_plan"), ("race.estimate", "run_lora")}
+
+
+def run_plan_builders(src: Path) -> list[str]:
+    """One message per ``StepPlan(...)`` or ``LoRA(...)`` call outside ``race.accounting``
+    whose arguments read a run config's step fields (:data:`RUN_STEP_FIELDS`), unless it is
+    in a function of :data:`RUN_PLAN_HOMES`."""
+    bad = []
+    for mod, f in modules_of(src).items():
+        if package_of(mod) == "accounting":
+            continue
+        rel = str(f.relative_to(src.parent))
+        tree = ast.parse(f.read_text(), str(f))
+        owner: dict[ast.AST, str] = {}  # node -> innermost enclosing function (ast.walk: outer ones first)
+        for fn in ast.walk(tree):
+            if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                owner.update((sub, fn.name) for sub in ast.walk(fn))
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Call):
+                continue
+            name = node.func.id if isinstance(node.func, ast.Name) else getattr(node.func, "attr", "")
+            if name not in ("StepPlan", "LoRA") or (mod, owner.get(node, "")) in RUN_PLAN_HOMES:
+                continue
+            args = [*node.args, *(k.value for k in node.keywords)]
+            read = sorted({a.attr for x in args for a in ast.walk(x) if isinstance(a, ast.Attribute)} & RUN_STEP_FIELDS)
+            if read:
+                bad.append(f"{rel}:{node.lineno}: {mod} builds a {name} from a run's {', '.join(read)}: "
+                           "use race.estimate.run_step_plan / run_lora")
+    return bad
+
+
+def test_a_runs_step_plan_has_one_constructor():
+    bad = run_plan_builders(SRC)
+    assert not bad, "\n".join(bad)
+
+
+def test_the_run_plan_scan_catches_a_second_constructor(tmp_path):
+    (tmp_path / "race").mkdir()
+    (tmp_path / "race" / "estimate.py").write_text(
+        "def run_lora(cfg):\n    return LoRA(cfg.lora.r, tuple(cfg.lora.target_modules))\n\n"
+        "def run_step_plan(cfg, shape):\n    return StepPlan(shape, cfg.num_generations, lora=run_lora(cfg))\n")
+    pkg = package_dir(tmp_path, "engines")
+    (pkg / "loop.py").write_text(
+        "def setup(cfg, shape, q):\n"
+        "    plan = acc.StepPlan(shape, cfg.num_generations,\n"
+        "                        lora=LoRA(cfg.lora.r))\n"
+        "    return plan, StepPlan(shape, q.group, num_iterations=q.iterations)\n")
+    bad = run_plan_builders(tmp_path)
+    assert len(bad) == 2, bad  # the StepPlan (group, and the LoRA inside it) and the LoRA; not the query's
+    assert "race/engines/loop.py:2: race.engines.loop builds a StepPlan from a run's lora, num_generations" in bad[0]
+    assert "race/engines/loop.py:3: race.engines.loop builds a LoRA from a run's lora" in bad[1]

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from race.accounting import AccountingError, LoRA, ModelShape, PhaseFlops, StepPlan, split_shares, steps_in_budget
+from race.accounting import RULE, AccountingError, LoRA, ModelShape, PhaseFlops, RewardSystem, StepPlan, split_shares, \
+    steps_in_budget
 from race.models.refs import resolve_shape
 from race.rewards.systems import reward_system
 from race.spec.flops import FlopsQuery
@@ -56,24 +57,51 @@ def flops_report(q: FlopsQuery) -> dict[str, Any]:
     return out
 
 
+def run_lora(cfg: RunConfig) -> LoRA | None:
+    """The accounting ``LoRA`` of a run's ``cfg.lora`` (its rank and target modules); None:
+    full fine-tuning. The engines' policy and the dry run both take it from here."""
+    return LoRA(cfg.lora.r, tuple(cfg.lora.target_modules)) if cfg.lora is not None else None
+
+
+def run_step_plan(cfg: RunConfig, shape: ModelShape, *, engine: str | None = None, reward: RewardSystem = RULE,
+                  share_learning: bool | None = None, recompute_early_stop: bool = True) -> StepPlan:
+    """The :class:`StepPlan` of run ``cfg`` on a policy of ``shape``: the one constructor the
+    built-in engine (its ledger and budget bound) and the dry run (:func:`run_step_flops`)
+    use. From the config: group, LoRA (:func:`run_lora`), iterations, beta, old log-probs,
+    gradient checkpointing (recompute, and the embedding output requiring grad, so a LoRA
+    backward runs layer 0's q/k/v input gradients), conventions; the built-in engine
+    (``engine``, default ``cfg.engine``) prefills each prompt once for its group
+    (``share_prompt``), TRL does not.
+
+    Two facts only a loaded model tells, which the dry run predicts: ``share_learning``,
+    whether the learning passes share each prompt across its group, per micro-batch (the
+    engine: ``fast_forward.supports(model)``; predicted: the built-in engine without
+    gradient checkpointing, which is what it gives the Qwen2/Llama-style models), and
+    ``recompute_early_stop`` (the engine: what ``enable_checkpointing`` reports; predicted:
+    torch's default, on). ``reward``: the engine charges its reward model apart and leaves
+    the rule default; the dry run passes ``reward_system(cfg.reward)`` for :meth:`StepPlan.step`."""
+    builtin = (engine or cfg.engine) == "builtin"
+    if share_learning is None:
+        share_learning = builtin and not cfg.gradient_checkpointing
+    return StepPlan(shape, cfg.num_generations, lora=run_lora(cfg), num_iterations=cfg.num_iterations, beta=cfg.beta,
+                    needs_old_logprobs=cfg.needs_old_logprobs, recompute=cfg.gradient_checkpointing,
+                    recompute_early_stop=recompute_early_stop, inputs_require_grad=cfg.gradient_checkpointing,
+                    share_prompt=builtin, micro_batch=cfg.micro_batch_size if share_learning else None,
+                    reward=reward, conventions=cfg.conventions)
+
+
 def run_step_flops(cfg: RunConfig) -> PhaseFlops:
-    """One step of run ``cfg`` at its upper bound: every sequence at ``max_prompt_length +
-    max_completion_length``, a judge writing ``max_completion_length`` tokens per verdict.
-    The built-in engine shares each prompt across its group in the rollout and, without
-    gradient checkpointing, in the learning passes too (for the Qwen2/Llama-style models
-    its functional forward runs; another architecture runs unshared and costs more)."""
-    shape = resolve_shape(cfg.model)
-    lora = LoRA(rank=cfg.lora.r, targets=tuple(cfg.lora.target_modules)) if cfg.lora else None
-    reward = reward_system(cfg.reward)
+    """One step of run ``cfg`` at its upper bound (:func:`run_step_plan`): every sequence at
+    ``max_prompt_length + max_completion_length``, a judge writing ``max_completion_length``
+    tokens per verdict. The built-in engine shares each prompt across its group in the
+    rollout and, without gradient checkpointing, in the learning passes too (for the
+    Qwen2/Llama-style models its functional forward runs; another architecture runs
+    unshared and costs more)."""
     judge = cfg.reward.kind == "judge"
     n = cfg.prompts_per_step * cfg.num_generations
-    builtin = cfg.engine == "builtin"
-    plan = StepPlan(shape, cfg.num_generations, lora=lora, num_iterations=cfg.num_iterations, beta=cfg.beta,
-                    needs_old_logprobs=cfg.needs_old_logprobs, reward=reward, share_prompt=builtin,
-                    micro_batch=cfg.micro_batch_size if builtin and not cfg.gradient_checkpointing else None,
-                    recompute=cfg.gradient_checkpointing, conventions=cfg.conventions)
+    plan = run_step_plan(cfg, resolve_shape(cfg.model), reward=reward_system(cfg.reward))
     return plan.step([cfg.max_prompt_length] * n, [cfg.max_completion_length] * n,
                      judge_completion_lens=[cfg.max_completion_length] * n if judge else None)
 
 
-__all__ = ["flops_report", "run_step_flops", "step_for"]
+__all__ = ["flops_report", "run_lora", "run_step_flops", "run_step_plan", "step_for"]

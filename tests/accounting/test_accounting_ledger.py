@@ -14,7 +14,10 @@ from race.accounting import (
     LedgerCorruptError,
     LedgerRecord,
     ModelShape,
+    LoRA,
     RewardSystem,
+    StepPlan,
+    allocations,
     plan_allocations,
     split_shares,
     steps_in_budget,
@@ -176,3 +179,20 @@ def test_plan_allocations():
                                                    completion_len=6).total
     assert small2.row()["steps"] == budget // small2.step.total
     assert plan_allocations(one_big / 10, [BIG], [8], **kw) == []  # cannot afford one step
+
+
+
+def test_allocations_take_step_plans_each_with_its_own_settings():
+    """The plan form: each allocation is a StepPlan, so two of the same model and group can
+    differ in their settings (LoRA, iterations), which the keyword form cannot say."""
+    kw = dict(prompts_per_step=2, prompt_len=8, completion_len=6)
+    plans = [StepPlan(SMALL, 4), StepPlan(SMALL, 4, lora=LoRA(2), num_iterations=2)]
+    steps = [p.uniform(2, 8, 6) for p in plans]
+    assert steps[0] != steps[1] and steps[0].old_logprobs == 0 < steps[1].old_logprobs  # 2 iterations: old pass
+    budget = 5 * max(s.total for s in steps)
+    got = allocations(budget, plans, **kw)
+    want = sorted(((budget // s.total, s) for s in steps), key=lambda t: -t[0])
+    assert [(a.steps, a.step) for a in got] == want and min(a.steps for a in got) == 5
+    assert got[[a.step for a in got].index(steps[0])] == plan_allocations(budget, [SMALL], [4], **kw)[0]
+    skipped: list = []
+    assert allocations(steps[1].total / 2, plans[1:], unaffordable=skipped, **kw) == [] and skipped[0].steps == 0

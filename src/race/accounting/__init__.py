@@ -3,7 +3,7 @@
 Conventions are stated in ``race.accounting.conventions`` and printed with every number.
 """
 
-from .budget import Allocation, plan_allocations, split_shares, steps_in_budget
+from .budget import Allocation, allocations, plan_allocations, split_shares, steps_in_budget
 from .conventions import PRESETS as CONVENTION_PRESETS
 from .conventions import Conventions
 from .errors import AccountingError
@@ -20,6 +20,8 @@ from .grpo import (
     prompt_groups,
     reward_model_flops,
     rollout_components,
+    learning_flops,
+    step_flops,
     uniform_step_flops,
 )
 from .ledger import BudgetExceededError, FlopLedger, LedgerCorruptError, LedgerRecord
@@ -42,12 +44,13 @@ from .report_card import ReportCard, log_values
 from .shapes import LAYER_MATRICES, ModelShape, preset_names, published_sizes
 
 __all__ = [
-    "AccountingError", "Allocation", "BudgetExceededError", "BudgetGuard", "StepPlan", "check_budget", "counted",
+    "AccountingError", "Allocation", "allocations", "BudgetExceededError", "BudgetGuard", "StepPlan", "check_budget",
+    "counted",
     "steps_bought", "CONVENTION_PRESETS", "Conventions", "FlopLedger",
     "LAYER_MATRICES", "LedgerCorruptError", "LedgerRecord", "LoRA", "ModelShape", "PHASES", "PhaseFlops", "RULE",
     "SPLIT",
     "ReportCard", "RewardSystem", "Work", "backward_components", "forward_components", "forward_flops",
-    "generate_components", "generate_flops", "generate_work", "grpo_step_flops", "layers_forward_flops",
-    "learning_components", "log_values", "phase_flops", "prompt_groups", "rollout_components", "plan_allocations", "recompute_flops", "preset_names", "published_sizes", "reward_model_flops", "sequence_work", "shared_prompt_work", "split_shares",
+    "generate_components", "generate_flops", "generate_work", "grpo_step_flops", "step_flops", "layers_forward_flops",
+    "learning_components", "learning_flops", "log_values", "phase_flops", "prompt_groups", "rollout_components", "plan_allocations", "recompute_flops", "preset_names", "published_sizes", "reward_model_flops", "sequence_work", "shared_prompt_work", "split_shares",
     "steps_in_budget", "train_flops", "uniform_step_flops",
 ]

@@ -50,37 +50,48 @@ class Allocation:
                 "search": s["search"], "learning": s["learning"], "feedback": s["feedback"]}
 
 
+def allocations(budget: float, plans: Sequence[StepPlan], *, prompts_per_step: int, prompt_len: int,
+                completion_len: int, group_tokens_fixed: bool = True,
+                unaffordable: list[Allocation] | None = None) -> list[Allocation]:
+    """Every allocation of ``plans`` (each a model x group size x reward with its settings)
+    that affords at least one step at ``prompt_len`` + ``completion_len`` tokens, sorted by
+    steps bought (most first; ties by parameters, then in the order given). With
+    ``group_tokens_fixed`` the number of sequences per step is held at
+    ``prompts_per_step * max(G)`` so that a larger group means fewer prompts (search vs
+    learning at a fixed rollout count: the step's FLOPs, and so the steps bought, barely
+    change with G); otherwise prompts stay fixed and a larger group costs more per step.
+    Allocations that cannot afford one step are left out; pass a list as ``unaffordable``
+    to receive them (with ``steps=0``)."""
+    out: list[Allocation] = []
+    gmax = max((p.num_generations for p in plans), default=1)
+    for plan in plans:
+        g, shape = plan.num_generations, plan.shape
+        prompts = max(1, prompts_per_step * gmax // g) if group_tokens_fixed else prompts_per_step
+        step = plan.uniform(prompts, prompt_len, completion_len)
+        alloc = Allocation(shape.name, shape.num_params(), g, plan.reward.label(), step,
+                           steps_bought(budget, step.total), prompts)
+        if alloc.steps < 1:  # not even one step
+            if unaffordable is not None:
+                unaffordable.append(alloc)
+            continue
+        out.append(alloc)
+    out.sort(key=lambda a: (-a.steps, a.params))
+    return out
+
+
 def plan_allocations(budget: float, models: Sequence[ModelShape], groups: Sequence[int],
                      rewards: Sequence[RewardSystem] = (RULE,), *, prompts_per_step: int, prompt_len: int,
                      completion_len: int, group_tokens_fixed: bool = True, lora: LoRA | None = None,
                      num_iterations: int = 1, beta: float = 0.0, conventions=None,
                      unaffordable: list[Allocation] | None = None) -> list[Allocation]:
-    """Every (model x group size x reward) allocation that affords at least one step,
-    sorted by steps bought (most first). With ``group_tokens_fixed`` the number of
-    sequences per step is held at ``prompts_per_step * max(groups)`` so that a larger group
-    means fewer prompts (search vs learning at a fixed rollout count: the step's FLOPs, and
-    so the steps bought, barely change with G); otherwise prompts stay fixed and a larger
-    group costs more per step. Allocations that cannot afford one step are left out; pass
-    a list as ``unaffordable`` to receive them (with ``steps=0``)."""
+    """:func:`allocations` of every model x group size x reward with the settings as keywords
+    (the exported form): builds the :class:`StepPlan` of each and calls it."""
     conv = resolve(conventions)
-    out: list[Allocation] = []
-    gmax = max(groups)
-    for shape in models:
-        for g in groups:
-            prompts = max(1, prompts_per_step * gmax // g) if group_tokens_fixed else prompts_per_step
-            for rw in rewards:
-                plan = StepPlan(shape, g, lora=lora, num_iterations=num_iterations, beta=beta, reward=rw,
-                                conventions=conv)
-                step = plan.uniform(prompts, prompt_len, completion_len)
-                alloc = Allocation(shape.name, shape.num_params(), g, rw.label(), step,
-                                   steps_bought(budget, step.total), prompts)
-                if alloc.steps < 1:  # not even one step
-                    if unaffordable is not None:
-                        unaffordable.append(alloc)
-                    continue
-                out.append(alloc)
-    out.sort(key=lambda a: (-a.steps, a.params))
-    return out
+    plans = [StepPlan(shape, g, lora=lora, num_iterations=num_iterations, beta=beta, reward=rw, conventions=conv)
+             for shape in models for g in groups for rw in rewards]
+    return allocations(budget, plans, prompts_per_step=prompts_per_step, prompt_len=prompt_len,
+                       completion_len=completion_len, group_tokens_fixed=group_tokens_fixed,
+                       unaffordable=unaffordable)
 
 
-__all__ = ["Allocation", "plan_allocations", "split_shares", "steps_in_budget"]
+__all__ = ["Allocation", "allocations", "plan_allocations", "split_shares", "steps_in_budget"]

@@ -14,12 +14,16 @@ Phases and when they run (docs/design.md section 2):
 - ``update``: forward + backward over every sequence, once per iteration.
 - ``recompute``: gradient checkpointing's second forward of the decoder layers, once per
   iteration: hardware FLOPs, reported apart and excluded from ``total`` (model FLOPs).
+
+The formulas take a :class:`StepPlan` (a step's shapes and settings) and the lengths of the
+call (:func:`step_flops`, :func:`learning_flops`); ``grpo_step_flops``,
+``learning_components`` and ``uniform_step_flops`` are their keyword forms, which build one.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal, Sequence, Union
+from typing import Any, Literal, Sequence, Union
 
 from .conventions import Conventions, resolve
 from .errors import AccountingError
@@ -41,6 +45,7 @@ PHASES = ("rollout", "old_logprobs", "reference", "reward", "update")  # the pha
 SPLIT = {"search": ("rollout",), "learning": ("update", "old_logprobs", "reference"), "feedback": ("reward",)}
 RewardKind = Literal["rule", "random", "orm", "prm", "judge"]
 TrainLogits = Union[Literal["completion", "completion+1", "all"], int]
+HeadPositions = Union[str, Sequence[int], None]  # a reward model's scoring head: "last", "all" or per sequence
 
 
 @dataclass(frozen=True)
@@ -148,44 +153,57 @@ def rollout_components(shape: ModelShape, prompt_lens: Sequence[int], completion
     return {"rollout/prefill": g["prefill"], "rollout/decode": g["decode"]}
 
 
+def learning_flops(plan: "StepPlan", seq_lens: Sequence[int], completion_lens: Sequence[int],
+                   prompt_groups: Sequence[int] | None) -> dict[str, int]:
+    """FLOPs of the passes over whole sequences under ``plan``'s settings:
+    ``old_logprobs/forward`` (if needed: ``needs_old_logprobs``, by default
+    ``num_iterations > 1``), ``reference/forward`` (if beta != 0; adapter off),
+    ``update/forward`` and ``update/backward`` (x num_iterations) and
+    ``recompute/forward`` (if recompute: hardware FLOPs).
+
+    ``prompt_groups`` (None: unshared): the passes run each prompt once for its group
+    (``shared_prompt_work``): consecutive sequences, ``prompt_groups[j]`` of them, share one
+    prompt of length ``seq_len - completion_len`` (equal within a group). Needs
+    ``train_logits="completion"`` and no recompute (gradient checkpointing runs the
+    unshared HF forward). ``plan.num_generations`` is not read: the passes see rows."""
+    conv, shape, lora, mu = resolve(plan.conventions), plan.shape, plan.lora, plan.num_iterations
+    needs_old_logprobs = mu > 1 if plan.needs_old_logprobs is None else plan.needs_old_logprobs
+    if prompt_groups is None:
+        work = sequence_work(seq_lens, _train_logits(plan.train_logits, completion_lens), conv)
+    else:
+        if plan.train_logits != "completion" or plan.recompute:
+            raise AccountingError("prompt_groups (prefix-shared passes) needs train_logits='completion' and no "
+                                  f"recompute, got train_logits={plan.train_logits!r}, recompute={plan.recompute}")
+        work = _shared_work(seq_lens, completion_lens, prompt_groups, conv)
+    fwd = sum(forward_components(shape, work, lora=lora, conventions=conv).values())
+    comps: dict[str, int] = {}
+    if needs_old_logprobs:
+        comps["old_logprobs/forward"] = fwd
+    if plan.beta != 0:
+        comps["reference/forward"] = sum(forward_components(shape, work, lora=None, conventions=conv).values())
+    bwd = sum(backward_components(shape, work, lora=lora, conventions=conv,
+                                  inputs_require_grad=plan.inputs_require_grad).values())
+    comps["update/forward"] = mu * fwd
+    comps["update/backward"] = mu * bwd
+    if plan.recompute:
+        comps["recompute/forward"] = mu * recompute_flops(shape, work, lora=lora, conventions=conv,
+                                                          early_stop=plan.recompute_early_stop)
+    return comps
+
+
 def learning_components(shape: ModelShape, seq_lens: Sequence[int], completion_lens: Sequence[int], *,
                         lora: LoRA | None = None, num_iterations: int = 1, beta: float = 0.0,
                         needs_old_logprobs: bool | None = None, recompute: bool = False,
                         recompute_early_stop: bool = True, train_logits: TrainLogits = "completion",
                         inputs_require_grad: bool = False, prompt_groups: Sequence[int] | None = None,
                         conventions: "Conventions | str | None" = None) -> dict[str, int]:
-    """FLOPs of the passes over whole sequences: ``old_logprobs/forward`` (if needed),
-    ``reference/forward`` (if beta != 0; adapter off), ``update/forward`` and
-    ``update/backward`` (x num_iterations) and ``recompute/forward`` (if recompute).
-
-    ``prompt_groups``: the passes run each prompt once for its group (``shared_prompt_work``):
-    consecutive sequences, ``prompt_groups[j]`` of them, share one prompt of length
-    ``seq_len - completion_len`` (equal within a group). Needs ``train_logits="completion"``
-    and no recompute (gradient checkpointing runs the unshared HF forward)."""
-    conv = resolve(conventions)
-    if needs_old_logprobs is None:
-        needs_old_logprobs = num_iterations > 1
-    if prompt_groups is None:
-        work = sequence_work(seq_lens, _train_logits(train_logits, completion_lens), conv)
-    else:
-        if train_logits != "completion" or recompute:
-            raise AccountingError("prompt_groups (prefix-shared passes) needs train_logits='completion' and no "
-                                  f"recompute, got train_logits={train_logits!r}, recompute={recompute}")
-        work = _shared_work(seq_lens, completion_lens, prompt_groups, conv)
-    fwd = sum(forward_components(shape, work, lora=lora, conventions=conv).values())
-    comps: dict[str, int] = {}
-    if needs_old_logprobs:
-        comps["old_logprobs/forward"] = fwd
-    if beta != 0:
-        comps["reference/forward"] = sum(forward_components(shape, work, lora=None, conventions=conv).values())
-    bwd = sum(backward_components(shape, work, lora=lora, conventions=conv,
-                                  inputs_require_grad=inputs_require_grad).values())
-    comps["update/forward"] = num_iterations * fwd
-    comps["update/backward"] = num_iterations * bwd
-    if recompute:
-        comps["recompute/forward"] = num_iterations * recompute_flops(shape, work, lora=lora, conventions=conv,
-                                                                      early_stop=recompute_early_stop)
-    return comps
+    """:func:`learning_flops` with the settings as keywords (the documented public form):
+    builds the :class:`StepPlan` and calls it."""
+    plan = StepPlan(shape, 1, lora=lora, num_iterations=num_iterations, beta=beta,
+                    needs_old_logprobs=needs_old_logprobs, recompute=recompute,
+                    recompute_early_stop=recompute_early_stop, train_logits=train_logits,
+                    inputs_require_grad=inputs_require_grad, conventions=conventions)
+    return learning_flops(plan, seq_lens, completion_lens, prompt_groups)
 
 
 def prompt_groups(n: int, group: int, micro_batch: int) -> list[int]:
@@ -235,81 +253,147 @@ def phase_flops(components: dict[str, int]) -> PhaseFlops:
                       components=dict(components))
 
 
-def grpo_step_flops(
-    shape: ModelShape,
-    prompt_lens: Sequence[int],
-    completion_lens: Sequence[int],
-    *,
-    num_generations: int,
-    lora: LoRA | None = None,
-    num_iterations: int = 1,
-    beta: float = 0.0,
-    needs_old_logprobs: bool | None = None,
-    reward: RewardSystem = RULE,
-    reward_seq_lens: Sequence[int] | None = None,
-    reward_head_positions: "str | Sequence[int] | None" = None,
-    judge_completion_lens: Sequence[int] | None = None,
-    share_prompt: bool = False,
-    recompute: bool = False,
-    recompute_early_stop: bool = True,
-    train_logits: TrainLogits = "completion",
-    inputs_require_grad: bool = False,
-    prompt_groups: Sequence[int] | None = None,
-    conventions: "Conventions | str | None" = None,
-) -> PhaseFlops:
-    """Per-phase FLOPs of one GRPO step from the actual per-sequence lengths.
+def step_flops(plan: "StepPlan", prompt_lens: Sequence[int], completion_lens: Sequence[int],
+               prompt_groups: Sequence[int] | None, *, reward_seq_lens: Sequence[int] | None = None,
+               reward_head_positions: HeadPositions = None,
+               judge_completion_lens: Sequence[int] | None = None) -> PhaseFlops:
+    """Per-phase FLOPs of one GRPO step under ``plan`` from the actual per-sequence lengths:
+    rollout (``rollout_components``), the passes over whole sequences
+    (:func:`learning_flops`, prompts shared by ``prompt_groups``) and the reward model
+    (``reward_model_flops``).
 
     ``prompt_lens``/``completion_lens`` have one entry per sequence (prompts x G, groups
     contiguous); pass padded lengths where the engine runs padded tensors. Training passes
     (old/ref log-probs, update) run over prompt+completion with the head at
-    ``train_logits`` positions: "completion" (the T positions that predict completion
+    ``plan.train_logits`` positions: "completion" (the T positions that predict completion
     tokens), "completion+1" (TRL's ``logits_to_keep = T + 1``), "all", or an int.
     ``reward_seq_lens`` default to prompt+completion; the RM head defaults to the last
-    position (orm) or every position (prm) unless ``reward_head_positions`` says.
-    ``prompt_groups``: the training passes share prompts (see ``learning_components``)."""
-    conv = resolve(conventions)
-    if not isinstance(num_generations, int) or num_generations < 2:
-        raise AccountingError(f"num_generations={num_generations!r}: GRPO needs a group of at least 2; set it >= 2")
-    if num_iterations < 1:
-        raise AccountingError(f"num_iterations={num_iterations}: must be >= 1")
-    if beta < 0:
-        raise AccountingError(f"beta={beta}: the KL coefficient must be >= 0")
+    position (orm) or every position (prm) unless ``reward_head_positions`` says."""
+    G = plan.num_generations
+    if not isinstance(G, int) or G < 2:
+        raise AccountingError(f"num_generations={G!r}: GRPO needs a group of at least 2; set it >= 2")
+    if plan.num_iterations < 1:
+        raise AccountingError(f"num_iterations={plan.num_iterations}: must be >= 1")
+    if plan.beta < 0:
+        raise AccountingError(f"beta={plan.beta}: the KL coefficient must be >= 0")
     plens, clens = list(prompt_lens), list(completion_lens)
     if len(plens) != len(clens):
         raise AccountingError(f"prompt_lens ({len(plens)}) and completion_lens ({len(clens)}) need one entry per sequence")
-    if len(clens) % num_generations:
-        raise AccountingError(f"{len(clens)} sequences do not form groups of num_generations={num_generations}")
+    if len(clens) % G:
+        raise AccountingError(f"{len(clens)} sequences do not form groups of num_generations={G}")
     seqs = [p + t for p, t in zip(plens, clens)]
-    comps = rollout_components(shape, plens[::num_generations] if share_prompt else plens, clens, lora=lora,
-                               share_prompt=share_prompt, conventions=conv)
-    comps.update(learning_components(shape, seqs, clens, lora=lora, num_iterations=num_iterations, beta=beta,
-                                     needs_old_logprobs=needs_old_logprobs, recompute=recompute,
-                                     recompute_early_stop=recompute_early_stop, train_logits=train_logits,
-                                     inputs_require_grad=inputs_require_grad, prompt_groups=prompt_groups,
-                                     conventions=conv))
-    if reward.is_model:
+    comps = plan.rollout(plens[::G] if plan.share_prompt else plens, clens)
+    comps.update(learning_flops(plan, seqs, clens, prompt_groups))
+    if plan.reward.is_model:
         rlens = list(reward_seq_lens) if reward_seq_lens is not None else seqs
         head = reward_head_positions if reward_head_positions is not None else (
-            "last" if reward.kind == "orm" else "all")
-        comps.update(reward_model_flops(reward, rlens, head_positions=head, judge_completion_lens=judge_completion_lens,
-                                        conventions=conv))
-
+            "last" if plan.reward.kind == "orm" else "all")
+        comps.update(reward_model_flops(plan.reward, rlens, head_positions=head,
+                                        judge_completion_lens=judge_completion_lens, conventions=plan.conventions))
     return phase_flops(comps)
+
+
+def grpo_step_flops(shape: ModelShape, prompt_lens: Sequence[int], completion_lens: Sequence[int], *,
+                    num_generations: int, lora: LoRA | None = None, num_iterations: int = 1, beta: float = 0.0,
+                    needs_old_logprobs: bool | None = None, reward: RewardSystem = RULE,
+                    reward_seq_lens: Sequence[int] | None = None, reward_head_positions: HeadPositions = None,
+                    judge_completion_lens: Sequence[int] | None = None, share_prompt: bool = False,
+                    recompute: bool = False, recompute_early_stop: bool = True,
+                    train_logits: TrainLogits = "completion", inputs_require_grad: bool = False,
+                    prompt_groups: Sequence[int] | None = None,
+                    conventions: "Conventions | str | None" = None) -> PhaseFlops:
+    """:func:`step_flops` with the settings as keywords (the documented public form: README,
+    ``race``'s exports): builds the :class:`StepPlan` and calls it. ``prompt_groups``: the
+    training passes share prompts (see :func:`learning_flops`)."""
+    plan = StepPlan(shape, num_generations, lora=lora, num_iterations=num_iterations, beta=beta,
+                    needs_old_logprobs=needs_old_logprobs, recompute=recompute,
+                    recompute_early_stop=recompute_early_stop, inputs_require_grad=inputs_require_grad,
+                    train_logits=train_logits, share_prompt=share_prompt, reward=reward, conventions=conventions)
+    return step_flops(plan, prompt_lens, completion_lens, prompt_groups, reward_seq_lens=reward_seq_lens,
+                      reward_head_positions=reward_head_positions, judge_completion_lens=judge_completion_lens)
+
+
+def _uniform_count(prompts: int, num_generations: int, prompt_len: int, completion_len: int) -> int:
+    """Sequences of a uniform step (``prompts`` x G), refusing no prompt or empty lengths."""
+    if prompts < 1:
+        raise AccountingError(f"prompts={prompts}: need at least 1 prompt per step")
+    if prompt_len < 1 or completion_len < 1:
+        raise AccountingError(f"prompt_len={prompt_len}, completion_len={completion_len}: lengths must be >= 1")
+    return prompts * num_generations
 
 
 def uniform_step_flops(shape: ModelShape, *, prompts: int, num_generations: int, prompt_len: int,
                        completion_len: int, **kwargs: object) -> PhaseFlops:
     """``grpo_step_flops`` with every prompt at ``prompt_len`` and every completion at
     ``completion_len`` (a step's upper bound when those are the maxima)."""
-    if prompts < 1:
-        raise AccountingError(f"prompts={prompts}: need at least 1 prompt per step")
-    if prompt_len < 1 or completion_len < 1:
-        raise AccountingError(f"prompt_len={prompt_len}, completion_len={completion_len}: lengths must be >= 1")
-    n = prompts * num_generations
+    n = _uniform_count(prompts, num_generations, prompt_len, completion_len)
     return grpo_step_flops(shape, [prompt_len] * n, [completion_len] * n, num_generations=num_generations,
                            **kwargs)  # type: ignore[arg-type]
 
 
-__all__ = ["PHASES", "SPLIT", "RewardSystem", "RULE", "PhaseFlops", "grpo_step_flops", "uniform_step_flops",
-           "rollout_components", "learning_components", "phase_flops",
+# -- a step's shapes and settings ----------------------------------------------------------------------
+@dataclass(frozen=True)
+class StepPlan:
+    """What one GRPO step runs, minus its lengths: the settings every per-phase formula
+    takes (:func:`step_flops`, :func:`learning_flops`), in one value.
+
+    ``share_prompt``: the rollout prefills each prompt once for its group. ``micro_batch``:
+    the learning passes share each prompt across its group, in micro-batches of this many
+    sequences (``prompt_groups``); ``None`` runs them unshared. The other fields are
+    ``grpo_step_flops``'s arguments of the same names."""
+
+    shape: ModelShape
+    num_generations: int
+    lora: LoRA | None = None
+    num_iterations: int = 1
+    beta: float = 0.0
+    needs_old_logprobs: bool | None = None
+    recompute: bool = False
+    recompute_early_stop: bool = True
+    inputs_require_grad: bool = False
+    train_logits: TrainLogits = "completion"
+    share_prompt: bool = False
+    micro_batch: int | None = None
+    reward: RewardSystem = RULE
+    conventions: "Conventions | str | None" = None
+
+    def prompt_groups(self, n: int) -> list[int] | None:
+        """The prompt segments of the learning passes over ``n`` sequences (None: unshared)."""
+        return prompt_groups(n, self.num_generations, self.micro_batch) if self.micro_batch else None
+
+    def rollout(self, prompt_lens: Sequence[int], completion_lens: Sequence[int]) -> dict[str, int]:
+        """``rollout/*`` FLOPs (one prompt length per prompt when ``share_prompt``, else per sequence)."""
+        return rollout_components(self.shape, prompt_lens, completion_lens, lora=self.lora,
+                                  share_prompt=self.share_prompt, conventions=self.conventions)
+
+    def learning(self, seq_lens: Sequence[int], completion_lens: Sequence[int]) -> dict[str, int]:
+        """:func:`learning_flops` of this plan, prompts shared per :meth:`prompt_groups`."""
+        seqs = list(seq_lens)
+        return learning_flops(self, seqs, completion_lens, self.prompt_groups(len(seqs)))
+
+    def bound(self, prompts: int, prompt_len: int, completion_len: int) -> int:
+        """Upper bound of a step's counted policy FLOPs (rollout and learning passes, the
+        reward model's apart): ``prompts`` prompts at ``prompt_len`` tokens, every
+        completion at ``completion_len``, no group dropped. Counted: model FLOPs, the
+        recompute's hardware FLOPs excluded (``PhaseFlops.total``)."""
+        n = prompts * self.num_generations
+        comps = self.rollout([prompt_len] * (prompts if self.share_prompt else n), [completion_len] * n)
+        comps.update(self.learning([prompt_len + completion_len] * n, [completion_len] * n))
+        return phase_flops(comps).total
+
+    def step(self, prompt_lens: Sequence[int], completion_lens: Sequence[int], **reward_lens: Any) -> PhaseFlops:
+        """:func:`step_flops` of this plan (``reward_lens``: ``reward_seq_lens``,
+        ``reward_head_positions``, ``judge_completion_lens``)."""
+        plens, clens = list(prompt_lens), list(completion_lens)
+        return step_flops(self, plens, clens, self.prompt_groups(len(clens)), **reward_lens)
+
+    def uniform(self, prompts: int, prompt_len: int, completion_len: int, **reward_lens: Any) -> PhaseFlops:
+        """:meth:`step` with every prompt at ``prompt_len`` and every completion at
+        ``completion_len`` (the step's upper bound when those are the maxima)."""
+        n = _uniform_count(prompts, self.num_generations, prompt_len, completion_len)
+        return self.step([prompt_len] * n, [completion_len] * n, **reward_lens)
+
+
+__all__ = ["PHASES", "SPLIT", "RewardSystem", "RULE", "PhaseFlops", "StepPlan", "grpo_step_flops", "step_flops",
+           "uniform_step_flops", "rollout_components", "learning_components", "learning_flops", "phase_flops",
            "reward_model_flops", "Work", "generate_work"]

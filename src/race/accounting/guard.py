@@ -24,23 +24,18 @@ callback:
   clean ``budget`` stop (:attr:`BudgetGuard.stop_reason`). A budget that cannot take even
   the first step is refused (:meth:`BudgetGuard.check_first_step`).
 
-The one object the per-step formulas take is :class:`StepPlan`: a step's model shape and
-settings (group size, LoRA, iterations, beta, recompute, shared prompts, reward system,
-conventions), so the engines and the planner pass one value instead of ten.
+The one object the per-step formulas take is :class:`StepPlan` (``race.accounting.grpo``, re-exported
+here): a step's model shape and settings (group size, LoRA, iterations, beta, recompute, shared
+prompts, reward system, conventions), so the engines and the planner pass one value instead of ten.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Callable
 
-from .conventions import Conventions
 from .errors import AccountingError
-from .grpo import RULE, PhaseFlops, RewardSystem, TrainLogits, grpo_step_flops, learning_components, \
-    prompt_groups, rollout_components, uniform_step_flops
-from .lora import LoRA
-from .shapes import ModelShape
+from .grpo import StepPlan  # re-exported: the step's settings the formulas take live with them
 
 #: Phases recorded in a ledger but never charged to the budget.
 UNCOUNTED_PHASES = ("recompute", "eval", "warmstart", "overrun", "executed")
@@ -108,87 +103,6 @@ def steps_in_budget(budget: float, step_flops: float, max_steps: int | None = No
                f"raise the budget to at least {step_flops:.4g} or shrink the step (prompts, group, lengths)")
         raise AccountingError(f"run {run!r}: {msg}" if run is not None else msg)
     return min(n, max_steps) if max_steps else n
-
-
-# -- a step's shapes and settings ----------------------------------------------------------------------
-@dataclass(frozen=True)
-class StepPlan:
-    """What one GRPO step runs, minus its lengths: the settings every per-phase formula
-    needs (``race.accounting.grpo``), in one value.
-
-    ``share_prompt``: the rollout prefills each prompt once for its group. ``micro_batch``:
-    the learning passes share each prompt across its group, in micro-batches of this many
-    sequences (``prompt_groups``); ``None`` runs them unshared. The other fields are
-    ``grpo_step_flops``'s arguments of the same names."""
-
-    shape: ModelShape
-    num_generations: int
-    lora: LoRA | None = None
-    num_iterations: int = 1
-    beta: float = 0.0
-    needs_old_logprobs: bool | None = None
-    recompute: bool = False
-    recompute_early_stop: bool = True
-    inputs_require_grad: bool = False
-    train_logits: TrainLogits = "completion"
-    share_prompt: bool = False
-    micro_batch: int | None = None
-    reward: RewardSystem = RULE
-    conventions: "Conventions | str | None" = None
-
-    def prompt_groups(self, n: int) -> list[int] | None:
-        """The prompt segments of the learning passes over ``n`` sequences (None: unshared)."""
-        return prompt_groups(n, self.num_generations, self.micro_batch) if self.micro_batch else None
-
-    def rollout(self, prompt_lens: Sequence[int], completion_lens: Sequence[int]) -> dict[str, int]:
-        """``rollout/*`` FLOPs (one prompt length per prompt when ``share_prompt``, else per sequence)."""
-        return rollout_components(self.shape, prompt_lens, completion_lens, lora=self.lora,
-                                  share_prompt=self.share_prompt, conventions=self.conventions)
-
-    def learning(self, seq_lens: Sequence[int], completion_lens: Sequence[int]) -> dict[str, int]:
-        """Old/reference log-prob, update and recompute FLOPs over whole sequences."""
-        return learning_components(self.shape, seq_lens, completion_lens, lora=self.lora,
-                                   prompt_groups=self.prompt_groups(len(seq_lens)),
-                                   num_iterations=self.num_iterations, beta=self.beta,
-                                   needs_old_logprobs=self.needs_old_logprobs, train_logits=self.train_logits,
-                                   recompute=self.recompute, recompute_early_stop=self.recompute_early_stop,
-                                   inputs_require_grad=self.inputs_require_grad, conventions=self.conventions)
-
-    def bound(self, prompts: int, prompt_len: int, completion_len: int) -> int:
-        """Upper bound of a step's counted policy FLOPs (rollout and learning passes, the
-        reward model's apart): ``prompts`` prompts at ``prompt_len`` tokens, every
-        completion at ``completion_len``, no group dropped."""
-        n = prompts * self.num_generations
-        comps = self.rollout([prompt_len] * (prompts if self.share_prompt else n), [completion_len] * n)
-        comps.update(self.learning([prompt_len + completion_len] * n, [completion_len] * n))
-        return counted(comps)
-
-    def step(self, prompt_lens: Sequence[int], completion_lens: Sequence[int], **reward_lens: Any) -> PhaseFlops:
-        """``grpo_step_flops`` of this plan (``reward_lens``: ``reward_seq_lens``,
-        ``reward_head_positions``, ``judge_completion_lens``)."""
-        plens, clens = list(prompt_lens), list(completion_lens)
-        return grpo_step_flops(self.shape, plens, clens, num_generations=self.num_generations,
-                               lora=self.lora, num_iterations=self.num_iterations, beta=self.beta,
-                               needs_old_logprobs=self.needs_old_logprobs, reward=self.reward,
-                               share_prompt=self.share_prompt, recompute=self.recompute,
-                               recompute_early_stop=self.recompute_early_stop, train_logits=self.train_logits,
-                               inputs_require_grad=self.inputs_require_grad,
-                               prompt_groups=self.prompt_groups(len(clens)),
-                               conventions=self.conventions, **reward_lens)
-
-    def uniform(self, prompts: int, prompt_len: int, completion_len: int, **reward_lens: Any) -> PhaseFlops:
-        """:meth:`step` with every prompt at ``prompt_len`` and every completion at
-        ``completion_len`` (the step's upper bound when those are the maxima)."""
-        n = prompts * self.num_generations
-        return uniform_step_flops(self.shape, prompts=prompts, num_generations=self.num_generations,
-                                  prompt_len=prompt_len, completion_len=completion_len, lora=self.lora,
-                                  num_iterations=self.num_iterations, beta=self.beta,
-                                  needs_old_logprobs=self.needs_old_logprobs, reward=self.reward,
-                                  share_prompt=self.share_prompt, recompute=self.recompute,
-                                  recompute_early_stop=self.recompute_early_stop, train_logits=self.train_logits,
-                                  inputs_require_grad=self.inputs_require_grad,
-                                  prompt_groups=self.prompt_groups(n) if n > 0 else None,
-                                  conventions=self.conventions, **reward_lens)
 
 
 # -- the step bound and the budgets it stops -------------------------------------------------------

@@ -8,7 +8,7 @@ from typing import Any, Iterable
 
 from . import terms
 from .conventions import resolve
-from .grpo import learning_components, prompt_groups, rollout_components
+from .grpo import StepPlan, rollout_components
 from .lora import LoRA
 from .passes import backward_components, forward_components, recompute_flops, sequence_work, shared_prompt_work
 from .shapes import ModelShape
@@ -97,13 +97,11 @@ def builtin_same_shapes(shape: ModelShape, generations: Iterable[tuple[int, int,
     checkpointing, one micro-batch)."""
     conv = resolve(conventions)
     out: dict[str, int] = {}
-    for rows, P, W in generations:
-        comps = rollout_components(shape, [P] * (rows // num_generations), [W] * rows, lora=lora, share_prompt=True,
-                                   conventions=conv)
-        comps.update(learning_components(shape, [P + W] * rows, [W] * rows, lora=lora, num_iterations=num_iterations,
-                                         beta=beta, needs_old_logprobs=num_iterations > 1, train_logits="completion",
-                                         prompt_groups=prompt_groups(rows, num_generations, rows),
-                                         conventions=conv))
+    for rows, P, W in generations:  # one micro-batch: the generation's rows
+        plan = StepPlan(shape, num_generations, lora=lora, num_iterations=num_iterations, beta=beta,
+                        needs_old_logprobs=num_iterations > 1, share_prompt=True, micro_batch=rows, conventions=conv)
+        comps = plan.rollout([P] * (rows // num_generations), [W] * rows)
+        comps.update(plan.learning([P + W] * rows, [W] * rows))
         for k, v in comps.items():
             phase = k.split("/", 1)[0]
             out[phase] = out.get(phase, 0) + v

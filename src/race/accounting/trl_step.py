@@ -50,7 +50,7 @@ from typing import Any, Callable, Iterable
 from . import terms
 from .conventions import Conventions, resolve
 from .errors import AccountingError
-from .grpo import learning_components, rollout_components
+from .grpo import StepPlan, rollout_components
 from .guard import counted, step_bound  # what the budget is charged: the one rule (re-exported here)
 from .lora import LoRA
 from .passes import Work, backward_components, forward_components, recompute_flops, sequence_work
@@ -279,10 +279,10 @@ def update_components(shape: ModelShape, plan: TrlStepPlan, *, n_seqs: int, seq_
     ``seq_len`` padded tokens); ``recompute/*`` keys are hardware FLOPs."""
     conv = resolve(conventions)
     head = plan.head_positions(seq_len, completion_len)
-    comps = learning_components(shape, [seq_len] * n_seqs, [completion_len] * n_seqs, lora=lora,
-                                needs_old_logprobs=False, recompute=recompute is not None,
-                                recompute_early_stop=recompute != "full", train_logits=head,
-                                inputs_require_grad=inputs_require_grad, conventions=conv)
+    step = StepPlan(shape, plan.num_generations, lora=lora, needs_old_logprobs=False, recompute=recompute is not None,
+                    recompute_early_stop=recompute != "full", train_logits=head,
+                    inputs_require_grad=inputs_require_grad, conventions=conv)
+    comps = step.learning([seq_len] * n_seqs, [completion_len] * n_seqs)
     comps["recompute/lm_head"] = terms.head_flops(n_seqs * head, shape.head_matrices())
     return comps
 

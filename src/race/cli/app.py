@@ -140,7 +140,7 @@ def plan(
 ) -> None:
     """Allocations (model x group size x reward) that fit a budget: prompts and sequences per
     step, the steps each buys and its split; rows that cannot afford one step are named."""
-    from race.accounting import LoRA, plan_allocations
+    from race.accounting import LoRA, StepPlan, allocations
     from race.models.refs import resolve_shape
     from race.rewards.systems import reward_system
 
@@ -172,10 +172,12 @@ def plan(
     try:
         shapes = [resolve_shape(m.strip()) for m in models.split(",") if m.strip()]
         rws = [reward_system(r.strip()) for r in rewards.split(",") if r.strip()]
-        allocs = plan_allocations(budget, shapes, gs, rws, prompts_per_step=prompts, prompt_len=prompt_len,
-                                  completion_len=completion_len, lora=LoRA(lora_rank) if lora_rank else None,
-                                  group_tokens_fixed=hold == "sequences", num_iterations=iterations, beta=beta,
-                                  conventions=conventions, unaffordable=skipped)
+        lora = LoRA(lora_rank) if lora_rank else None
+        plans = [StepPlan(shape, g, lora=lora, num_iterations=iterations, beta=beta, reward=rw, conventions=conventions)
+                 for shape in shapes for g in gs for rw in rws]
+        allocs = allocations(budget, plans, prompts_per_step=prompts, prompt_len=prompt_len,
+                             completion_len=completion_len, group_tokens_fixed=hold == "sequences",
+                             unaffordable=skipped)
     except (AccountingError, ValueError) as e:
         _fail(one_line(str(e)))
     if not allocs:

@@ -16,6 +16,7 @@ from typing import Any, Callable
 from race.accounting import LoRA, ModelShape
 from race.accounting.ledger import KNOWN_PHASES
 from race.engines.run_io import MetricsLog, read_run, write_config, write_json_atomic
+from race.estimate import run_lora
 from race.spec.run import RunConfig
 
 Progress = Callable[[dict[str, Any]], None]
@@ -89,7 +90,7 @@ def load_run_policy(cfg: RunConfig) -> RunPolicy:
     model, tok = load_policy(cfg.model, device=cfg.device, dtype=cfg.dtype,
                              attn_implementation=cfg.attn_implementation)
     shape = model_shape(model)
-    lora = LoRA(cfg.lora.r, tuple(cfg.lora.target_modules)) if cfg.lora is not None else None
+    lora = run_lora(cfg)
     if lora is not None:
         lora.check(shape)
     return RunPolicy(model, tok, lora, shape, next(model.parameters()).device)

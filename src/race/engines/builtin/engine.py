@@ -44,7 +44,7 @@ from typing import Any
 
 import torch
 
-from race.accounting import BudgetGuard, FlopLedger, ReportCard, StepPlan
+from race.accounting import BudgetGuard, FlopLedger, ReportCard
 from race.accounting.guard import plan_step_bound
 from race.cards import write_card
 from race.engines.checkpoint import cut_lines, find_checkpoint, load_checkpoint, save_checkpoint
@@ -63,6 +63,7 @@ from race.engines.builtin.state import BuiltinState, RunBooks
 from race.engines.grpo_math import group_advantages, grpo_loss, lr_at
 from race.engines.run_io import MetricsLog
 from race.engines.sampling import Rollout, decode_completions, encode_prompts, rollout_flops, sample, step_charge
+from race.estimate import run_step_plan
 from race.models.timing import device_clock
 from race.rewards.base import reward_bound
 from race.spec.run import RunConfig
@@ -108,11 +109,9 @@ class BuiltinEngine:
         params = [p for p in model.parameters() if p.requires_grad]
         optimizer = torch.optim.AdamW(params, lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
         evaluator = run_evaluator(cfg, task, policy)
-        step_plan = StepPlan(  # the rollout shares prompts always, the learning passes where supported
-            policy.shape, cfg.num_generations, lora=policy.lora, num_iterations=cfg.num_iterations, beta=cfg.beta,
-            needs_old_logprobs=cfg.needs_old_logprobs, recompute=cfg.gradient_checkpointing,
-            recompute_early_stop=early_stop, inputs_require_grad=cfg.gradient_checkpointing,
-            share_prompt=True, micro_batch=cfg.micro_batch_size if share else None, conventions=cfg.conventions)
+        # the rollout shares prompts always, the learning passes where supported
+        step_plan = run_step_plan(cfg, policy.shape, engine="builtin", share_learning=share,
+                                  recompute_early_stop=early_stop)
         return BuiltinState(model=model, ref_model=ref_model, tok=tok, lora=policy.lora, shape=policy.shape,
                             device=policy.device, task=task, reward=reward, optimizer=optimizer, evaluator=evaluator,
                             step_plan=step_plan, share_prompts=share, recompute_early_stop=early_stop)
