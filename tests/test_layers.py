@@ -817,3 +817,43 @@ def test_the_lifecycle_scan_catches_state_set_late_and_from_outside(tmp_path):
     assert "race/engines/gang.py:3: race.engines.gang sets e.ledger, an attribute of LoopEngine, from outside" in text
     assert "race/engines/gang.py:4: race.engines.gang sets e.cfg.seed" not in text  # .seed is no engine attribute
     assert "race/engines/gang.py:4: race.engines.gang sets e.cfg, an attribute of LoopEngine" not in text
+
+
+# -- s4-23v: one home per vocabulary (phase sets in any order, split names, statuses, sampling seed,
+# -- run columns, private members named by a string) -----------------------------------------------
+def _literal_words(node: ast.AST) -> list[str]:
+    """The string constants of a list/tuple/set literal (or of a dict literal's keys)."""
+    elts = node.keys if isinstance(node, ast.Dict) else node.elts if isinstance(node, (ast.Tuple, ast.List, ast.Set)) \
+        else []
+    return [e.value for e in elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+
+
+def _is_phase_set(node: ast.AST) -> bool:
+    """A list/tuple/set literal holding three or more of the budget's phases, in any order
+    (those :func:`_is_phase_list` already names are left to it)."""
+    return (not isinstance(node, ast.Dict) and len(set(_literal_words(node)) & set(_PHASES)) >= 3
+            and not _is_phase_list(node))
+
+
+def _is_split_names(node: ast.AST) -> bool:
+    """A list/tuple/set literal naming the split's three axes (dicts keyed by axis to give
+    labels or colours are presentation and not counted)."""
+    return not isinstance(node, ast.Dict) and {"search", "learning", "feedback"} <= set(_literal_words(node))
+
+
+VOCABULARIES.extend([
+    ("a set of the budget's phases (race.accounting PHASES / SPLIT)", "race.accounting.grpo", _is_phase_set),
+    ("the split's axis names (race.accounting SPLIT / SPLIT_COLUMNS)", "race.accounting.grpo", _is_split_names)])
+
+
+def test_the_vocabulary_scan_catches_phases_in_any_order_and_the_split_names(tmp_path):
+    pkg = package_dir(tmp_path, "report")
+    (pkg / "parts.py").write_text("A = {'reward', 'rollout', 'update'}\n"
+                                  "B = [('rollout', 'x'), ('update', 'y')]\n"
+                                  "C = {'search': 1, 'learning': 2, 'feedback': 3}\n"
+                                  "D = ['learning', 'search', 'feedback']\n")
+    bad = vocabulary_copies(tmp_path)
+    text = "\n".join(bad)
+    assert len(bad) == 2, text
+    assert "parts.py:1: race.report.parts restates a set of the budget's phases" in text
+    assert "parts.py:4: race.report.parts restates the split's axis names" in text

@@ -12,6 +12,7 @@ from .grpo import (
     PHASES,
     RULE,
     SPLIT,
+    SPLIT_COLUMNS,
     PhaseFlops,
     RewardSystem,
     grpo_step_flops,
@@ -20,6 +21,7 @@ from .grpo import (
     prompt_groups,
     reward_model_flops,
     rollout_components,
+    split_sums,
     uniform_step_flops,
 )
 from .ledger import BudgetExceededError, FlopLedger, LedgerCorruptError, LedgerRecord
@@ -45,7 +47,7 @@ __all__ = [
     "AccountingError", "Allocation", "BudgetExceededError", "BudgetGuard", "StepPlan", "check_budget", "counted",
     "steps_bought", "CONVENTION_PRESETS", "Conventions", "FlopLedger",
     "LAYER_MATRICES", "LedgerCorruptError", "LedgerRecord", "LoRA", "ModelShape", "PHASES", "PhaseFlops", "RULE",
-    "SPLIT",
+    "SPLIT", "SPLIT_COLUMNS", "split_sums",
     "ReportCard", "RewardSystem", "Work", "backward_components", "forward_components", "forward_flops",
     "generate_components", "generate_flops", "generate_work", "grpo_step_flops", "layers_forward_flops",
     "learning_components", "log_values", "phase_flops", "prompt_groups", "rollout_components", "plan_allocations", "recompute_flops", "preset_names", "published_sizes", "reward_model_flops", "sequence_work", "shared_prompt_work", "split_shares",

@@ -19,7 +19,7 @@ Phases and when they run (docs/design.md section 2):
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal, Sequence, Union
+from typing import Literal, Mapping, Sequence, Union
 
 from .conventions import Conventions, resolve
 from .errors import AccountingError
@@ -39,6 +39,17 @@ from .shapes import ModelShape
 PHASES = ("rollout", "old_logprobs", "reference", "reward", "update")  # the phases a budget is charged
 #: The counted phases by axis of the budget's split (search / learning / feedback).
 SPLIT = {"search": ("rollout",), "learning": ("update", "old_logprobs", "reference"), "feedback": ("reward",)}
+#: The runs-table column holding each axis's FLOPs (the rollout column is the search axis).
+SPLIT_COLUMNS = {"search": "rollout_flops", "learning": "learning_flops", "feedback": "feedback_flops"}
+
+
+def split_sums(phase_flops: Mapping[str, int]) -> dict[str, int]:
+    """FLOPs per axis of the budget's split from FLOPs per phase: each axis of :data:`SPLIT`
+    sums its phases in order (search = rollout, learning = update + old_logprobs + reference,
+    feedback = reward), exactly in the type given (ints stay exact)."""
+    return {axis: sum(phase_flops[p] for p in phases) for axis, phases in SPLIT.items()}
+
+
 RewardKind = Literal["rule", "random", "orm", "prm", "judge"]
 TrainLogits = Union[Literal["completion", "completion+1", "all"], int]
 

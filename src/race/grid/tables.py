@@ -97,7 +97,7 @@ def load_tables(study_dir: str | Path) -> dict[str, "Any"]:
         done = r["status"] in FINISHED
         ph = _phase_flops(run, sums.get(r["run_id"], {})) if done else {}
         diag = run.get("diagnostics") or {}
-        counted = sum(ph.get(k, 0.0) for k in ("rollout", "reward", *LEARNING_PHASES))
+        counted = sum(ph.get(k, 0.0) for k in (*SPLIT["search"], *SPLIT["feedback"], *LEARNING_PHASES))
         total = run.get("total_flops", counted) if done else None
         rec = {
             "run_id": r["run_id"], "study": r["study"] or study, "budget": r["budget"], "model": r["model"],

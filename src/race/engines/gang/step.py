@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from race.accounting import counted
+from race.accounting import PHASES, SPLIT, counted
 from race.engines.gang.members import split_seconds
 from race.engines.gang.passes import PassJob, UpdateJob, gang_accumulate, gang_logprobs
 from race.engines.gang.decode import fast_gang_sample
@@ -186,8 +186,8 @@ def _learn(step: int, ws: list[Work]) -> float:
         if w.outcome == "ok":
             st = stats[id(w)]
             w.upd = {"loss": st.loss, "clip_frac": st.clip_frac, "kl": st.kl, "lr": w.upd["lr"]}
-    for phase, key in (("old_logprobs", "old_logprobs/forward"), ("reference", "reference/forward"),
-                       ("update", "update/forward")):
+    for phase in (p for p in PHASES if p in SPLIT["learning"]):  # old_logprobs, reference, update
+        key = f"{phase}/forward"
         weights = [sum(v for k, v in w.learn.items() if k.startswith(phase + "/")) for w in ws]
         for w, s in zip(ws, split_seconds(secs[phase], weights)):
             w.seconds[key] = s
