@@ -857,3 +857,19 @@ def test_the_vocabulary_scan_catches_phases_in_any_order_and_the_split_names(tmp
     assert len(bad) == 2, text
     assert "parts.py:1: race.report.parts restates a set of the budget's phases" in text
     assert "parts.py:4: race.report.parts restates the split's axis names" in text
+
+
+def _is_status_set(node: ast.AST) -> bool:
+    """A list/tuple/set literal naming the finished statuses (``"complete"`` and ``"diverged"``)."""
+    return isinstance(node, (ast.Tuple, ast.List, ast.Set)) and {"complete", "diverged"} <= set(_literal_words(node))
+
+
+VOCABULARIES.append(("the run statuses (race.schema STATUSES / FINISHED)", "race.schema", _is_status_set))
+
+
+def test_the_vocabulary_scan_catches_a_status_set(tmp_path):
+    pkg = package_dir(tmp_path, "analysis")
+    (pkg / "done.py").write_text("def done(runs):\n    return runs[runs.status.isin(['diverged', 'complete'])]\n\n\n"
+                                 "def ok(s):\n    return s == 'complete'\n")
+    bad = vocabulary_copies(tmp_path)
+    assert len(bad) == 1 and "done.py:2: race.analysis.done restates the run statuses" in bad[0], bad

@@ -36,7 +36,6 @@ from race.schema import (  # the tables' layout has one home; re-exported here f
     AXIS_PREFIX,
     EVALS_COLUMNS,
     EVALS_OPTIONAL,
-    KNOWN_STATUSES,
     OPTIONAL_ALLOCATION_COLUMNS,
     RUNS_COLUMNS,
     RUNS_CORE,

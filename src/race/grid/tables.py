@@ -15,9 +15,9 @@ from typing import Any
 
 from race.accounting import SPLIT
 from race.grid.lock import StudyLock
-from race.grid.store import FINISHED, STATUSES, Store
+from race.grid.store import Store
 from race.schema import EVALS_COLUMNS, EVALS_OPTIONAL, LEDGER_COLUMNS as LEDGER_SCHEMA, OWN_COLUMN_AXES, \
-    RUNS_COLUMNS, RUNS_EXTRA, axis_column
+    RUNS_COLUMNS, RUNS_EXTRA, FINISHED, STATUSES, axis_column
 from race.spec.reward import parse_reward
 
 #: The tables' columns, in order: ``race.schema`` (the one layout the analysis reads too).
