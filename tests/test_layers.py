@@ -873,3 +873,22 @@ def test_the_vocabulary_scan_catches_a_status_set(tmp_path):
                                  "def ok(s):\n    return s == 'complete'\n")
     bad = vocabulary_copies(tmp_path)
     assert len(bad) == 1 and "done.py:2: race.analysis.done restates the run statuses" in bad[0], bad
+
+
+def _is_sampling_seed(node: ast.AST) -> bool:
+    """``a * 7_919 + b``: the seed of a step's sampling draws."""
+    return (isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add) and isinstance(node.left, ast.BinOp)
+            and isinstance(node.left.op, ast.Mult) and any(isinstance(x, ast.Constant) and x.value == 7_919
+                                                            for x in (node.left.left, node.left.right)))
+
+
+VOCABULARIES.append(("the per-step sampling seed (race.engines.sampling.sampling_generator)",
+                     "race.engines.sampling", _is_sampling_seed))
+
+
+def test_the_vocabulary_scan_catches_a_sampling_seed(tmp_path):
+    pkg = package_dir(tmp_path, "engines")
+    (pkg / "roll.py").write_text("def gen(torch, cfg, step):\n"
+                                 "    return torch.Generator().manual_seed(cfg.seed * 7_919 + step)\n")
+    bad = vocabulary_copies(tmp_path)
+    assert len(bad) == 1 and "roll.py:2: race.engines.roll restates the per-step sampling seed" in bad[0], bad

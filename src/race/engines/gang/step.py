@@ -28,7 +28,7 @@ from race.engines.gang.passes import PassJob, UpdateJob, gang_accumulate, gang_l
 from race.engines.gang.decode import fast_gang_sample
 from race.engines.gang.sample import SampleJob
 from race.engines.grpo_math import group_advantages, grpo_loss
-from race.engines.sampling import Rollout, decode_completions, rollout_flops, step_charge
+from race.engines.sampling import Rollout, decode_completions, rollout_flops, sampling_generator, step_charge
 from race.models.timing import device_clock
 
 
@@ -65,7 +65,7 @@ def gang_step(step: int, works: list[Work]) -> float:
     jobs = []
     for k, w in enumerate(works):
         cfg = w.eng.cfg
-        gen = torch.Generator(device="cpu").manual_seed(cfg.seed * 7_919 + step)
+        gen = sampling_generator(cfg.seed, step)
         w.eng.state.model.eval()
         jobs.append(SampleJob(k, w.ids, w.mask, cfg.num_generations, cfg.temperature, gen,
                               w.eng.state.tok.eos_token_id, w.eng.state.tok.pad_token_id))
