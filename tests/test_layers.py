@@ -892,3 +892,44 @@ def test_the_vocabulary_scan_catches_a_sampling_seed(tmp_path):
                                  "    return torch.Generator().manual_seed(cfg.seed * 7_919 + step)\n")
     bad = vocabulary_copies(tmp_path)
     assert len(bad) == 1 and "roll.py:2: race.engines.roll restates the per-step sampling seed" in bad[0], bad
+
+
+def private_string_reaches(src: Path) -> list[str]:
+    """One message per ``getattr`` / ``hasattr`` / ``setattr`` / ``delattr`` whose name is a
+    string constant naming a private member defined by ANOTHER module of ``race`` (and not
+    by this one): :func:`private_reaches` through a string."""
+    mods = modules_of(src)
+    trees = {mod: ast.parse(f.read_text(), str(f)) for mod, f in mods.items()}
+    own = {mod: _private_members(t) for mod, t in trees.items()}
+    everywhere: dict[str, set[str]] = defaultdict(set)
+    for mod, names in own.items():
+        for n in names:
+            everywhere[n].add(mod)
+    bad = []
+    for mod, tree in trees.items():
+        rel = str(mods[mod].relative_to(src.parent))
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+                    and node.func.id in ("getattr", "hasattr", "setattr", "delattr") and len(node.args) >= 2
+                    and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str)):
+                continue
+            name = node.args[1].value
+            if not name.startswith("_") or name.startswith("__") or name in own[mod] or not everywhere.get(name):
+                continue
+            bad.append(f"{rel}:{node.lineno}: {mod} reaches {name} of an object of "
+                       f"{', '.join(sorted(everywhere[name]))} through {node.func.id}: make it public")
+    return bad
+
+
+def test_no_module_reaches_a_private_member_through_a_string():
+    bad = private_string_reaches(SRC)
+    assert not bad, "private members reached through getattr & co:\n" + "\n".join(bad)
+
+
+def test_the_private_string_scan_catches_one(tmp_path):
+    pkg = package_dir(tmp_path, "engines")
+    (pkg / "reward.py").write_text("class R:\n    def score(self):\n        self._calls = 1\n")
+    (pkg / "run.py").write_text("def meta(r):\n    return getattr(r, '_calls', 0), hasattr(r, 'calls'), "
+                                "getattr(r, '_nobody', 0)\n\n\ndef reset(r):\n    setattr(r, '_calls', 0)\n")
+    found = sorted(m.split(": ", 1)[0] for m in private_string_reaches(tmp_path))
+    assert len(found) == 2 and all(w.endswith(f"race/engines/run.py:{i}") for w, i in zip(found, (2, 6))), found
