@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from race.accounting import train_flops
-from race.builds.store import build_each, build_or_reuse, publish
+from race.builds.store import build_or_reuse, publish
 from race.builds.train import optimise
 from race.models.base_recipes import BaseInfo, SFTRecipe, base_dir, current_recipe, read_base_info, recipe_hash
 from race.models.family import build_tiny_model, lm_head_params, non_embedding_params, tiny_config_kwargs
@@ -211,13 +211,3 @@ def _train_base(name: str, recipe: SFTRecipe, final: Path,
     model.config._attn_implementation = "eager"  # the saved default; load_policy chooses anyway
     publish(final, info.to_json(), lambda tmp: _save_quietly(model, tok, tmp))
     return info
-
-
-def build_all(names: Sequence[str] | None = None, *, cache_dir: str | os.PathLike[str] | None = None,
-              force: bool = False, progress: Callable[[str, int, int, float], None] | None = None,
-              recipe: SFTRecipe | None = None) -> list[BaseInfo]:
-    """:func:`build_base` for each name (default: the whole family, smallest first)."""
-    from race.models.family import TINY_FAMILY
-
-    return build_each(list(names or TINY_FAMILY), build_base, progress, cache_dir=cache_dir, force=force,
-                      recipe=recipe)
