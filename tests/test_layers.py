@@ -933,3 +933,37 @@ def test_the_private_string_scan_catches_one(tmp_path):
                                 "getattr(r, '_nobody', 0)\n\n\ndef reset(r):\n    setattr(r, '_calls', 0)\n")
     found = sorted(m.split(": ", 1)[0] for m in private_string_reaches(tmp_path))
     assert len(found) == 2 and all(w.endswith(f"race/engines/run.py:{i}") for w, i in zip(found, (2, 6))), found
+
+
+#: Test files that load a script by path themselves (not through conftest's ``load_script``):
+#: report_synth.py loads analysis_synth.py at import, where no fixture can reach.
+KNOWN_SCRIPT_LOADERS = {"report/report_synth.py"}
+
+
+def script_loaders(tests: Path) -> list[str]:
+    """One message per test file (but ``conftest.py``) that calls ``spec_from_file_location``."""
+    bad = []
+    for f in sorted(tests.rglob("*.py")):
+        rel = f.relative_to(tests).as_posix()
+        if f.name == "conftest.py" or rel in KNOWN_SCRIPT_LOADERS:
+            continue
+        for node in ast.walk(ast.parse(f.read_text(), str(f))):
+            if isinstance(node, ast.Attribute) and node.attr == "spec_from_file_location":
+                bad.append(f"tests/{rel}:{node.lineno}: loads a script by path: use the load_script fixture "
+                           "(tests/conftest.py)")
+    return bad
+
+
+def test_scripts_are_loaded_by_the_one_fixture():
+    bad = script_loaders(Path(__file__).resolve().parent)
+    assert not bad, "\n".join(bad)
+
+
+def test_the_script_loader_scan_catches_one(tmp_path):
+    (tmp_path / "bench").mkdir()
+    (tmp_path / "conftest.py").write_text("import importlib.util\nimportlib.util.spec_from_file_location('a', 'b')\n")
+    (tmp_path / "bench" / "test_x.py").write_text("import importlib.util\n\n\ndef mod():\n"
+                                                 "    return importlib.util.spec_from_file_location('x', 'x.py')\n")
+    bad = script_loaders(tmp_path)
+    assert len(bad) == 1 and bad[0].startswith("tests/bench/test_x.py:5:"), bad
+
