@@ -967,3 +967,22 @@ def test_the_script_loader_scan_catches_one(tmp_path):
     bad = script_loaders(tmp_path)
     assert len(bad) == 1 and bad[0].startswith("tests/bench/test_x.py:5:"), bad
 
+
+def _is_param_count(node: ast.AST) -> bool:
+    """``sum(p.numel() for p in m.parameters())``: a module's parameter count."""
+    return (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "sum" and node.args
+            and isinstance(node.args[0], ast.GeneratorExp) and isinstance(node.args[0].elt, ast.Call)
+            and isinstance(node.args[0].elt.func, ast.Attribute) and node.args[0].elt.func.attr == "numel"
+            and any(isinstance(g.iter, ast.Call) and isinstance(g.iter.func, ast.Attribute)
+                    and g.iter.func.attr == "parameters" for g in node.args[0].generators))
+
+
+VOCABULARIES.append(("a parameter count (race.models.family.count_params)", "race.models.family", _is_param_count))
+
+
+def test_the_vocabulary_scan_catches_a_parameter_count(tmp_path):
+    pkg = package_dir(tmp_path, "builds")
+    (pkg / "rm.py").write_text("def n(model, ids):\n    return sum(p.numel() for p in model.parameters() if p.requires_grad), "
+                               "sum(x.numel() for x in ids)\n")
+    bad = vocabulary_copies(tmp_path)
+    assert len(bad) == 1 and "rm.py:2: race.builds.rm restates a parameter count" in bad[0], bad
