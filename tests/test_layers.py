@@ -829,10 +829,14 @@ def _literal_words(node: ast.AST) -> list[str]:
 
 
 def _is_phase_set(node: ast.AST) -> bool:
-    """A list/tuple/set literal holding three or more of the budget's phases, in any order
-    (those :func:`_is_phase_list` already names are left to it)."""
-    return (not isinstance(node, ast.Dict) and len(set(_literal_words(node)) & set(_PHASES)) >= 3
-            and not _is_phase_list(node))
+    """A list/tuple/set literal holding three or more of the budget's phases, in any order,
+    as its items or as the first items of its pairs (``(("update", col), ...)``); those
+    :func:`_is_phase_list` already names are left to it."""
+    if isinstance(node, ast.Dict) or _is_phase_list(node):
+        return False
+    firsts = [e.elts[0] for e in getattr(node, "elts", []) if isinstance(e, ast.Tuple) and e.elts]
+    words = set(_literal_words(node)) | {e.value for e in firsts if isinstance(e, ast.Constant)}
+    return len(words & set(_PHASES)) >= 3
 
 
 def _is_split_names(node: ast.AST) -> bool:
@@ -850,13 +854,15 @@ def test_the_vocabulary_scan_catches_phases_in_any_order_and_the_split_names(tmp
     pkg = package_dir(tmp_path, "report")
     (pkg / "parts.py").write_text("A = {'reward', 'rollout', 'update'}\n"
                                   "B = [('rollout', 'x'), ('update', 'y')]\n"
+                                  "E = (('reward', 'x'), ('update', 'y'), ('reference', 'z'))\n"
                                   "C = {'search': 1, 'learning': 2, 'feedback': 3}\n"
                                   "D = ['learning', 'search', 'feedback']\n")
     bad = vocabulary_copies(tmp_path)
     text = "\n".join(bad)
-    assert len(bad) == 2, text
+    assert len(bad) == 3, text
     assert "parts.py:1: race.report.parts restates a set of the budget's phases" in text
-    assert "parts.py:4: race.report.parts restates the split's axis names" in text
+    assert "parts.py:3: race.report.parts restates a set of the budget's phases" in text
+    assert "parts.py:5: race.report.parts restates the split's axis names" in text
 
 
 def _is_status_set(node: ast.AST) -> bool:
