@@ -69,7 +69,7 @@ def builtin_engine(model_dir: Path, prompts: int, group: int, length: int, tmp: 
     from race.engines.builtin import BuiltinEngine
     from race.engines.grpo_math import completion_logprobs
     from race.engines.run_io import MetricsLog
-    from race.engines.sampling import sample
+    from race.engines.sampling import sample, sampling_generator
 
     cfg = run_config_from_dict(dict(model=str(model_dir), budget_flops=1e18, prompts_per_step=prompts,
                                     num_generations=group, max_completion_length=length, reward="random",
@@ -79,10 +79,8 @@ def builtin_engine(model_dir: Path, prompts: int, group: int, length: int, tmp: 
     eng.start()
     eng.open_books(None, 10_000, ledger=FlopLedger(), metrics=MetricsLog(tmp / f"m-{time.monotonic_ns()}.jsonl"))
     if not merge:
-        import torch
-
         def rollout(step, ids, mask):
-            gen = torch.Generator(device="cpu").manual_seed(cfg.seed * 7_919 + step)
+            gen = sampling_generator(cfg.seed, step)
             st = eng.state
             st.model.eval()
             return sample(st.model, ids, mask, group=group, max_new_tokens=length, eos_id=st.tok.eos_token_id,

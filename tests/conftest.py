@@ -9,6 +9,8 @@
   ``race.models.load_policy`` (or ``AutoModelForCausalLM.from_pretrained``) can read.
 - ``tiny_policy``: ``(model, tokenizer)`` loaded from it on CPU in fp32 with eager
   attention. Session-scoped and shared: tests must not modify it in place (deepcopy it).
+- ``load_script``: ``load_script("benchmarks/x.py")`` loads a script of the repository that
+  is not part of the package (a benchmark) as a module, afresh at each call.
 
 Heavy libraries are imported inside the fixtures, so collecting tests stays fast.
 """
@@ -16,8 +18,11 @@ Heavy libraries are imported inside the fixtures, so collecting tests stays fast
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -74,3 +79,20 @@ def tiny_policy(tiny_model_dir):
     from race.models.loading import load_policy
 
     return load_policy(tiny_model_dir, device="cpu", dtype="float32", attn_implementation="eager")
+
+
+@pytest.fixture(scope="session")
+def load_script():
+    """A loader: ``load_script(path)`` executes the script at ``path`` (relative to the
+    repository root) as a new module ``race_script_<stem>`` and returns it."""
+    import importlib.util
+
+    def load(path: str):
+        file = ROOT / path
+        spec = importlib.util.spec_from_file_location(f"race_script_{file.stem}", file)
+        assert spec is not None and spec.loader is not None, f"cannot load {file}"
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        return mod
+
+    return load

@@ -671,7 +671,7 @@ def _is_reward_split(node: ast.AST) -> bool:
 #: (what, the module that is its one home, a test of an AST node that restates it)
 VOCABULARIES = [("whether a number is a budget (race.accounting.guard.is_budget)", GUARD, _is_budget_check),
                 ("the per-step seed formula (race.tasks.step_seed)", "race.tasks.arith", _is_step_seed),
-                ("the phase list or the learning split (race.accounting PHASES / SPLIT)", "race.accounting.grpo",
+                ("the phase list or the learning split (race.accounting PHASES / SPLIT)", "race.accounting.phases",
                  _is_phase_list),
                 ("whether a reference is a path (race.models.refs.looks_like_path)", "race.models.refs",
                  _is_path_check),
@@ -1052,3 +1052,178 @@ def test_the_run_plan_scan_catches_a_second_constructor(tmp_path):
     assert len(bad) == 2, bad  # the StepPlan (group, and the LoRA inside it) and the LoRA; not the query's
     assert "race/engines/loop.py:2: race.engines.loop builds a StepPlan from a run's lora, num_generations" in bad[0]
     assert "race/engines/loop.py:3: race.engines.loop builds a LoRA from a run's lora" in bad[1]
+
+
+# -- s4-23v: one home per vocabulary (phase sets in any order, split names, statuses, sampling seed,
+# -- run columns, private members named by a string) -----------------------------------------------
+def _literal_words(node: ast.AST) -> list[str]:
+    """The string constants of a list/tuple/set literal (or of a dict literal's keys)."""
+    elts = node.keys if isinstance(node, ast.Dict) else node.elts if isinstance(node, (ast.Tuple, ast.List, ast.Set)) \
+        else []
+    return [e.value for e in elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+
+
+def _is_phase_set(node: ast.AST) -> bool:
+    """A list/tuple/set literal holding three or more of the budget's phases, in any order,
+    as its items or as the first items of its pairs (``(("update", col), ...)``); those
+    :func:`_is_phase_list` already names are left to it."""
+    if isinstance(node, ast.Dict) or _is_phase_list(node):
+        return False
+    firsts = [e.elts[0] for e in getattr(node, "elts", []) if isinstance(e, ast.Tuple) and e.elts]
+    words = set(_literal_words(node)) | {e.value for e in firsts if isinstance(e, ast.Constant)}
+    return len(words & set(_PHASES)) >= 3
+
+
+def _is_split_names(node: ast.AST) -> bool:
+    """A list/tuple/set literal naming the split's three axes (dicts keyed by axis to give
+    labels or colours are presentation and not counted)."""
+    return not isinstance(node, ast.Dict) and {"search", "learning", "feedback"} <= set(_literal_words(node))
+
+
+VOCABULARIES.extend([
+    ("a set of the budget's phases (race.accounting PHASES / SPLIT)", "race.accounting.phases", _is_phase_set),
+    ("the split's axis names (race.accounting SPLIT / SPLIT_COLUMNS)", "race.accounting.phases", _is_split_names)])
+
+
+def test_the_vocabulary_scan_catches_phases_in_any_order_and_the_split_names(tmp_path):
+    pkg = package_dir(tmp_path, "report")
+    (pkg / "parts.py").write_text("A = {'reward', 'rollout', 'update'}\n"
+                                  "B = [('rollout', 'x'), ('update', 'y')]\n"
+                                  "E = (('reward', 'x'), ('update', 'y'), ('reference', 'z'))\n"
+                                  "C = {'search': 1, 'learning': 2, 'feedback': 3}\n"
+                                  "D = ['learning', 'search', 'feedback']\n")
+    bad = vocabulary_copies(tmp_path)
+    text = "\n".join(bad)
+    assert len(bad) == 3, text
+    assert "parts.py:1: race.report.parts restates a set of the budget's phases" in text
+    assert "parts.py:3: race.report.parts restates a set of the budget's phases" in text
+    assert "parts.py:5: race.report.parts restates the split's axis names" in text
+
+
+def _is_status_set(node: ast.AST) -> bool:
+    """A list/tuple/set literal naming the finished statuses (``"complete"`` and ``"diverged"``)."""
+    return isinstance(node, (ast.Tuple, ast.List, ast.Set)) and {"complete", "diverged"} <= set(_literal_words(node))
+
+
+VOCABULARIES.append(("the run statuses (race.schema STATUSES / FINISHED)", "race.schema", _is_status_set))
+
+
+def test_the_vocabulary_scan_catches_a_status_set(tmp_path):
+    pkg = package_dir(tmp_path, "analysis")
+    (pkg / "done.py").write_text("def done(runs):\n    return runs[runs.status.isin(['diverged', 'complete'])]\n\n\n"
+                                 "def ok(s):\n    return s == 'complete'\n")
+    bad = vocabulary_copies(tmp_path)
+    assert len(bad) == 1 and "done.py:2: race.analysis.done restates the run statuses" in bad[0], bad
+
+
+def _is_sampling_seed(node: ast.AST) -> bool:
+    """``a * 7_919 + b``: the seed of a step's sampling draws."""
+    return (isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add) and isinstance(node.left, ast.BinOp)
+            and isinstance(node.left.op, ast.Mult) and any(isinstance(x, ast.Constant) and x.value == 7_919
+                                                            for x in (node.left.left, node.left.right)))
+
+
+VOCABULARIES.append(("the per-step sampling seed (race.engines.sampling.sampling_generator)",
+                     "race.engines.sampling", _is_sampling_seed))
+
+
+def test_the_vocabulary_scan_catches_a_sampling_seed(tmp_path):
+    pkg = package_dir(tmp_path, "engines")
+    (pkg / "roll.py").write_text("def gen(torch, cfg, step):\n"
+                                 "    return torch.Generator().manual_seed(cfg.seed * 7_919 + step)\n")
+    bad = vocabulary_copies(tmp_path)
+    assert len(bad) == 1 and "roll.py:2: race.engines.roll restates the per-step sampling seed" in bad[0], bad
+
+
+def private_string_reaches(src: Path) -> list[str]:
+    """One message per ``getattr`` / ``hasattr`` / ``setattr`` / ``delattr`` whose name is a
+    string constant naming a private member defined by ANOTHER module of ``race`` (and not
+    by this one): :func:`private_reaches` through a string."""
+    mods = modules_of(src)
+    trees = {mod: ast.parse(f.read_text(), str(f)) for mod, f in mods.items()}
+    own = {mod: _private_members(t) for mod, t in trees.items()}
+    everywhere: dict[str, set[str]] = defaultdict(set)
+    for mod, names in own.items():
+        for n in names:
+            everywhere[n].add(mod)
+    bad = []
+    for mod, tree in trees.items():
+        rel = str(mods[mod].relative_to(src.parent))
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+                    and node.func.id in ("getattr", "hasattr", "setattr", "delattr") and len(node.args) >= 2
+                    and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str)):
+                continue
+            name = node.args[1].value
+            if not name.startswith("_") or name.startswith("__") or name in own[mod] or not everywhere.get(name):
+                continue
+            bad.append(f"{rel}:{node.lineno}: {mod} reaches {name} of an object of "
+                       f"{', '.join(sorted(everywhere[name]))} through {node.func.id}: make it public")
+    return bad
+
+
+def test_no_module_reaches_a_private_member_through_a_string():
+    bad = private_string_reaches(SRC)
+    assert not bad, "private members reached through getattr & co:\n" + "\n".join(bad)
+
+
+def test_the_private_string_scan_catches_one(tmp_path):
+    pkg = package_dir(tmp_path, "engines")
+    (pkg / "reward.py").write_text("class R:\n    def score(self):\n        self._calls = 1\n")
+    (pkg / "run.py").write_text("def meta(r):\n    return getattr(r, '_calls', 0), hasattr(r, 'calls'), "
+                                "getattr(r, '_nobody', 0)\n\n\ndef reset(r):\n    setattr(r, '_calls', 0)\n")
+    found = sorted(m.split(": ", 1)[0] for m in private_string_reaches(tmp_path))
+    assert len(found) == 2 and all(w.endswith(f"race/engines/run.py:{i}") for w, i in zip(found, (2, 6))), found
+
+
+#: Test files that load a script by path themselves (not through conftest's ``load_script``):
+#: report_synth.py loads analysis_synth.py at import, where no fixture can reach.
+KNOWN_SCRIPT_LOADERS = {"report/report_synth.py"}
+
+
+def script_loaders(tests: Path) -> list[str]:
+    """One message per test file (but ``conftest.py``) that calls ``spec_from_file_location``."""
+    bad = []
+    for f in sorted(tests.rglob("*.py")):
+        rel = f.relative_to(tests).as_posix()
+        if f.name == "conftest.py" or rel in KNOWN_SCRIPT_LOADERS:
+            continue
+        for node in ast.walk(ast.parse(f.read_text(), str(f))):
+            if isinstance(node, ast.Attribute) and node.attr == "spec_from_file_location":
+                bad.append(f"tests/{rel}:{node.lineno}: loads a script by path: use the load_script fixture "
+                           "(tests/conftest.py)")
+    return bad
+
+
+def test_scripts_are_loaded_by_the_one_fixture():
+    bad = script_loaders(Path(__file__).resolve().parent)
+    assert not bad, "\n".join(bad)
+
+
+def test_the_script_loader_scan_catches_one(tmp_path):
+    (tmp_path / "bench").mkdir()
+    (tmp_path / "conftest.py").write_text("import importlib.util\nimportlib.util.spec_from_file_location('a', 'b')\n")
+    (tmp_path / "bench" / "test_x.py").write_text("import importlib.util\n\n\ndef mod():\n"
+                                                 "    return importlib.util.spec_from_file_location('x', 'x.py')\n")
+    bad = script_loaders(tmp_path)
+    assert len(bad) == 1 and bad[0].startswith("tests/bench/test_x.py:5:"), bad
+
+
+def _is_param_count(node: ast.AST) -> bool:
+    """``sum(p.numel() for p in m.parameters())``: a module's parameter count."""
+    return (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "sum" and node.args
+            and isinstance(node.args[0], ast.GeneratorExp) and isinstance(node.args[0].elt, ast.Call)
+            and isinstance(node.args[0].elt.func, ast.Attribute) and node.args[0].elt.func.attr == "numel"
+            and any(isinstance(g.iter, ast.Call) and isinstance(g.iter.func, ast.Attribute)
+                    and g.iter.func.attr == "parameters" for g in node.args[0].generators))
+
+
+VOCABULARIES.append(("a parameter count (race.models.family.count_params)", "race.models.family", _is_param_count))
+
+
+def test_the_vocabulary_scan_catches_a_parameter_count(tmp_path):
+    pkg = package_dir(tmp_path, "builds")
+    (pkg / "rm.py").write_text("def n(model, ids):\n    return sum(p.numel() for p in model.parameters() if p.requires_grad), "
+                               "sum(x.numel() for x in ids)\n")
+    bad = vocabulary_copies(tmp_path)
+    assert len(bad) == 1 and "rm.py:2: race.builds.rm restates a parameter count" in bad[0], bad

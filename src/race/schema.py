@@ -115,7 +115,10 @@ LEDGER_COLUMNS: dict[str, str] = {
     "counted": "whether the budget was charged (race.accounting.guard.is_counted)",
 }
 
-KNOWN_STATUSES = ("complete", "failed", "running", "pending", "stopped")
+#: A run's statuses in the study store (``runs.status``), and those whose run finished
+#: (its FLOPs and scores are read): a diverged run finished, it spent its budget.
+STATUSES = ("pending", "running", "complete", "failed", "diverged")
+FINISHED = ("complete", "diverged")
 
 
 def axis_column(path: str) -> str:
@@ -124,6 +127,6 @@ def axis_column(path: str) -> str:
     return AXIS_PREFIX + path.replace(".", "_")
 
 
-__all__ = ["ALLOCATION_COLUMNS", "AXIS_PREFIX", "EVALS_COLUMNS", "EVALS_OPTIONAL", "KNOWN_STATUSES",
+__all__ = ["ALLOCATION_COLUMNS", "AXIS_PREFIX", "EVALS_COLUMNS", "EVALS_OPTIONAL", "FINISHED",
            "LEDGER_COLUMNS", "OPTIONAL_ALLOCATION_COLUMNS", "OWN_COLUMN_AXES", "REWARD_COLUMNS", "RUNS_COLUMNS",
-           "RUNS_CORE", "RUNS_EXTRA", "RUNS_OPTIONAL", "TRAIN_COLUMNS", "axis_column"]
+           "RUNS_CORE", "RUNS_EXTRA", "RUNS_OPTIONAL", "STATUSES", "TRAIN_COLUMNS", "axis_column"]

@@ -1,9 +1,7 @@
 """benchmarks/decision_quality.py in a reduced form: two tuning worlds through the real grid and
 report, the fast path on the same worlds (same call), test-generator worlds, and the table."""
 
-import importlib.util
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -11,15 +9,10 @@ import pytest
 from race.analysis.synthetic import random_world
 from race.analysis.synthetic_rl import rl_world
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "decision_quality.py"
-
 
 @pytest.fixture(scope="module")
-def dq():
-    spec = importlib.util.spec_from_file_location("race_bench_decision_quality", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+def dq(load_script):
+    return load_script("benchmarks/decision_quality.py")
 
 
 def _seed(flat: bool) -> int:

@@ -1,7 +1,6 @@
 """benchmarks/gate_level.py in a reduced form: the gate alone on a few null and learning worlds
 of both generators, both df rules, the table and the command line."""
 
-import importlib.util
 import os
 import subprocess
 import sys
@@ -13,11 +12,8 @@ SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "gate_level.py"
 
 
 @pytest.fixture(scope="module")
-def gl():
-    spec = importlib.util.spec_from_file_location("race_bench_gate_level", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+def gl(load_script):
+    return load_script("benchmarks/gate_level.py")
 
 
 def test_records_and_table(gl):

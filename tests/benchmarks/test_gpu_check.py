@@ -63,22 +63,13 @@ def check_reduced_json(data: dict, stdout: str) -> None:
     assert len(ratios) == 3 and all(r <= 1.001 for r in ratios)
 
 
-def _driver():
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("race_bench_gpu_check", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-def test_driver_isolates_failures_and_stops_at_the_time_guard(tmp_path, capsys):
+def test_driver_isolates_failures_and_stops_at_the_time_guard(tmp_path, capsys, load_script):
     """A check that raises is FAILED with its error and the next one runs; NotTested is
     NOT TESTED with its reason; once a check's estimate would pass --max-seconds it and
     the rest are NOT RUN; the summary is not ok."""
     import time
 
-    gc = _driver()
+    gc = load_script("benchmarks/gpu_check.py")
     ran = []
 
     def good(ctx):
@@ -118,8 +109,8 @@ def test_driver_isolates_failures_and_stops_at_the_time_guard(tmp_path, capsys):
     assert "NOT_TESTED" in capsys.readouterr().out
 
 
-def test_missing_imports_are_named_before_anything_runs(tmp_path, monkeypatch):
-    gc = _driver()
+def test_missing_imports_are_named_before_anything_runs(tmp_path, monkeypatch, load_script):
+    gc = load_script("benchmarks/gpu_check.py")
     monkeypatch.setitem(gc.NEEDED, "race_no_such_module_xyz", "race-no-such-package")
     out = tmp_path / "gpu.json"
     assert gc.main(["--out", str(out)]) == 2

@@ -4,31 +4,19 @@ not certain)."""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import numpy as np
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "prefix_vs_short.py"
 
-
-def _bench():
-    spec = importlib.util.spec_from_file_location("race_bench_prefix_vs_short", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-def test_identical_outcomes_give_a_zero_interval_and_a_constant_shift_its_value():
-    b = _bench()
+def test_identical_outcomes_give_a_zero_interval_and_a_constant_shift_its_value(load_script):
+    b = load_script("benchmarks/prefix_vs_short.py")
     assert b.paired_interval(np.zeros((3, 50))) == (0.0, 0.0, 0.0)
     # a replicate sums S x P weighted terms whose weights add to 1: rounding below 1e-12
     mean, lo, hi = b.paired_interval(np.full((3, 40), 0.25))
     assert np.allclose([mean, lo, hi], 0.25, rtol=0, atol=1e-12)
 
 
-def test_one_problem_or_one_seed_does_not_make_a_difference_certain():
-    b = _bench()
+def test_one_problem_or_one_seed_does_not_make_a_difference_certain(load_script):
+    b = load_script("benchmarks/prefix_vs_short.py")
     d = np.zeros((3, 100))
     d[:, 7] = 1.0  # every seed better on one problem of 100
     mean, lo, hi = b.paired_interval(d)

@@ -2,19 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
-
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "accounting_error.py"
 
 
 @pytest.mark.slow
-def test_benchmark_table(capsys):
-    spec = importlib.util.spec_from_file_location("accounting_error", BENCH)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+def test_benchmark_table(capsys, load_script):
+    mod = load_script("benchmarks/accounting_error.py")
     assert mod.main(["--lengths", "64", "--presets", "qwen2.5-0.5b", "--meta-new-tokens", "4",
                      "--max-new-tokens", "8"]) == 0
     out = capsys.readouterr().out

@@ -65,3 +65,17 @@ def test_build_is_deterministic_and_does_not_touch_global_rng():
 def test_unknown_size_is_a_clear_error():
     with pytest.raises(KeyError, match="unknown tiny model 'tiny-xxl'"):
         tiny_config("tiny-xxl")
+
+
+def test_count_params_counts_each_tensor_once():
+    import torch
+
+    from race.models.family import build_tiny_model, count_params, lm_head_params, non_embedding_params
+
+    w, b = torch.nn.Parameter(torch.zeros(3, 4)), torch.nn.Parameter(torch.zeros(5))
+    assert count_params([w, b, w]) == 17 and count_params([]) == 0  # a tied weight met twice counts once
+    model = build_tiny_model("tiny-xs", seed=0)
+    total = count_params(model.parameters())
+    emb = model.get_input_embeddings().weight.numel()
+    tied = model.get_output_embeddings().weight is model.get_input_embeddings().weight
+    assert total == non_embedding_params(model) + emb + (0 if tied else lm_head_params(model))

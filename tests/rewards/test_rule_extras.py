@@ -77,3 +77,15 @@ def test_random_reward_ignores_the_text_and_costs_nothing():
     # reward carries no information about correctness: mixed texts, same coins
     mixed = [right[i] if i % 2 else wrong[i] for i in range(n)]
     assert RandomReward(seed=7).score([p] * n, mixed).rewards == a.rewards
+
+
+def test_random_reward_call_index_is_what_a_resume_continues_from():
+    p = make_problem([23, 5], ["+"])
+    r = RandomReward(seed=3)
+    assert r.call_index == 0
+    first = r.score([p] * 16, ["x"] * 16).rewards
+    second = r.score([p] * 16, ["x"] * 16).rewards
+    assert r.call_index == 2 and first != second
+    resumed = RandomReward(seed=3)
+    resumed.set_call_index(1)  # what a checkpoint taken after one call restores
+    assert resumed.call_index == 1 and resumed.score([p] * 16, ["x"] * 16).rewards == second

@@ -38,11 +38,9 @@ from .passes import (
     sequence_work,
     shared_prompt_work,
 )
+from .phases import PHASES, SPLIT, SPLIT_COLUMNS, split_sums  # the vocabulary, re-exported
 from .shapes import ModelShape
 
-PHASES = ("rollout", "old_logprobs", "reference", "reward", "update")  # the phases a budget is charged
-#: The counted phases by axis of the budget's split (search / learning / feedback).
-SPLIT = {"search": ("rollout",), "learning": ("update", "old_logprobs", "reference"), "feedback": ("reward",)}
 RewardKind = Literal["rule", "random", "orm", "prm", "judge"]
 TrainLogits = Union[Literal["completion", "completion+1", "all"], int]
 HeadPositions = Union[str, Sequence[int], None]  # a reward model's scoring head: "last", "all" or per sequence

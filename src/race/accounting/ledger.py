@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 from .errors import AccountingError
-from .grpo import PHASES
+from .phases import PHASES
 from .guard import UNCOUNTED_PHASES, BudgetExceededError, check_budget, fits, is_counted
 
 KNOWN_PHASES = (*PHASES, *UNCOUNTED_PHASES)  # every phase a ledger records

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from .conventions import Conventions, resolve
-from .grpo import SPLIT
+from .phases import SPLIT
 from .ledger import FlopLedger
 
 

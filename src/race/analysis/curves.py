@@ -17,15 +17,13 @@ import numpy as np
 import pandas as pd
 
 from .tables import (
-    ALLOCATION_COLUMNS,
+    RUN_KEYS,
     SchemaError,
     per_problem_array,
     prepare_runs,
     require_columns,
     validate_evals,
 )
-
-_RUN_COLS = ("run_id", "budget", "seed", "allocation", "reward_system", "model_params", *ALLOCATION_COLUMNS)
 
 
 def learning_curves(
@@ -49,7 +47,7 @@ def learning_curves(
     ev["score"] = ev["score"].astype(float)
     if runs is not None:
         pr = prepare_runs(runs, include_failed=include_failed)
-        cols = [c for c in _RUN_COLS if c in pr.columns]
+        cols = [c for c in RUN_KEYS if c in pr.columns]
         ev = ev.merge(pr[cols], on="run_id", how="inner")
     order = ["run_id", "target", "flops"] + (["step"] if "step" in ev.columns else [])
     return ev.sort_values(order, kind="mergesort").reset_index(drop=True)
@@ -87,7 +85,7 @@ def best_reached(curves: pd.DataFrame, flops_grid: Sequence[float]) -> pd.DataFr
     """
     require_columns(curves, ["run_id", "flops", "score"], "curves")
     grid = np.sort(np.asarray(flops_grid, dtype=float))
-    keep = [c for c in _RUN_COLS if c in curves.columns and c != "run_id"]
+    keep = [c for c in RUN_KEYS if c in curves.columns and c != "run_id"]
     rows = []
     for run_id, g in curves.groupby("run_id", sort=True):
         g = g.sort_values("flops", kind="mergesort")
@@ -169,7 +167,7 @@ def final_scores(
         per = None
         if pp[i] is not None and pp[j] is not None and pp[i].shape == pp[j].shape:
             per = (1 - t) * pp[i] + t * pp[j]
-        row = {c: g[c].iloc[0] for c in _RUN_COLS if c in g.columns}
+        row = {c: g[c].iloc[0] for c in RUN_KEYS if c in g.columns}
         row.update(flops=(1 - t) * f[i] + t * f[j], score=float(score), n=n[j], per_problem=per)
         rows.append(row)
     out = pd.DataFrame(rows)

@@ -40,6 +40,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from race.schema import FINISHED
+
 from .bootstrap import bootstrap_cells, difference
 from .curves import final_scores
 from .tables import prepare_runs, require_columns, reward_flag
@@ -143,7 +145,7 @@ def divergence_table(runs: pd.DataFrame, train: pd.DataFrame, **settings: Any) -
     :func:`divergence_point`."""
     require_columns(train, ["run_id", "step", "flops", "verified_mean"], "train")
     pr = prepare_runs(runs, include_failed=True)
-    pr = pr[pr["status"].astype(str).isin(["complete", "diverged"])]
+    pr = pr[pr["status"].astype(str).isin(FINISHED)]
     pr = pr[reward_flag(pr, "reward_learned")]
     rows = []
     for alloc, g in pr.groupby("allocation", sort=True):

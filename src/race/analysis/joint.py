@@ -27,15 +27,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from race.schema import ALLOCATION_COLUMNS
-
 from .bootstrap import as_rng
 from .curves import final_scores, learning_curves
-from .tables import per_problem_array
-
-#: The runs columns a :class:`StudyMatrix` keeps: ``race.schema``'s (``allocation`` and
-#: ``reward_system`` as ``race.analysis.tables.prepare_runs`` adds them).
-RUN_COLUMNS = ("run_id", "allocation", "budget", "seed", "model_params", "reward_system", *ALLOCATION_COLUMNS)
+from .tables import RUN_KEYS, per_problem_array
 
 
 @dataclass
@@ -43,7 +37,7 @@ class StudyMatrix:
     """Per-problem outcomes of one target, indexed by run (row order of ``runs``)."""
 
     target: str
-    runs: pd.DataFrame  # one row per run, RUN_COLUMNS present plus end_flops
+    runs: pd.DataFrame  # one row per run, RUN_KEYS present plus end_flops
     points: pd.DataFrame  # C > 0 evaluation points: run (row index into runs), flops, score, n
     point_pp: np.ndarray | None  # (n_points, P) per-problem outcomes of ``points``
     start: np.ndarray  # (n_runs,) step-0 score, NaN when the run has none
@@ -70,7 +64,7 @@ def study_matrix(evals: pd.DataFrame, runs: pd.DataFrame, target: str) -> StudyM
     ends = final_scores(evals, runs, target, at="equal").reset_index(drop=True)
     if ends.empty:
         raise ValueError(f"no complete runs with evaluations on target {target!r}")
-    cols = [c for c in RUN_COLUMNS if c in ends.columns]
+    cols = [c for c in RUN_KEYS if c in ends.columns]
     run_tab = ends[cols].copy()
     run_tab["end_flops"] = ends["flops"].to_numpy(float)
     index = {rid: i for i, rid in enumerate(run_tab["run_id"])}

@@ -36,7 +36,6 @@ from race.schema import (  # the tables' layout has one home; re-exported here f
     AXIS_PREFIX,
     EVALS_COLUMNS,
     EVALS_OPTIONAL,
-    KNOWN_STATUSES,
     OPTIONAL_ALLOCATION_COLUMNS,
     REWARD_COLUMNS,
     RUNS_COLUMNS,
@@ -44,6 +43,10 @@ from race.schema import (  # the tables' layout has one home; re-exported here f
     RUNS_OPTIONAL,
     TRAIN_COLUMNS,
 )
+
+#: The run columns the analysis carries beside a run's scores (curves, end points, the study
+#: matrix): ``race.schema``'s, with ``allocation`` and ``reward_system`` as :func:`prepare_runs` adds them.
+RUN_KEYS = ("run_id", "budget", "seed", "allocation", "reward_system", "model_params", *ALLOCATION_COLUMNS)
 
 
 class SchemaError(ValueError):

@@ -68,7 +68,7 @@ from race.builds.rm_samples import training_pool
 from race.builds.store import build_or_reuse, publish
 from race.builds.train import optimise
 from race.builds.warmstart import build_base
-from race.models.family import tiny_config_kwargs
+from race.models.family import count_params, tiny_config_kwargs
 from race.models.tokenizer import build_char_tokenizer
 from race.rewards.hf import scorer_shape
 from race.rewards.rm_encoding import MAX_LENGTH, encode, head_logits, positive_prob
@@ -268,7 +268,7 @@ def _train(name: str, recipe: RMRecipe, final: Path, cache_dir: str | os.PathLik
         model, tok, origin, stats = fit["model"], fit["tokenizer"], fit["origin"], fit["stats"]
         saved, shape = fit["lm"], replace(fit["shape"], name=name)
         settings = dict(rm_settings(recipe, MAX_LENGTH), calibration=origin["calibration"])
-        n_params = sum(p.numel() for p in saved.parameters())
+        n_params = count_params(saved.parameters())
     else:
         tok = build_char_tokenizer()
         model, origin = build_rm_model(recipe, attn_implementation="sdpa", cache_dir=cache_dir)
@@ -276,7 +276,7 @@ def _train(name: str, recipe: RMRecipe, final: Path, cache_dir: str | os.PathLik
         stats = train_rm(model, tok, recipe, progress=progress, pool=pool)
         seconds, cpu_seconds = time.perf_counter() - t0, time.process_time() - c0
         saved, shape, settings = model, rm_shape(model, name), rm_settings(recipe, MAX_LENGTH)
-        n_params = sum(p.numel() for p in model.parameters())
+        n_params = count_params(model.parameters())
     if progress is not None and recipe.scoring == "likelihood":
         progress(recipe.steps, recipe.steps, stats["final_loss"])
     ev = evaluate_rm(model, tok, recipe)

@@ -41,15 +41,4 @@ def build_or_reuse(final: Path, read: Callable[[Path], Info | None], build: Call
     return build()
 
 
-def build_each(names: list[str], build: Callable[..., Info],
-               progress: Callable[[str, int, int, float], None] | None = None, **kwargs: Any) -> list[Info]:
-    """``build(name, progress=..., **kwargs)`` for each name, with ``progress(name, step,
-    steps, loss)`` turned into each build's ``progress(step, steps, loss)``."""
-    out = []
-    for name in names:
-        cb = (lambda s, n, loss, _name=name: progress(_name, s, n, loss)) if progress else None
-        out.append(build(name, progress=cb, **kwargs))
-    return out
-
-
-__all__ = ["build_each", "build_or_reuse", "publish"]
+__all__ = ["build_or_reuse", "publish"]

@@ -48,10 +48,11 @@ from pathlib import Path
 from typing import Any
 
 from race.accounting import train_flops
-from race.builds.store import build_each, build_or_reuse, publish
+from race.builds.store import build_or_reuse, publish
 from race.builds.train import optimise
 from race.models.base_recipes import BaseInfo, SFTRecipe, base_dir, current_recipe, read_base_info, recipe_hash
-from race.models.family import build_tiny_model, lm_head_params, non_embedding_params, tiny_config_kwargs
+from race.models.family import build_tiny_model, count_params, lm_head_params, non_embedding_params, \
+    tiny_config_kwargs
 from race.models.refs import model_shape
 from race.models.tokenizer import build_char_tokenizer
 from race.tasks.arith import Problem, solution_text, step_seed
@@ -201,7 +202,7 @@ def _train_base(name: str, recipe: SFTRecipe, final: Path,
     info = BaseInfo(
         name=name, path=str(final), recipe=dataclasses.asdict(recipe), recipe_hash=recipe_hash(name, recipe),
         non_embedding_params=n_ne, lm_head_params=n_head,
-        total_params=sum(p.numel() for p in model.parameters()), steps=sized.steps,
+        total_params=count_params(model.parameters()), steps=sized.steps,
         tokens_processed=int(stats["tokens_processed"]), real_tokens=int(stats["real_tokens"]),
         loss_tokens=int(stats["loss_tokens"]), sft_flops=float(stats["sft_flops"]),
         seconds=round(seconds, 2), final_loss=round(stats["final_loss"], 5),
@@ -211,13 +212,3 @@ def _train_base(name: str, recipe: SFTRecipe, final: Path,
     model.config._attn_implementation = "eager"  # the saved default; load_policy chooses anyway
     publish(final, info.to_json(), lambda tmp: _save_quietly(model, tok, tmp))
     return info
-
-
-def build_all(names: Sequence[str] | None = None, *, cache_dir: str | os.PathLike[str] | None = None,
-              force: bool = False, progress: Callable[[str, int, int, float], None] | None = None,
-              recipe: SFTRecipe | None = None) -> list[BaseInfo]:
-    """:func:`build_base` for each name (default: the whole family, smallest first)."""
-    from race.models.family import TINY_FAMILY
-
-    return build_each(list(names or TINY_FAMILY), build_base, progress, cache_dir=cache_dir, force=force,
-                      recipe=recipe)

@@ -194,6 +194,7 @@ def _print_plan(budget: float, allocs: list, skipped: list, hold: str, prompts: 
     from rich.table import Table
 
     from race.cards import fmt_flops
+    from race.accounting import SPLIT
     from race.cli.tables import print_table
 
     held = (f"sequences per step held at {prompts * gmax} ({prompts} prompts x G={gmax}): a larger G means fewer "
@@ -204,7 +205,7 @@ def _print_plan(budget: float, allocs: list, skipped: list, hold: str, prompts: 
     for col in ("model", "G", "reward", "prompts", "seqs", "FLOPs/step", "steps", "split % S L F"):
         t.add_column(col, justify="right" if col not in ("model", "reward") else "left")
     for r in (a.row() for a in allocs):
-        split = " ".join(f"{100 * float(r[k]):.0f}" for k in ("search", "learning", "feedback"))  # type: ignore[arg-type]
+        split = " ".join(f"{100 * float(r[k]):.0f}" for k in SPLIT)  # type: ignore[arg-type]
         t.add_row(str(r["model"]), str(r["num_generations"]), str(r["reward"]), str(r["prompts"]),
                   str(r["sequences"]), fmt_flops(r["step_flops"]), str(r["steps"]), split)
     c = _console()

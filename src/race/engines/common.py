@@ -227,7 +227,7 @@ class RunDir:
 
     def checkpoint_meta(self, schedule: EvalSchedule, reward: Any) -> dict[str, Any]:
         """What a checkpoint stores besides the weights, to resume exactly."""
-        return {**schedule.state(), "run_id": self.cfg.run_id(), "reward_calls": getattr(reward, "_calls", 0)}
+        return {**schedule.state(), "run_id": self.cfg.run_id(), "reward_calls": getattr(reward, "call_index", 0)}
 
     def resume(self, meta: dict[str, Any], schedule: EvalSchedule, reward: Any) -> None:
         """Check a checkpoint's metadata belongs to this run and restore what it stored."""

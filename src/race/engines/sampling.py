@@ -46,6 +46,15 @@ import torch
 
 from race.accounting.lora import lora_merge_flops  # the merge's FLOP rule (re-exported for race.engines.gang)
 
+SAMPLING_SEED_STRIDE = 7_919  # apart from race.tasks.step_seed's stride: sampling and problems draw apart
+
+
+def sampling_generator(seed: int, step: int) -> torch.Generator:
+    """The CPU generator of the sampling draws a run with seed ``seed`` makes at step ``step``,
+    seeded ``seed * 7_919 + step`` (every engine that samples a step uses it, so a gang
+    member draws what the solo engine draws)."""
+    return torch.Generator(device="cpu").manual_seed(seed * SAMPLING_SEED_STRIDE + step)
+
 
 @dataclass
 class Rollout:

@@ -26,6 +26,7 @@ from typing import Any, Callable
 
 from race.accounting.ledger import read_jsonl_records
 from race.grid.lock import run_dir_lock
+from race.schema import FINISHED
 
 THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "VECLIB_MAXIMUM_THREADS",
               "NUMEXPR_NUM_THREADS")
@@ -171,7 +172,7 @@ def execute_cell(cell_fn: str, spec: dict[str, Any], run_dir: str) -> dict[str, 
             returned = fn(cfg, rd)
             result = collect_run_dir(rd, returned)
         status = result["run"].get("status", "complete")
-        if status not in ("complete", "diverged"):
+        if status not in FINISHED:
             err = result["run"].get("error") or f"run.json status is {status!r}"
             return {"ok": False, "error": f"run ended with status {status!r}: {err}", "seconds": time.time() - t0, **info}
         result["wall_s"] = time.time() - t0

@@ -55,13 +55,12 @@ def predict_cell(cfg: RunConfig) -> dict[str, float]:
     to write ``max_completion_length`` tokens per verdict; the steps bought are
     ``race.accounting.guard.steps_bought``.
     """
-    from race.accounting import steps_bought
+    from race.accounting import split_sums, steps_bought
     from race.estimate import run_step_flops
 
     step = run_step_flops(cfg)
-    rollout = float(step.rollout)
-    learning = float(step.update + step.old_logprobs + step.reference)
-    feedback = float(step.reward)
+    axes = split_sums(step.as_dict())
+    rollout, learning, feedback = (float(v) for v in axes.values())  # SPLIT's order
     total_step = float(step.total)
     steps = steps_bought(cfg.budget_flops, total_step, cfg.max_steps)
     return {

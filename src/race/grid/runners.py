@@ -19,7 +19,8 @@ from race.spec.cells import Cell
 from race.grid.lock import StudyLock
 from race.grid.plan import GridPlan, PlannedCell, Predictor, plan_grid
 from race.spec.grid import GridSpec, RunnerSettings, as_grid_spec
-from race.grid.store import FINISHED, Store, StoreError
+from race.grid.store import Store, StoreError
+from race.schema import FINISHED
 
 
 class Executor(Protocol):

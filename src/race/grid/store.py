@@ -27,27 +27,29 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
+from race.schema import STATUSES
+
 STORE_FILE = "study.sqlite"
-STATUSES = ("pending", "running", "complete", "failed", "diverged")
-FINISHED = ("complete", "diverged")
 
 #: the columns of ``runs`` from schema 3 on, in order (schema 3 copies them from schema 2's table)
 _RUNS_V3 = ("run_id, study, position, spec_json, allocation_json, label, engine, model, num_generations, "
             "prompts_per_step, num_iterations, learning_rate, reward, lora_r, budget, seed, status, attempts, error, "
             "started_at, finished_at, wall_s, total_flops, steps, model_params, run_json, prefix_of, prefix_step")
 
+#: Frozen: a migration's text never changes once shipped, so an old store migrates the same;
+#: the status CHECKs below spell out schema 1's statuses (race.schema.STATUSES then) literally.
 MIGRATIONS: dict[int, list[str]] = {
     1: [
         """CREATE TABLE studies (
              name TEXT PRIMARY KEY, spec_json TEXT NOT NULL,
              created_at REAL NOT NULL, updated_at REAL NOT NULL)""",
-        f"""CREATE TABLE runs (
+        """CREATE TABLE runs (
              run_id TEXT PRIMARY KEY, study TEXT NOT NULL, position INTEGER NOT NULL,
              spec_json TEXT NOT NULL, allocation_json TEXT NOT NULL, label TEXT NOT NULL,
              engine TEXT, model TEXT, num_generations INTEGER, prompts_per_step INTEGER,
              num_iterations INTEGER, learning_rate REAL, reward TEXT, lora_r INTEGER,
              budget REAL NOT NULL, seed INTEGER NOT NULL,
-             status TEXT NOT NULL DEFAULT 'pending' CHECK (status IN {STATUSES!r}),
+             status TEXT NOT NULL DEFAULT 'pending' CHECK (status IN ('pending', 'running', 'complete', 'failed', 'diverged')),
              attempts INTEGER NOT NULL DEFAULT 0, error TEXT,
              started_at REAL, finished_at REAL, wall_s REAL,
              total_flops REAL, steps INTEGER, model_params INTEGER,
@@ -73,13 +75,13 @@ MIGRATIONS: dict[int, list[str]] = {
         "ALTER TABLE runs ADD COLUMN prefix_step INTEGER",
     ],
     3: [  # runs.final_json dropped: written, never read (run_json holds the run's "final" scores)
-        f"""CREATE TABLE runs_v3 (
+        """CREATE TABLE runs_v3 (
              run_id TEXT PRIMARY KEY, study TEXT NOT NULL, position INTEGER NOT NULL,
              spec_json TEXT NOT NULL, allocation_json TEXT NOT NULL, label TEXT NOT NULL,
              engine TEXT, model TEXT, num_generations INTEGER, prompts_per_step INTEGER,
              num_iterations INTEGER, learning_rate REAL, reward TEXT, lora_r INTEGER,
              budget REAL NOT NULL, seed INTEGER NOT NULL,
-             status TEXT NOT NULL DEFAULT 'pending' CHECK (status IN {STATUSES!r}),
+             status TEXT NOT NULL DEFAULT 'pending' CHECK (status IN ('pending', 'running', 'complete', 'failed', 'diverged')),
              attempts INTEGER NOT NULL DEFAULT 0, error TEXT,
              started_at REAL, finished_at REAL, wall_s REAL,
              total_flops REAL, steps INTEGER, model_params INTEGER,

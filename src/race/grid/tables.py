@@ -15,9 +15,9 @@ from typing import Any
 
 from race.accounting import SPLIT
 from race.grid.lock import StudyLock
-from race.grid.store import FINISHED, STATUSES, Store
+from race.grid.store import Store
 from race.schema import EVALS_COLUMNS, EVALS_OPTIONAL, LEDGER_COLUMNS as LEDGER_SCHEMA, OWN_COLUMN_AXES, \
-    RUNS_COLUMNS, RUNS_EXTRA, axis_column
+    RUNS_COLUMNS, RUNS_EXTRA, FINISHED, STATUSES, axis_column
 from race.spec.reward import reward_columns
 
 #: The tables' columns, in order: ``race.schema`` (the one layout the analysis reads too).
@@ -97,7 +97,7 @@ def load_tables(study_dir: str | Path) -> dict[str, "Any"]:
         done = r["status"] in FINISHED
         ph = _phase_flops(run, sums.get(r["run_id"], {})) if done else {}
         diag = run.get("diagnostics") or {}
-        counted = sum(ph.get(k, 0.0) for k in ("rollout", "reward", *LEARNING_PHASES))
+        counted = sum(ph.get(k, 0.0) for k in (*SPLIT["search"], *SPLIT["feedback"], *LEARNING_PHASES))
         total = run.get("total_flops", counted) if done else None
         rec = {
             "run_id": r["run_id"], "study": r["study"] or study, "budget": r["budget"], "model": r["model"],

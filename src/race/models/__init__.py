@@ -10,6 +10,7 @@ libraries load inside the functions that need them.
 from race.models.family import (
     TINY_FAMILY,
     build_tiny_model,
+    count_params,
     family_table,
     is_tiny_name,
     lm_head_params,
@@ -35,7 +36,7 @@ from race.models.base_recipes import DEFAULT_RECIPE, BaseInfo, SFTRecipe, base_d
 __all__ = [
     "TINY_FAMILY", "VOCAB_SIZE", "DEFAULT_RECIPE", "BaseInfo", "SFTRecipe",
     "base_dir", "base_path", "build_char_tokenizer", "build_tiny_model", "cache_dir", "cached_base",
-    "check_vocab_fits", "device_clock", "family_table", "is_cuda", "is_tiny_name",
+    "check_vocab_fits", "count_params", "device_clock", "family_table", "is_cuda", "is_tiny_name",
     "lm_head_params", "load_policy", "load_tokenizer", "model_shape", "resolve_shape", "non_embedding_params",
     "reference_policy", "resolve_device", "resolve_dtype", "save_policy", "tiny_config", "tiny_config_kwargs", "tiny_shape",
     "trainable_params", "validate_lora", "wrap_lora",

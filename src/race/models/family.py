@@ -23,6 +23,7 @@ parameter counts are in the table of :func:`family_table`.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from race.accounting import ModelShape
@@ -116,6 +117,19 @@ def _embedding_param_ids(model: Any) -> set[int]:
     return ids
 
 
+def count_params(params: Iterable[Any]) -> int:
+    """Numbers held by ``params`` (tensors): the sum of their ``numel()``, a tensor met twice
+    (a tied weight) counted once. Every parameter count of a module is this sum over some of
+    its ``parameters()``."""
+    seen: set[int] = set()
+    total = 0
+    for p in params:
+        if id(p) not in seen:
+            seen.add(id(p))
+            total += p.numel()
+    return total
+
+
 def non_embedding_params(model: Any) -> int:
     """Parameters other than the token embedding and the output projection (lm_head).
 
@@ -123,21 +137,14 @@ def non_embedding_params(model: Any) -> int:
     case LoRA adapter weights are included since they sit inside the transformer blocks).
     """
     skip = _embedding_param_ids(model)
-    seen: set[int] = set()
-    total = 0
-    for p in model.parameters():
-        if id(p) in skip or id(p) in seen:
-            continue
-        seen.add(id(p))
-        total += p.numel()
-    return total
+    return count_params(p for p in model.parameters() if id(p) not in skip)
 
 
 def lm_head_params(model: Any) -> int:
     """Weights of the output projection (counted even when tied to the embedding, since
     its matmul executes at every position where logits are computed)."""
     head = model.get_output_embeddings()
-    return 0 if head is None else sum(p.numel() for p in head.parameters())
+    return 0 if head is None else count_params(head.parameters())
 
 
 def tiny_shape(name: str) -> ModelShape:

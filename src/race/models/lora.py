@@ -18,6 +18,8 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
+from race.models.family import count_params
+
 
 def targeted_linears(model: Any, target_modules: list[str]) -> dict[str, Any]:
     """``{qualified name: nn.Linear}`` for every linear layer whose last name component is
@@ -105,4 +107,4 @@ def reference_policy(model: Any) -> Iterator[Any]:
 
 def trainable_params(model: Any) -> int:
     """Number of parameters with ``requires_grad`` (the LoRA adapter after wrapping)."""
-    return sum(p.numel() for p in model.parameters() if p.requires_grad)
+    return count_params(p for p in model.parameters() if p.requires_grad)

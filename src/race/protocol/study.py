@@ -33,7 +33,6 @@ import pandas as pd
 from race.analysis import Recommendation, recommend
 
 VALIDATION_FILE = "validation.json"
-FINISHED = ("complete", "diverged")
 BUDGET_RTOL = 0.05
 DEFAULT_TARGET_RATIO = 4.0
 

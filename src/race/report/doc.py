@@ -16,6 +16,7 @@ from typing import Any, Callable
 import pandas as pd
 
 from race.protocol import StudyData, recommend_for
+from race.schema import FINISHED
 
 
 @dataclass
@@ -81,7 +82,7 @@ class Section:
 
 def finished(runs: pd.DataFrame) -> pd.DataFrame:
     """Runs that finished (complete or diverged) with a FLOP total."""
-    return runs[runs["status"].astype(str).isin(["complete", "diverged"]) & runs["total_flops"].notna()]
+    return runs[runs["status"].astype(str).isin(FINISHED) & runs["total_flops"].notna()]
 
 
 @dataclass

@@ -19,11 +19,8 @@ from typing import Any, Mapping
 
 import pandas as pd
 
-from race.accounting import Conventions
+from race.accounting import SPLIT_COLUMNS, Conventions
 from race.cards import latex_escape
-
-#: The runs-table column behind each axis of the split.
-SPLIT_COLUMNS = {"search": "rollout_flops", "learning": "learning_flops", "feedback": "feedback_flops"}
 
 
 def study_table_rows(runs: pd.DataFrame, labels: Mapping[str, str] | None = None) -> pd.DataFrame:

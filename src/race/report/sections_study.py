@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from race.accounting import SPLIT, SPLIT_COLUMNS
 from race.accounting.report_card import ReportCard
 from race.analysis import (
     allocation_key,
@@ -84,8 +85,8 @@ def _build_study_card(ctx: Context) -> ReportCard:
     st = ctx.study
     done = finished(st.runs)
     tot = float(done["total_flops"].sum())
-    parts = {k: float(done[c].fillna(0).sum()) for k, c in
-             (("rollout", "rollout_flops"), ("update", "learning_flops"), ("reward", "feedback_flops"))}
+    # each axis under its first phase (rollout, update, reward), as the report card keys them
+    parts = {SPLIT[a][0]: float(done[c].fillna(0).sum()) for a, c in SPLIT_COLUMNS.items()}
     seconds = {}
     if st.ledger is not None and "seconds" in st.ledger.columns:
         led = st.ledger[st.ledger["run_id"].isin(set(done["run_id"])) & st.ledger["counted"].astype(bool)]

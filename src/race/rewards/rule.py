@@ -63,6 +63,11 @@ class RandomReward:
         verified = [_verify(p, c)[0] for p, c in zip(problems, completions, strict=True)]
         return RewardOutput(rewards, verified)
 
+    @property
+    def call_index(self) -> int:
+        """Calls scored so far: the index of the next call's stream (a checkpoint stores it)."""
+        return self._calls
+
     def set_call_index(self, i: int) -> None:
         """Resume support: continue the random stream at call ``i``."""
         self._calls = i

@@ -62,7 +62,8 @@ from race.engines.builtin import fast_forward, micro_batch
 from race.engines.builtin.state import BuiltinState, RunBooks
 from race.engines.grpo_math import group_advantages, grpo_loss, lr_at
 from race.engines.run_io import MetricsLog
-from race.engines.sampling import Rollout, decode_completions, encode_prompts, rollout_flops, sample, step_charge
+from race.engines.sampling import Rollout, decode_completions, encode_prompts, rollout_flops, sample, \
+    sampling_generator, step_charge
 from race.estimate import run_step_plan
 from race.models.timing import device_clock
 from race.rewards.base import reward_bound
@@ -166,7 +167,7 @@ class BuiltinEngine:
     # -- stages -----------------------------------------------------------------------
     def rollout(self, step: int, ids: torch.Tensor, mask: torch.Tensor) -> Rollout:
         st = self.state
-        gen = torch.Generator(device="cpu").manual_seed(self.cfg.seed * 7_919 + step)
+        gen = sampling_generator(self.cfg.seed, step)
         st.model.eval()
         return sample(st.model, ids, mask, group=self.cfg.num_generations,
                       max_new_tokens=self.cfg.max_completion_length, eos_id=st.tok.eos_token_id,

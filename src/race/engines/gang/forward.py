@@ -61,10 +61,6 @@ class Segment:
     member: int | None
 
 
-def _proj_key(i: int) -> str:
-    return ("qkv", "o", "gate_up", "down")[i]
-
-
 class GangDecoder:
     """The layers of K members over one base (module docstring). ``models``: the members'
     (PEFT) policies; their base weights must be equal (``share_base``)."""

@@ -22,13 +22,13 @@ from typing import Any
 
 import torch
 
-from race.accounting import counted
+from race.accounting import PHASES, SPLIT, counted
 from race.engines.gang.members import split_seconds
 from race.engines.gang.passes import PassJob, UpdateJob, gang_accumulate, gang_logprobs
 from race.engines.gang.decode import fast_gang_sample
 from race.engines.gang.sample import SampleJob
 from race.engines.grpo_math import group_advantages, grpo_loss
-from race.engines.sampling import Rollout, decode_completions, rollout_flops, step_charge
+from race.engines.sampling import Rollout, decode_completions, rollout_flops, sampling_generator, step_charge
 from race.models.timing import device_clock
 
 
@@ -65,7 +65,7 @@ def gang_step(step: int, works: list[Work]) -> float:
     jobs = []
     for k, w in enumerate(works):
         cfg = w.eng.cfg
-        gen = torch.Generator(device="cpu").manual_seed(cfg.seed * 7_919 + step)
+        gen = sampling_generator(cfg.seed, step)
         w.eng.state.model.eval()
         jobs.append(SampleJob(k, w.ids, w.mask, cfg.num_generations, cfg.temperature, gen,
                               w.eng.state.tok.eos_token_id, w.eng.state.tok.pad_token_id))
@@ -186,8 +186,8 @@ def _learn(step: int, ws: list[Work]) -> float:
         if w.outcome == "ok":
             st = stats[id(w)]
             w.upd = {"loss": st.loss, "clip_frac": st.clip_frac, "kl": st.kl, "lr": w.upd["lr"]}
-    for phase, key in (("old_logprobs", "old_logprobs/forward"), ("reference", "reference/forward"),
-                       ("update", "update/forward")):
+    for phase in (p for p in PHASES if p in SPLIT["learning"]):  # old_logprobs, reference, update
+        key = f"{phase}/forward"
         weights = [sum(v for k, v in w.learn.items() if k.startswith(phase + "/")) for w in ws]
         for w, s in zip(ws, split_seconds(secs[phase], weights)):
             w.seconds[key] = s

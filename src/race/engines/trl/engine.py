@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from race.accounting import LoRA, ModelShape
+from race.accounting import PHASES, LoRA, ModelShape
 from race.accounting.guard import step_bound, steps_in_budget
 from race.cards import write_card
 from race.engines.common import EvalSchedule, Progress, RunDir, make_task, run_evaluator, start_policy
@@ -240,7 +240,7 @@ class TrlEngine:
                                    conventions=cfg.conventions)
         trl_phases = led.totals_by_phase()
         vs = {p: {"trl": int(trl_phases.get(p, 0)), "builtin_same_shapes": int(same.get(p, 0))}
-              for p in ("rollout", "old_logprobs", "reference", "update", "recompute")}
+              for p in (*(q for q in PHASES if q != "reward"), "recompute")}
         card = st.flops.report_card(model=cfg.model, model_params=st.shape.num_params(), extra={
             "reward": str(cfg.reward), "generations": len(gens), "vs_builtin": vs,
             "vs_builtin_note": "FLOPs the built-in engine charges for the same batches (prompt prefix shared in "
