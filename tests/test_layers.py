@@ -583,11 +583,9 @@ def _private_members(tree: ast.AST) -> set[str]:
     return {n for n in names if n.startswith("_") and not n.startswith("__")}
 
 
-def private_reaches(src: Path) -> list[str]:
-    """One message per ``obj._name`` (obj not ``self``/``cls``) where ``_name`` is a private
-    member defined by ANOTHER module of ``race`` and not by this one: reaching into another
-    room's object. Third-party privates (``torch._C``, TRL's ``_generate_single_turn``) are
-    names no race module defines, so they are not counted here."""
+def _private_owners(src: Path) -> tuple[dict[str, Path], dict[str, ast.AST], dict[str, set[str]], dict[str, set[str]]]:
+    """(modules, their parsed trees, each module's own private members, member -> the
+    modules defining it): what the private-reach scans compare."""
     mods = modules_of(src)
     trees = {mod: ast.parse(f.read_text(), str(f)) for mod, f in mods.items()}
     own = {mod: _private_members(t) for mod, t in trees.items()}
@@ -595,6 +593,15 @@ def private_reaches(src: Path) -> list[str]:
     for mod, names in own.items():
         for n in names:
             everywhere[n].add(mod)
+    return mods, trees, own, everywhere
+
+
+def private_reaches(src: Path) -> list[str]:
+    """One message per ``obj._name`` (obj not ``self``/``cls``) where ``_name`` is a private
+    member defined by ANOTHER module of ``race`` and not by this one: reaching into another
+    room's object. Third-party privates (``torch._C``, TRL's ``_generate_single_turn``) are
+    names no race module defines, so they are not counted here."""
+    mods, trees, own, everywhere = _private_owners(src)
     bad = []
     for mod, tree in trees.items():
         rel = str(mods[mod].relative_to(src.parent))
@@ -1139,13 +1146,7 @@ def private_string_reaches(src: Path) -> list[str]:
     """One message per ``getattr`` / ``hasattr`` / ``setattr`` / ``delattr`` whose name is a
     string constant naming a private member defined by ANOTHER module of ``race`` (and not
     by this one): :func:`private_reaches` through a string."""
-    mods = modules_of(src)
-    trees = {mod: ast.parse(f.read_text(), str(f)) for mod, f in mods.items()}
-    own = {mod: _private_members(t) for mod, t in trees.items()}
-    everywhere: dict[str, set[str]] = defaultdict(set)
-    for mod, names in own.items():
-        for n in names:
-            everywhere[n].add(mod)
+    mods, trees, own, everywhere = _private_owners(src)
     bad = []
     for mod, tree in trees.items():
         rel = str(mods[mod].relative_to(src.parent))
