@@ -32,7 +32,8 @@ def test_fast_decoder_matches_hf_and_the_analytic_flops(name, lora, char_tokeniz
     from torch.utils.flop_counter import FlopCounterMode
 
     from race.engines.builtin.fast_decode import FastDecoder
-    from race.engines.sampling import encode_prompts, lora_merge_flops, rollout_flops, sample
+    from race.accounting.lora import lora_merge_flops
+    from race.engines.sampling import encode_prompts, rollout_flops, sample
 
     m = _model(name, lora)
     assert FastDecoder.supports(m)

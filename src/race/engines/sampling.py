@@ -44,7 +44,6 @@ from typing import Any
 
 import torch
 
-from race.accounting.lora import lora_merge_flops  # the merge's FLOP rule (re-exported for race.engines.gang)
 
 SAMPLING_SEED_STRIDE = 7_919  # apart from race.tasks.step_seed's stride: sampling and problems draw apart
 
@@ -116,18 +115,13 @@ def sample(model: Any, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, **kw
 
 def rollout_flops(shape: Any, ro: Rollout, *, lora: Any, conventions: Any) -> dict[str, int]:
     """``prefill``, ``decode`` (and ``merge`` for a merged rollout) FLOPs that ``ro``
-    executed: the shared-prefix prefill of ``n_prompts x P`` and ``d - 1`` decode steps
-    for each row, ``d`` its ``decoded`` tokens (``T`` for every row when rows were not
-    dropped); with merged weights the passes carry no LoRA term."""
-    from race.accounting import generate_components
+    executed (the rule: :func:`race.accounting.rollout.executed_rollout`), ``d`` decoded
+    tokens per row (``T`` for every row when rows were not dropped)."""
+    from race.accounting.rollout import executed_rollout
 
-    merged = ro.merged and lora is not None
     decoded = [ro.completion_len] * len(ro.lengths) if ro.decoded is None else [int(d) for d in ro.decoded.tolist()]
-    comps = generate_components(shape, [ro.prompt_len] * ro.n_prompts, decoded,
-                                lora=None if merged else lora, share_prompt=True, conventions=conventions)
-    if merged:
-        comps["merge"] = lora_merge_flops(shape, lora)
-    return comps
+    return executed_rollout(shape, ro.prompt_len, ro.n_prompts, decoded, lora=lora, merged=ro.merged,
+                            conventions=conventions)
 
 
 def _sample(model: Any, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, *, group: int, max_new_tokens: int,

@@ -78,13 +78,9 @@ class FastRollout:
     def executed(self, shape: Any, loras: list[Any], conventions: Any) -> int:
         """FLOPs the gang's decode executed: the merges, the prefill of the padded prompt
         slots and every physical row's decode steps (no LoRA term: merged weights)."""
-        from race.accounting import generate_components
-        from race.engines.sampling import lora_merge_flops
+        from race.accounting.rollout import executed_gang_decode
 
-        P = self.prompt_len
-        pre = generate_components(shape, [P] * self.prefill_rows, [1] * self.prefill_rows, conventions=conventions)
-        dec = generate_components(shape, [P] * len(self.decoded), self.decoded, conventions=conventions)
-        return pre["prefill"] + dec["decode"] + sum(lora_merge_flops(shape, lo) for lo in loras)
+        return executed_gang_decode(shape, self.prompt_len, self.prefill_rows, self.decoded, loras, conventions)
 
 
 def _left_pad(ids: torch.Tensor, mask: torch.Tensor, width: int, pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
