@@ -60,10 +60,10 @@ from race.engines.common import (
 )
 from race.engines.builtin import fast_forward, micro_batch
 from race.engines.builtin.state import BuiltinState, RunBooks
-from race.engines.grpo_math import group_advantages, grpo_loss, lr_at
+from race.engines.builtin.step_parts import charge_step, fits_exactly, score_rollout
+from race.engines.grpo_math import grpo_loss, lr_at
 from race.engines.run_io import MetricsLog
-from race.engines.sampling import Rollout, decode_completions, encode_prompts, rollout_flops, sample, \
-    sampling_generator, step_charge
+from race.engines.sampling import Rollout, encode_prompts, rollout_flops, sample, sampling_generator
 from race.estimate import run_step_plan
 from race.models.timing import device_clock
 from race.rewards.base import reward_bound
@@ -312,58 +312,27 @@ class BuiltinEngine:
     def _train_step(self, step: int, problems: list[Any], ids: torch.Tensor, mask: torch.Tensor) -> bool:
         """One step, charged to the ledger; False (nothing charged, what ran recorded as
         ``overrun``) when its exact cost does not fit the budget."""
-        cfg, st, books = self.cfg, self.state, self.books
+        cfg, st = self.cfg, self.state
         torch.manual_seed(cfg.seed * 1_000_033 + step)  # LoRA dropout etc.
-        G = cfg.num_generations
         # 1. rollout
         t0 = device_clock(st.device)
         ro = self.rollout(step, ids, mask)
         t_roll = device_clock(st.device) - t0
         roll = {f"rollout/{k}": v for k, v in rollout_flops(st.shape, ro, lora=st.lora,
                                                              conventions=cfg.conventions).items()}
-        # 2. reward
-        texts = decode_completions(st.tok, ro)
-        rep_problems = [p for p in problems for _ in range(G)]
-        rw = st.reward.score(rep_problems, texts)
-        rewards = torch.tensor(rw.rewards, dtype=torch.float32)
-        # 3. advantages; groups whose rewards are all equal carry no signal
-        adv, zero_var = group_advantages(rewards, G, scale=cfg.scale_rewards)
-        keep_groups = (~zero_var) if cfg.drop_zero_variance_groups else torch.ones_like(zero_var)
-        rows = keep_groups.repeat_interleave(G).nonzero().squeeze(1)
-        learn: dict[str, int] = {}
+        # 2-3. reward and advantages; groups whose rewards are all equal carry no signal
+        sc = score_rollout(self, problems, ro)
+        if not fits_exactly(self, step, roll, sc, t_roll):  # the bound was low: no update, ran recorded as overrun
+            return False
         upd: dict[str, float] = {}
-        n_kept = int(rows.numel())
-        reward_key = next(iter(rw.components), "reward/score")
-        batch = self.select_rows(ro, rows) if n_kept else None
-        if batch is not None:
-            P, T = batch.prompt_ids.shape[1], batch.completion_ids.shape[1]
-            learn = self.learning_flops(P, T, n_kept)
-        ran = {**roll, **(rw.components or {})}
-        if not books.guard.may_continue(step, ran, learn,  # the bound was low: no update, ran recorded as overrun
-                                       seconds={"rollout/decode": t_roll, reward_key: rw.seconds}):
-            return False
-        if batch is not None:
+        if sc.batch is not None:
             # 4-6. old/ref log-probs and the update
-            upd = self.update(batch, adv[rows].to(st.device), step)
+            upd = self.update(sc.batch, sc.adv[sc.rows].to(st.device), step)
         # charge the ledger: what executed
-        seconds = {"rollout/prefill": 0.0, "rollout/decode": t_roll, reward_key: rw.seconds,
-                   "old_logprobs/forward": upd.get("seconds_old_logprobs", 0.0),
-                   "reference/forward": upd.get("seconds_reference", 0.0),
-                   "update/forward": upd.get("seconds_update", 0.0)}
-        comps, tokens = step_charge(roll, rw, learn, ro, G)
-        if books.guard.charge(step, comps, tokens=tokens, seconds=seconds):  # overrun: cannot happen after the check
-            return False
-        trunc = float(ro.truncated.float().mean())
-        row = {"kind": "train", "step": step, "flops": books.ledger.total, "reward_mean": float(rewards.mean()),
-               "reward_std": float(rewards.std()) if len(rewards) > 1 else 0.0,
-               "verified_mean": sum(rw.verified) / max(1, len(rw.verified)),
-               "zero_var_frac": float(zero_var.float().mean()), "trunc_rate": trunc,
-               "completion_len": float(ro.lengths.float().mean()), "kept_sequences": n_kept,
-               **{k: v for k, v in upd.items() if not k.startswith("seconds_")}, **rw.extra}
-        books.metrics.append([row])
-        if self.progress:
-            self.progress({"step": step, "flops": books.ledger.total, "budget": self.cfg.budget_flops, **row})
-        return True
+        learning_seconds = {"old_logprobs/forward": upd.get("seconds_old_logprobs", 0.0),
+                            "reference/forward": upd.get("seconds_reference", 0.0),
+                            "update/forward": upd.get("seconds_update", 0.0)}
+        return charge_step(self, step, ro, roll, sc, upd, t_roll, learning_seconds)
 
     def finish(self, step: int, status: str, stop_reason: str, error: str | None, wall: float) -> dict[str, Any]:
         cfg, st, books = self.cfg, self.state, self.books

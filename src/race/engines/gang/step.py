@@ -27,8 +27,9 @@ from race.engines.gang.members import split_seconds
 from race.engines.gang.passes import PassJob, UpdateJob, gang_accumulate, gang_logprobs
 from race.engines.gang.decode import fast_gang_sample
 from race.engines.gang.sample import SampleJob
-from race.engines.grpo_math import group_advantages, grpo_loss
-from race.engines.sampling import Rollout, decode_completions, rollout_flops, sampling_generator, step_charge
+from race.engines.builtin.step_parts import Scored, charge_step, fits_exactly, score_rollout
+from race.engines.grpo_math import grpo_loss
+from race.engines.sampling import Rollout, rollout_flops, sampling_generator
 from race.models.timing import device_clock
 
 
@@ -45,14 +46,13 @@ class Work:
     roll: dict[str, int] = field(default_factory=dict)
     executed: int = 0  # its share of the rollout FLOPs the gang executed (merged, padded)
     rw: Any = None
-    rewards: torch.Tensor | None = None
     adv: torch.Tensor | None = None
-    zero_var: torch.Tensor | None = None
     rows: torch.Tensor | None = None
     batch: Rollout | None = None
     learn: dict[str, int] = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=dict)
     upd: dict[str, float] = field(default_factory=dict)
+    scored: Scored | None = None  # the member's scored rollout (step_parts.score_rollout)
     outcome: str = "ok"  # ok | overrun | diverged
     error: str | None = None
 
@@ -97,24 +97,13 @@ def gang_step(step: int, works: list[Work]) -> float:
 
 
 def _score(step: int, w: Work) -> None:
-    eng, cfg, ro = w.eng, w.eng.cfg, w.ro
-    assert ro is not None
-    G = cfg.num_generations
-    texts = decode_completions(eng.state.tok, ro)
-    w.rw = rw = eng.state.reward.score([p for p in w.problems for _ in range(G)], texts)
-    w.rewards = torch.tensor(rw.rewards, dtype=torch.float32)
-    w.adv, w.zero_var = group_advantages(w.rewards, G, scale=cfg.scale_rewards)
-    keep = (~w.zero_var) if cfg.drop_zero_variance_groups else torch.ones_like(w.zero_var)
-    w.rows = keep.repeat_interleave(G).nonzero().squeeze(1)
-    n_kept = int(w.rows.numel())
-    w.batch = eng.select_rows(ro, w.rows) if n_kept else None
-    if w.batch is not None:
-        w.learn = eng.learning_flops(w.batch.prompt_ids.shape[1], w.batch.completion_ids.shape[1], n_kept)
-    reward_key = next(iter(rw.components), "reward/score")
-    w.seconds[reward_key] = rw.seconds
-    ran = {**w.roll, **(rw.components or {})}
-    if not eng.books.guard.may_continue(step, ran, w.learn,  # the bound was low: no update, ran recorded as overrun
-                                  seconds={"rollout/decode": w.seconds["rollout/decode"], reward_key: rw.seconds}):
+    """The member's reward, advantages, kept rows and exact-cost check, as its solo step
+    (``race.engines.builtin.step_parts``)."""
+    assert w.ro is not None
+    w.scored = sc = score_rollout(w.eng, w.problems, w.ro)
+    w.rw, w.adv, w.rows, w.batch, w.learn = sc.rw, sc.adv, sc.rows, sc.batch, sc.learn
+    w.seconds[sc.reward_key] = sc.rw.seconds
+    if not fits_exactly(w.eng, step, w.roll, sc, w.seconds["rollout/decode"]):  # the bound was low: overrun
         w.outcome = "overrun"
 
 
@@ -195,29 +184,11 @@ def _learn(step: int, ws: list[Work]) -> float:
 
 
 def _charge(step: int, w: Work) -> None:
-    """The solo engine's ledger charge and metrics row for member ``w`` (``_train_step``)."""
-    eng, cfg, ro, rw = w.eng, w.eng.cfg, w.ro, w.rw
-    G = cfg.num_generations
-    reward_key = next(iter(rw.components), "reward/score")
-    seconds = {"rollout/prefill": 0.0, "rollout/decode": w.seconds.get("rollout/decode", 0.0),
-               reward_key: rw.seconds, "old_logprobs/forward": w.seconds.get("old_logprobs/forward", 0.0),
-               "reference/forward": w.seconds.get("reference/forward", 0.0),
-               "update/forward": w.seconds.get("update/forward", 0.0)}
-    comps, tokens = step_charge(w.roll, rw, w.learn, ro, G)
-    if eng.books.guard.charge(step, comps, tokens=tokens, seconds=seconds):  # overrun: cannot happen after the check
-        w.outcome = "overrun"
-        return
-    rewards, zero_var = w.rewards, w.zero_var
-    row = {"kind": "train", "step": step, "flops": eng.books.ledger.total, "reward_mean": float(rewards.mean()),
-           "reward_std": float(rewards.std()) if len(rewards) > 1 else 0.0,
-           "verified_mean": sum(rw.verified) / max(1, len(rw.verified)),
-           "zero_var_frac": float(zero_var.float().mean()), "trunc_rate": float(ro.truncated.float().mean()),
-           "completion_len": float(ro.lengths.float().mean()), "kept_sequences": int(w.rows.numel()),
-           **{k: v for k, v in w.upd.items() if not k.startswith("seconds_")}, **rw.extra}
-    eng.books.metrics.append([row])
-    if eng.progress:
-        eng.progress({"step": step, "flops": eng.books.ledger.total, "budget": cfg.budget_flops, "run": cfg.name,
-                      **row})
+    """The solo engine's ledger charge and metrics row for member ``w`` (``step_parts.charge_step``)."""
+    assert w.ro is not None and w.scored is not None
+    if not charge_step(w.eng, step, w.ro, w.roll, w.scored, w.upd, w.seconds.get("rollout/decode", 0.0),
+                       w.seconds, progress_extra={"run": w.eng.cfg.name}):
+        w.outcome = "overrun"  # cannot happen after the exact check
 
 
 __all__ = ["Work", "gang_step"]
