@@ -573,13 +573,21 @@ def test_the_private_import_scan_catches_one(tmp_path):
 
 def _private_members(tree: ast.AST) -> set[str]:
     """Single-underscore names a module defines on its classes and objects: methods
-    (``def _x``) and attributes it assigns (``self._x = ...``)."""
+    (``def _x``), attributes it assigns on itself (``self._x = ...``, ``cls._x = ...``) and
+    class-body attributes (``_x: T = PrivateAttr(...)``). Writing ``other._x = ...`` does not
+    make a module the owner of ``_x``: that is a reach like any other."""
     names = set()
     for node in ast.walk(tree):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             names.add(node.name)
-        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store) \
+                and isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"):
             names.add(node.attr)
+        elif isinstance(node, ast.ClassDef):
+            for item in node.body:
+                targets = [item.target] if isinstance(item, ast.AnnAssign) else \
+                    item.targets if isinstance(item, ast.Assign) else []
+                names.update(t.id for t in targets if isinstance(t, ast.Name))
     return {n for n in names if n.startswith("_") and not n.startswith("__")}
 
 
@@ -625,9 +633,10 @@ def test_no_module_reaches_into_another_modules_objects():
 def test_the_private_reach_scan_catches_one(tmp_path):
     pkg = package_dir(tmp_path, "engines")
     (pkg / "engine.py").write_text("class E:\n    def _finish(self):\n        self._done = 1\n")
-    (pkg / "gang.py").write_text("def leave(e):\n    e._finish()\n    return e._done, e._other\n")
+    (pkg / "gang.py").write_text("def leave(e):\n    e._finish()\n    return e._done, e._other\n\n\n"
+                                 "def copy(e):\n    e._done = 2\n")
     found = sorted(m.split(": ", 1)[0] for m in private_reaches(tmp_path))
-    assert len(found) == 2 and all(w.endswith(f"race/engines/gang.py:{i}") for w, i in zip(found, (2, 3))), found
+    assert len(found) == 3 and all(w.endswith(f"race/engines/gang.py:{i}") for w, i in zip(found, (2, 3, 7))), found
 
 
 # -- one home per vocabulary ---------------------------------------------------------------------

@@ -20,7 +20,7 @@ from race.estimate import run_lora
 from race.spec.run import RunConfig
 
 Progress = Callable[[dict[str, Any]], None]
-PHASES = tuple(p for p in KNOWN_PHASES if p != "warmstart")  # a run's phases (warm starts are the base's)
+RUN_PHASES = tuple(p for p in KNOWN_PHASES if p != "warmstart")  # the phases a run's ledger records (warm starts are the base's; counted or not)
 
 
 class DivergedError(RuntimeError):
@@ -256,7 +256,7 @@ class RunDir:
         from race.rewards.diagnostics import overoptimisation
 
         over = overoptimisation(trains, evals) if cfg.reward.learned else None
-        phases = {p: 0 for p in PHASES}
+        phases = {p: 0 for p in RUN_PHASES}
         phases.update(ledger.totals_by_phase())
         out = {
             "run_id": cfg.run_id(), "name": cfg.name, "engine": engine, "status": status,
@@ -278,5 +278,5 @@ class RunDir:
         return out
 
 
-__all__ = ["DivergedError", "EvalSchedule", "PHASES", "Progress", "RunDir", "RunPolicy", "default_torch_threads",
+__all__ = ["DivergedError", "EvalSchedule", "RUN_PHASES", "Progress", "RunDir", "RunPolicy", "default_torch_threads",
            "load_run_policy", "make_task", "run_evaluator", "start_policy"]

@@ -236,8 +236,7 @@ def _price_nested(plan: GridPlan, predict: Predictor) -> None:
 
     spec = plan.spec
     _, prefixes = nested_budgets(spec)
-    flat = spec.model_copy(update={"nested": False})
-    flat._source, flat._cells = spec._source, None
+    flat = spec.with_settings(nested=False)
     runnable = {(c.cell.label, c.cell.seed) for c in plan.runnable}
     budget, secs, n_flat = 0.0, 0.0, 0
     for cell in flat.cells():

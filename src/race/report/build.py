@@ -21,6 +21,7 @@ from typing import Any
 
 import pandas as pd
 
+from race.accounting.guard import is_budget
 from race.analysis import prepare_runs
 from race.protocol import ReportError, StudyData, default_target_budget, load_study
 
@@ -90,7 +91,7 @@ def make_context(study: StudyData, *, target_budget: float | None, targets: Sequ
     if not chosen:
         raise ReportError(f"study {study.name} has no evaluation rows for its complete pilot runs")
     tb = float(target_budget) if target_budget is not None else default_target_budget(study, chosen[0])
-    if not tb > 0:
+    if not is_budget(tb):
         raise ReportError(f"target budget must be a positive number of FLOPs, got {target_budget!r}")
     prepared = prepare_runs(runs)
     keys = list(prepared["allocation"])

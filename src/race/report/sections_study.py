@@ -8,6 +8,7 @@ import pandas as pd
 
 from race.accounting import SPLIT, SPLIT_COLUMNS
 from race.accounting.report_card import ReportCard
+from race.analysis.tables import is_control
 from race.analysis import (
     allocation_key,
     final_scores,
@@ -167,7 +168,7 @@ def frontier_section(ctx: Context) -> Section:
         env = frontier_envelope(ctx.evals, ctx.runs, t, n_grid=25)
         envs.append(env.rename(columns={"reward_system": "condition"}).assign(target=t))
         fin = final_scores(ctx.evals, ctx.runs, t, at="equal")
-        rnd = fin[fin["reward_system"].astype(str) == "random"]  # the typed column (race.schema.REWARD_COLUMNS)
+        rnd = fin[is_control(fin)]  # random-reward controls (race.analysis.tables.is_control)
         if len(rnd):
             ctls.append(rnd.groupby("budget", as_index=False)["score"].mean().assign(target=t))
     w = pd.concat(winners, ignore_index=True)

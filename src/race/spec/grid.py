@@ -247,6 +247,13 @@ class GridSpec(BaseModel):
             self._cells = expand_cells(self)
         return list(self._cells)
 
+    def with_settings(self, **changes: Any) -> "GridSpec":
+        """A copy with grid settings changed (e.g. ``nested=False``): same source, its cells
+        expanded again when asked (they may depend on the settings)."""
+        new = self.model_copy(update=changes)
+        new._source, new._cells = self._source, None
+        return new
+
     def with_runner(self, **changes: Any) -> "GridSpec":
         """A copy with runner settings changed (None values are ignored); the cells do not
         depend on the runner, so the copy keeps them."""

@@ -45,7 +45,7 @@ from typing import Any
 import torch
 
 from race.accounting import BudgetGuard, FlopLedger, ReportCard
-from race.accounting.guard import plan_step_bound
+from race.accounting.guard import BUDGET_STOP, plan_step_bound
 from race.cards import write_card
 from race.engines.checkpoint import cut_lines, find_checkpoint, load_checkpoint, save_checkpoint
 from race.engines.common import (
@@ -281,7 +281,7 @@ class BuiltinEngine:
             books.metrics.truncate_after(step)
         if resumed_from is None:
             self.evaluate(0)
-        status, stop_reason, error = "complete", "budget", None
+        status, stop_reason, error = "complete", BUDGET_STOP, None
         try:
             while True:
                 if cfg.max_steps and step >= cfg.max_steps:

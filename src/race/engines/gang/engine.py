@@ -33,6 +33,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from race.accounting.guard import BUDGET_STOP
 from race.engines.builtin import BuiltinEngine
 from race.engines.common import Progress
 from race.engines.checkpoint import cut_lines
@@ -137,7 +138,7 @@ class GangEngine:
                 continue
             problems, ids, mask = e.prompts_at(t)
             if not e.books.guard.may_start(e.step_bound(ids.shape[1], problems)):
-                leaving.append((i, "complete", "budget", None, step))
+                leaving.append((i, "complete", BUDGET_STOP, None, step))
                 continue
             works.append(Work(i, e, problems, ids, mask))
         if works:
@@ -150,7 +151,7 @@ class GangEngine:
                 self.executed[w.index] += w.executed
             for w in works:
                 if w.outcome == "overrun":
-                    leaving.append((w.index, "complete", "budget", None, step))
+                    leaving.append((w.index, "complete", BUDGET_STOP, None, step))
                 elif w.outcome == "diverged":
                     leaving.append((w.index, "diverged", "diverged", f"{w.error}; kept the last good checkpoint", t))
                 elif w.eng.schedule.due(w.eng.books.ledger.total):

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from race.accounting import PHASES, LoRA, ModelShape
-from race.accounting.guard import step_bound, steps_in_budget
+from race.accounting.guard import BUDGET_STOP, step_bound, steps_in_budget
 from race.cards import write_card
 from race.engines.common import EvalSchedule, Progress, RunDir, make_task, run_evaluator, start_policy
 from race.engines.grpo_math import lr_at
@@ -220,7 +220,7 @@ class TrlEngine:
         step = int(st.trainer.state.global_step)
         diverged = st.run_cb.diverged
         status = "diverged" if diverged else "complete"
-        stop_reason = "diverged" if diverged else ("budget" if st.flops.stop_reason == "budget" else "max_steps")
+        stop_reason = "diverged" if diverged else (BUDGET_STOP if st.flops.stop_reason == BUDGET_STOP else "max_steps")
         if status == "complete" and self.schedule.last_step != step:
             st.run_cb.evaluate(step)
         return self._finish(step, status, stop_reason, diverged, time.perf_counter() - t_start, resumed_from)
