@@ -1237,3 +1237,50 @@ def test_the_vocabulary_scan_catches_a_parameter_count(tmp_path):
                                "sum(x.numel() for x in ids)\n")
     bad = vocabulary_copies(tmp_path)
     assert len(bad) == 1 and "rm.py:2: race.builds.rm restates a parameter count" in bad[0], bad
+
+
+# -- s4-23rm
+#: The one module that decides which reward model a learned target names
+#: (``race.rewards.rm_recipes.learned_target``: a path first, then a recipe of the same kind).
+TARGET_RULE = "race.rewards.rm_recipes"
+
+
+def _is_recipes(node: ast.AST) -> bool:
+    return (isinstance(node, ast.Name) and node.id == "RM_RECIPES") or (
+        isinstance(node, ast.Attribute) and node.attr == "RM_RECIPES")
+
+
+def recipe_lookups_outside(src: Path, home: str = TARGET_RULE) -> list[str]:
+    """One message per ``x in RM_RECIPES`` / ``not in`` / ``RM_RECIPES.get(x)`` outside
+    ``home``: asking whether a name is one of RACE's RMs is ``learned_target``'s question."""
+    bad = []
+    for mod, rel, node in walk_nodes(src):
+        if mod == home:
+            continue
+        if isinstance(node, ast.Compare) and any(isinstance(o, (ast.In, ast.NotIn)) for o in node.ops) \
+                and any(_is_recipes(c) for c in node.comparators):
+            bad.append(f"{rel}:{node.lineno}: {mod} tests membership in RM_RECIPES: ask "
+                       "race.rewards.rm_recipes.learned_target")
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get" \
+                and _is_recipes(node.func.value):
+            bad.append(f"{rel}:{node.lineno}: {mod} looks a name up with RM_RECIPES.get: ask "
+                       "race.rewards.rm_recipes.learned_target")
+    return bad
+
+
+def test_one_function_says_which_reward_model_a_target_names():
+    assert not (found := recipe_lookups_outside(SRC)), "\n".join(found)
+
+
+def test_the_recipe_lookup_scan_catches_one(tmp_path):
+    pkg = package_dir(tmp_path, "builds")
+    (pkg / "demand.py").write_text("from race.rewards import rm_recipes\n"
+                                   "from race.rewards.rm_recipes import RM_RECIPES\n\n\ndef f(t):\n"
+                                   "    return t in RM_RECIPES, rm_recipes.RM_RECIPES.get(t), "
+                                   "t in {}, t not in rm_recipes.RM_RECIPES\n")
+    rewards = package_dir(tmp_path, "rewards")
+    (rewards / "rm_recipes.py").write_text("RM_RECIPES = {}\n\n\ndef learned_target(k, t):\n"
+                                           "    return t in RM_RECIPES\n")
+    bad = recipe_lookups_outside(tmp_path)
+    assert len(bad) == 3 and all("race/builds/demand.py:6: race.builds.demand" in b for b in bad), bad
+    assert sum("RM_RECIPES.get" in b for b in bad) == 1

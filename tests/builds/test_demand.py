@@ -59,7 +59,8 @@ def test_a_missing_reward_model_is_not_built_by_the_reward_but_by_the_builds(tmp
         make_reward("prm:prm-xs:min+partial", device="cpu", cache_dir=tmp_path)
     with pytest.raises(FileNotFoundError, match="race rm build"):  # NotBuiltError is a FileNotFoundError
         rm_path("prm-xs", cache_dir=tmp_path)
-    assert ensure_reward("prm:orm-xs", cache_dir=tmp_path) is None  # the wrong kind: make_reward says so
+    with pytest.raises(ValueError, match="'orm-xs' is an ORM, not a PRM: write orm:orm-xs"):  # the wrong kind,
+        ensure_reward("prm:orm-xs", cache_dir=tmp_path)  # refused as make_reward refuses it (learned_target)
     assert ensure_reward("rule:partial", cache_dir=tmp_path) is None
     info = ensure_reward("prm:prm-xs:min+partial", cache_dir=tmp_path)
     assert not info.reused and info.steps == TINY_PRM.steps and info.path == str(rm_path("prm-xs", cache_dir=tmp_path))

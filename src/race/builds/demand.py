@@ -48,16 +48,15 @@ def ensure_rm(name: str, *, cache_dir: CacheDir = None) -> Any:
 def ensure_reward(spec: Any, *, cache_dir: CacheDir = None) -> Any:
     """What reward ``spec`` (a string or a parsed ``RewardSpec``) loads, built when missing:
     the RACE RM of ``prm:NAME``/``orm:NAME``, the warm start of ``judge:TINY-SIZE``. A spec
-    that names an unknown RM, or an RM of the other kind, builds nothing (``make_reward``
-    then says what to write)."""
-    from race.models.refs import looks_like_path
-    from race.rewards.rm_recipes import RM_RECIPES
+    that names a path or an unknown RM builds nothing (``make_reward`` then loads it or says
+    what to write); one that names a RACE RM of the other kind (``prm:orm-xs``) raises the
+    ``ValueError`` of ``race.rewards.rm_recipes.learned_target``, which says what to write."""
+    from race.rewards.rm_recipes import learned_target
     from race.spec.reward import parse_reward
 
     parsed = parse_reward(spec)
-    if parsed.kind in ("prm", "orm") and not looks_like_path(parsed.target):
-        recipe = RM_RECIPES.get(parsed.target)
-        if recipe is not None and recipe.kind == parsed.kind:
+    if parsed.kind in ("prm", "orm"):
+        if learned_target(parsed.kind, parsed.target).source == "recipe":  # ValueError: an RM of the other kind
             return ensure_rm(parsed.target, cache_dir=cache_dir)
     elif parsed.kind == "judge":
         return ensure_base(parsed.target, cache_dir=cache_dir)

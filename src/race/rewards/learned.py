@@ -25,15 +25,13 @@ RM's whole window (``max_length``); without ``problems`` the prompt is taken as 
 from __future__ import annotations
 
 import time
-from pathlib import Path
 from typing import Any, Sequence
 
 from race.accounting import RewardSystem, reward_model_flops
-from race.models.refs import looks_like_path
 from race.rewards.base import RewardOutput
-from race.rewards.hf import JudgeReward, article, load_hf_scorer
+from race.rewards.hf import JudgeReward, load_hf_scorer
 from race.rewards.rm_encoding import MAX_MARKERS, Scorer, encode, head_logits, positive_prob
-from race.rewards.rm_recipes import known_rms, recipe_for, rm_path
+from race.rewards.rm_recipes import known_rms, learned_target, recipe_for, rm_path
 from race.rewards.terms import aggregate, rule_terms, weighted
 from race.rewards.text import sanitize
 from race.spec.reward import RewardSpec
@@ -163,21 +161,16 @@ def build_learned(spec: RewardSpec, *, device: Any = "auto", conventions: Any = 
                   tokenizer: Any = None, **_: Any) -> LearnedReward:
     """An ORM or PRM from its parsed spec: a local HF directory or one RACE built."""
     kind = spec.kind
-    if looks_like_path(spec.target):
+    named = learned_target(kind, spec.target)  # ValueError for an RM of the other kind
+    if named.source == "path":
         scorer = load_hf_scorer(spec.target, kind, device=device)
-        name = Path(spec.target).expanduser().name
-    else:
-        try:
-            recipe = recipe_for(spec.target)
-        except KeyError:
-            raise ValueError(f"unknown reward model {spec.target!r} for {kind}; RACE builds: "
-                             f"{', '.join(n for n in known_rms() if n.startswith(kind))} "
-                             f"(or give a local HF directory: {kind}:/path/to/model)") from None
-        if recipe.kind != kind:
-            raise ValueError(f"{spec.target!r} is {article(recipe.kind)}, not {article(kind)}: "
-                             f"use {recipe.kind}:{spec.target}")
+    elif named.source == "recipe":
         scorer = load_race_rm(spec.target, device=device, cache_dir=cache_dir)
-        name = spec.target
+    else:
+        raise ValueError(f"unknown reward model {spec.target!r} for {kind}; RACE builds: "
+                         f"{', '.join(n for n in known_rms() if n.startswith(kind))} "
+                         f"(or give a local HF directory: {kind}:/path/to/model)")
+    name = named.name
     k = tokens_per_policy_token(tokenizer, scorer.tokenizer)
     return LearnedReward(name, kind, scorer, spec, conventions=conventions, tokens_per_policy_token=k)
 

@@ -3,7 +3,9 @@ behind a reward spec, read from its ``info.json`` (torch-free, nothing built or 
 
     rm_card("prm", "prm-m") -> {"name": "prm-m", "step_auc": 0.929, ...} | None
 
-Where the info comes from, in order: the RACE cache (``<cache>/rm/<name>-<hash>/``, the
+Which model a reward names is ``race.rewards.rm_recipes.learned_target``'s rule (a path
+first, even one named like a recipe; then RACE's recipes, whose kind must match). Where
+the info comes from, in order: the RACE cache (``<cache>/rm/<name>-<hash>/``, the
 RM's CURRENT recipe hash), else the copy the package ships under the same hash; for a
 local directory (``prm:/path``), its own ``info.json`` when it has one. The reward is given
 by its typed columns (``race.schema.REWARD_COLUMNS``: ``reward_system``, ``reward_model``),
@@ -100,12 +102,15 @@ def rm_card(kind: str, model: str | None, *, cache_dir: str | os.PathLike[str] |
         return None if kind != "judge" else dict(name=model, kind="judge", found=False,
                                                  note="a generative judge records no quality")
     target = str(model or "")
-    from race.models.refs import looks_like_path
-    from race.rewards.rm_recipes import known_rms
+    from race.rewards.rm_recipes import learned_target
 
-    if target in known_rms():
+    try:
+        source = learned_target(kind, target).source
+    except ValueError as e:  # a RACE RM of the other kind: no run could have loaded it
+        return dict(name=target, kind=kind, found=False, note=str(e))
+    if source == "recipe":
         info, where = find_info(target, cache_dir=cache_dir)
-    elif looks_like_path(target):
+    elif source == "path":
         path = Path(target).expanduser()
         info, where = _read(path), "path"
         if info is None:

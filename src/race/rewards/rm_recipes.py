@@ -217,3 +217,47 @@ def rm_settings(recipe: RMRecipe, max_length: int = MAX_LENGTH) -> dict[str, Any
     if recipe.kind == "prm":
         d.update(markers=list(MARKERS), final_marker=END_MARK)
     return d
+
+
+# -- which reward model a learned target names ---------------------------------------------------
+@dataclass(frozen=True)
+class LearnedTarget:
+    """What the target of an ``orm:``/``prm:`` spec names (see :func:`learned_target`):
+    ``source`` ``"path"`` (a local directory or config: ``name`` its base name), ``"recipe"``
+    (RACE's own RM: ``name`` the recipe name, ``recipe`` its :class:`RMRecipe`) or ``"hub"``
+    (anything else: a preset or hub name; planning reads its shape, loading refuses it)."""
+
+    kind: str
+    source: str  # "path" | "recipe" | "hub"
+    name: str
+    ref: str  # the target as written
+    recipe: RMRecipe | None = None
+
+
+def learned_target(kind: str, target: str) -> LearnedTarget:
+    """The ONE rule for which reward model ``kind:target`` names (loading, planning, building
+    on demand, the grid's prebuild and the report's RM card all ask here), in this order:
+
+    1. a path wins (``race.models.refs.looks_like_path``: ``./x``, ``/x``, ``~/x``, ``x.json``
+       or anything that exists on disk), so a user can point at their own checkpoint even
+       when it is named like one of RACE's recipes;
+    2. a RACE recipe name (:data:`RM_RECIPES`): its kind must be ``kind``, else
+       ``ValueError`` naming the mismatch and the spec to write instead (``prm:orm-xs`` ->
+       ``orm:orm-xs``);
+    3. anything else is a hub or preset name (``source="hub"``).
+    """
+    from race.models.refs import looks_like_path
+
+    ref = str(target)
+    if looks_like_path(ref):
+        return LearnedTarget(kind, "path", Path(ref).expanduser().name, ref)
+    recipe = RM_RECIPES.get(ref)
+    if recipe is None:
+        return LearnedTarget(kind, "hub", ref, ref)
+    if recipe.kind != kind:
+        same = ", ".join(n for n, r in RM_RECIPES.items() if r.kind == kind)
+        a = {"orm": "an ORM", "prm": "a PRM"}
+        same = ", ".join(n for n, r in RM_RECIPES.items() if r.kind == kind)
+        raise ValueError(f"{ref!r} is {a[recipe.kind]}, not {a.get(kind, kind)}: write {recipe.kind}:{ref}, "
+                         f"or name one of RACE's {kind.upper()}s ({same}) or a local directory ({kind}:/path)")
+    return LearnedTarget(kind, "recipe", ref, ref, recipe)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from race.accounting import RewardSystem
-from race.models.refs import looks_like_path, resolve_shape
+from race.models.refs import resolve_shape
 from race.spec.reward import RewardSpec, parse_reward
 
 
@@ -21,10 +21,10 @@ def reward_system(spec: str | RewardSpec) -> RewardSystem:
     if not parsed.learned:
         return RewardSystem("random" if parsed.kind == "random" else "rule")
     kind, model = parsed.kind, parsed.target
-    if kind in ("orm", "prm") and not looks_like_path(model) and not model.startswith("qwen"):
-        from race.rewards.rm_recipes import RM_RECIPES, shape_of_rm  # RACE's own reward models (torch-free)
+    if kind in ("orm", "prm"):
+        from race.rewards.rm_recipes import learned_target, shape_of_rm  # RACE's own reward models (torch-free)
 
-        if model in RM_RECIPES:
+        if learned_target(kind, model).source == "recipe":  # ValueError for an RM of the other kind
             return RewardSystem(kind, shape_of_rm(model), model)  # type: ignore[arg-type]
     shape = resolve_shape(model)
     if kind in ("orm", "prm") and shape.is_lm:
@@ -35,12 +35,15 @@ def reward_system(spec: str | RewardSpec) -> RewardSystem:
 
 
 def race_rms_of(specs: "list[RewardSpec]") -> list[str]:
-    """The RACE-built reward models (``prm-xs``, ...) that parsed reward specs name, in order."""
-    from race.rewards.rm_recipes import RM_RECIPES
+    """The RACE-built reward models (``prm-xs``, ...) that parsed reward specs name, in order
+    (``race.rewards.rm_recipes.learned_target``: a path named like a recipe is no RACE RM;
+    ``ValueError`` for a recipe of the other kind, ``prm:orm-xs``)."""
+    from race.rewards.rm_recipes import learned_target
 
     out = []
     for parsed in specs:
-        if parsed.kind in ("orm", "prm") and parsed.target in RM_RECIPES and parsed.target not in out:
+        if parsed.kind in ("orm", "prm") and parsed.target not in out \
+                and learned_target(parsed.kind, parsed.target).source == "recipe":
             out.append(parsed.target)
     return out
 
