@@ -21,8 +21,10 @@ tiny-xs..tiny-l x G {4,8,16} x completion {16,32,64} on one thread; ``--quick`` 
 tiny-s and tiny-m at G=8, completion 32. ``--levers`` times the built-in step with the
 LoRA merge and the functional log-prob forward switched off, one at a time, interleaved.
 ``--gang 2,4,8`` times a gang of K members (``race.engines.gang``: one batched step for K
-LoRA runs of the same base, seeds differing) against K solo built-in steps, interleaved;
-the ratio is run-steps per second, gang over solo (K solo step seconds / gang step seconds).
+LoRA runs of the same base, seeds differing) against K solo built-in steps and against
+TRL at the same per-member shapes (``--no-trl`` leaves TRL out), interleaved; the ratios
+are run-steps per second: gang over solo (K solo step seconds / gang step seconds) and
+gang over TRL (K TRL step seconds / gang step seconds, TRL training one run at a time).
 """
 
 from __future__ import annotations
@@ -249,17 +251,27 @@ def gang_members(model_dir: Path, prompts: int, group: int, length: int, tmp: Pa
 
 
 def run_gangs(a) -> None:
-    """Run-steps per second of a gang of K members against K solo built-in runs."""
+    """Run-steps per second of a gang of K members against K solo built-in runs and, unless
+    ``--no-trl``, against TRL's GRPOTrainer at the same per-member shapes (TRL runs one
+    LoRA run per process, so K of its run-steps take K of its steps). All three are timed
+    interleaved in one process: per round a block of ``--steps`` TRL steps, then step by
+    step K solo steps and one gang step."""
     from race.engines.gang.forward import share_base
     from race.engines.gang.step import Work, gang_step
 
     ks = [int(k) for k in a.gang.split(",")]
-    print("| model | G | completion | K | K solo steps s | gang step s | gang / solo run-steps per s |")
-    print("|---|---|---|---|---|---|---|")
+    trl = not a.no_trl
+    print("| model | G | completion | K | K solo steps s | gang step s | gang / solo run-steps per s |"
+          + (" TRL step s | gang / TRL run-steps per s |" if trl else ""))
+    print("|---|---|---|---|---|---|---|" + ("---|---|" if trl else ""))
     ratios: dict[int, list[float]] = {k: [] for k in ks}
+    vs_trl: dict[int, list[float]] = {k: [] for k in ks}
     with tempfile.TemporaryDirectory() as td:
         root = Path(td)
         for size, mdir, g, L in grid_points(a, root):
+            t_block = trl_trainer(mdir, a.prompts, g, L, root, checkpointing=False) if trl else None
+            if t_block:
+                _suppressed(t_block, 1)  # warm-up
             for k in ks:
                 solo = gang_members(mdir, a.prompts, g, L, root, range(k))
                 gang = gang_members(mdir, a.prompts, g, L, root, range(k))
@@ -282,15 +294,26 @@ def run_gangs(a) -> None:
                     return time.perf_counter() - t0
 
                 solo_steps(), gang_once()  # warm-up
-                ts, tg = [], []
-                for _ in range(a.rounds * a.steps):  # interleaved step by step
-                    ts.append(solo_steps())
-                    tg.append(gang_once())
+                ts, tg, tt = [], [], []
+                for _ in range(a.rounds):
+                    if t_block:
+                        tt += _suppressed(t_block, a.steps)
+                    for _ in range(a.steps):  # interleaved step by step
+                        ts.append(solo_steps())
+                        tg.append(gang_once())
                 ms, mg = statistics.median(ts), statistics.median(tg)
                 ratios[k].append(ms / mg)
-                print(f"| {size} | {g} | {L} | {k} | {ms:.3f} | {mg:.3f} | {ms / mg:.2f}x |", flush=True)
+                row = f"| {size} | {g} | {L} | {k} | {ms:.3f} | {mg:.3f} | {ms / mg:.2f}x |"
+                if tt:
+                    mt = statistics.median(tt)
+                    vs_trl[k].append(k * mt / mg)
+                    row += f" {mt:.3f} | {k * mt / mg:.2f}x |"
+                print(row, flush=True)
     for k in ks:
-        print(f"K={k}: gang / solo run-steps per second {_span(ratios[k])}")
+        line = f"K={k}: gang / solo run-steps per second {_span(ratios[k])}"
+        if vs_trl[k]:
+            line += f"; gang / TRL {_span(vs_trl[k])}"
+        print(line)
 
 
 def run_levers(a) -> None:
@@ -359,6 +382,7 @@ def main() -> None:
                     help="instead of TRL: the built-in step with each speed lever switched off, interleaved")
     ap.add_argument("--gang", default="", help="gang sizes K (e.g. 2,4,8): a gang of K against K solo runs")
     ap.add_argument("--no-trl-default", action="store_true", help="skip the TRL-defaults (checkpointing) column")
+    ap.add_argument("--no-trl", action="store_true", help="with --gang: time gangs against solo runs only")
     a = ap.parse_args()
     if a.quick:
         a.sizes, a.groups, a.lengths = "tiny-s,tiny-m", "8", "32"

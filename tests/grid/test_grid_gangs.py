@@ -45,8 +45,6 @@ def test_gang_composition_is_a_function_of_the_spec(tiny_model_dir):
 
 
 def test_gang_settings_are_refused_where_they_cannot_run(tiny_model_dir):
-    with pytest.raises(GridSpecError, match="local runner"):
-        grid_spec_from_dict(_grid(tiny_model_dir, gang=True, runner={"kind": "ray"}))
     with pytest.raises(GridSpecError, match="built-in engine"):
         grid_spec_from_dict(_grid(tiny_model_dir, gang=True, cell_fn="some.module:fn"))
 
@@ -77,3 +75,25 @@ def test_local_runner_trains_gangs_and_stores_members_as_cells(tiny_model_dir, t
     assert len(gangs) == 2 and len(list((tmp_path / "gang" / "gangs").iterdir())) == 2
     again = run_grid(_grid(tiny_model_dir, seeds=[0], gang=True, gang_size=2), tmp_path / "gang", poll_s=0.1)
     assert again.ok and again.skipped_complete == 4 and again.ran == 0
+
+
+def _nested_stored(study):
+    """``_stored`` plus each run's prefix columns and budget points (nested grids)."""
+    with Store(study, create=False) as s:
+        prefixes = sorted((r["run_id"], r["prefix_of"], r["prefix_step"], r["budget"]) for r in s.runs())
+        points = sorted((r["run_id"], json.dumps(json.loads(r["run_json"]).get("budget_points")))
+                        for r in s.runs() if not r["prefix_of"])
+    return _stored(study), prefixes, points
+
+
+def test_nested_gangs_store_what_nested_solo_runs_store(tiny_model_dir, tmp_path):
+    """nested: true with gang: true: each member evaluates where a run of the smaller
+    budget would stop, as its solo run does; the store's prefix rows, ledgers and
+    evaluations equal the nested solo grid's."""
+    g = dict(nested=True, seeds=[0], budgets=[1e9, 2.5e9])
+    solo = run_grid(_grid(tiny_model_dir, **g), tmp_path / "solo", poll_s=0.1)
+    gang = run_grid(_grid(tiny_model_dir, gang=True, gang_size=2, **g), tmp_path / "gang", poll_s=0.1)
+    assert solo.ok and gang.ok and gang.complete == solo.complete == 2
+    a, b = _nested_stored(tmp_path / "gang"), _nested_stored(tmp_path / "solo")
+    assert sum(1 for _, p, _, _ in a[1] if p) == 2  # one prefix per member, at the smaller budget
+    assert a == b

@@ -40,3 +40,18 @@ def test_ray_runner_matches_local_runner(tmp_path, ray_cluster):
     # a second session on Ray skips everything
     again = run_grid(spec, tmp_path / "ray", runner="ray", poll_s=0.1)
     assert again.ran == 0 and again.skipped_complete == 12
+
+
+def test_ray_runner_trains_gangs_as_the_local_runner_does(tiny_model_dir, tmp_path, ray_cluster):
+    """gang: true on Ray: a gang is one Ray task; the study equals the local runner's gangs
+    (real built-in engine on the tiny model: gangs need it)."""
+    from .test_grid_gangs import _grid, _stored
+
+    spec = _grid(tiny_model_dir, seeds=[0], gang=True, gang_size=2)
+    local = run_grid(spec, tmp_path / "local", poll_s=0.1)
+    via_ray = run_grid(spec, tmp_path / "ray", runner="ray", poll_s=0.1)
+    assert local.ok and via_ray.ok and via_ray.complete == local.complete == 4
+    assert _stored(tmp_path / "ray") == _stored(tmp_path / "local")
+    with Store(tmp_path / "ray", create=False) as s:
+        members = {json.dumps(json.loads(r["run_json"])["gang"]["members"]) for r in s.runs()}
+    assert len(members) == 2 and len(list((tmp_path / "ray" / "gangs").iterdir())) == 2

@@ -1,7 +1,10 @@
 """Ray runner: the same cells as Ray tasks, on a local Ray started for the run or on an
 existing cluster (``ray_address``), with ``cpus_per_cell``/``gpus_per_cell`` resources.
 
-Workers return results to the driver exactly as in the local runner. On a multi-node
+Workers return results to the driver exactly as in the local runner. With ``gang: true``
+a gang is one Ray task (``race.grid.gangs.execute_gang``) holding ``cpus_per_cell`` /
+``gpus_per_cell`` for the whole gang: those resources are per unit of work, a cell alone
+or a gang. On a multi-node
 cluster the study directory must be on a filesystem every node sees (run directories
 hold the checkpoints a restarted cell resumes from), and ``race`` (plus a file-path
 ``cell_fn``) must be installed/present on every node.
@@ -12,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from race.grid.cell import execute_cell, set_threads
+from race.grid.gangs import execute_gang
 from race.spec.grid import RunnerSettings
 
 
@@ -21,8 +25,15 @@ def ray_cell(cell_fn: str, spec: dict[str, Any], run_dir: str, threads: int, pre
     return execute_cell(cell_fn, spec, run_dir)
 
 
+def ray_gang(cell_fn: str, specs: list[dict[str, Any]], run_dirs: list[str], gang_dir: str, threads: int,
+             preload_torch: bool) -> dict[str, Any]:
+    """Body of a gang's Ray task: the gang trains in this worker (``execute_gang``)."""
+    set_threads(threads, preload_torch)
+    return execute_gang(cell_fn, specs, run_dirs, gang_dir)
+
+
 class RayExecutor:
-    """Cells as Ray tasks (``max_retries=0``: the grid driver does the retrying)."""
+    """Cells and gangs as Ray tasks (``max_retries=0``: the grid driver does the retrying)."""
 
     def __init__(self, settings: RunnerSettings, cell_fn: str):
         try:
@@ -38,8 +49,9 @@ class RayExecutor:
             self._started = True
         cpus = ray.cluster_resources().get("CPU", 1.0)
         self.capacity = settings.workers or max(1, int(cpus // settings.cpus_per_cell))
-        self._task = ray.remote(ray_cell).options(
-            num_cpus=settings.cpus_per_cell, num_gpus=settings.gpus_per_cell, max_retries=0)
+        resources = dict(num_cpus=settings.cpus_per_cell, num_gpus=settings.gpus_per_cell, max_retries=0)
+        self._task = ray.remote(ray_cell).options(**resources)
+        self._gang_task = ray.remote(ray_gang).options(**resources)  # per gang: one unit of work
         where = settings.ray_address or ("local Ray (started here)" if self._started else "existing Ray session")
         self.description = (f"ray: {where}, {self.capacity} cell(s) in flight x {settings.cpus_per_cell:g} CPU"
                             + (f" + {settings.gpus_per_cell:g} GPU" if settings.gpus_per_cell else ""))
@@ -48,6 +60,13 @@ class RayExecutor:
     def submit(self, spec: dict[str, Any], run_dir: str) -> Any:
         ref = self._task.remote(self.cell_fn, spec, run_dir, self.settings.threads_per_worker,
                                 self.settings.preload_torch)
+        self._inflight.add(ref)
+        return ref
+
+    def submit_gang(self, specs: list[dict[str, Any]], run_dirs: list[str], gang_dir: str) -> Any:
+        """One gang as one Ray task, with one cell's resources."""
+        ref = self._gang_task.remote(self.cell_fn, specs, run_dirs, gang_dir, self.settings.threads_per_worker,
+                                     self.settings.preload_torch)
         self._inflight.add(ref)
         return ref
 

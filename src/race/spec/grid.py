@@ -52,7 +52,9 @@ class RunnerSettings(BaseModel):
     """How cells are executed. ``local``: a process pool of ``workers`` processes with
     ``threads_per_worker`` torch/BLAS threads each (2 x 1 on a 2-core machine).
     ``ray``: Ray tasks with ``cpus_per_cell``/``gpus_per_cell`` resources on ``ray_address``
-    (an existing cluster) or a local Ray started for the run."""
+    (an existing cluster) or a local Ray started for the run. With ``gang: true`` a gang is
+    one unit of work (one local worker task or one Ray task), so ``workers``,
+    ``cpus_per_cell`` and ``gpus_per_cell`` count gangs, not their members."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -60,8 +62,8 @@ class RunnerSettings(BaseModel):
     workers: int | None = Field(None, ge=1, description="cells in flight; local default 2, ray default cluster CPUs / cpus_per_cell")
     threads_per_worker: int = Field(1, ge=1)
     ray_address: str | None = None
-    cpus_per_cell: float = Field(1.0, gt=0)
-    gpus_per_cell: float = Field(0.0, ge=0)
+    cpus_per_cell: float = Field(1.0, gt=0, description="Ray CPUs per cell (per gang with gang: true)")
+    gpus_per_cell: float = Field(0.0, ge=0, description="Ray GPUs per cell (per gang with gang: true)")
     max_cells_per_worker: int | None = Field(None, ge=1, description="recycle a local worker process after this many cells")
     preload_torch: bool = Field(True, description="import torch in each worker to set its thread count up front")
     order: Literal["longest_first", "grid"] = Field(
@@ -202,15 +204,9 @@ class GridSpec(BaseModel):
         if self.gang and self.cell_fn != DEFAULT_CELL_FN:
             raise ValueError(f"gang: true trains with RACE's built-in engine, not cell_fn={self.cell_fn!r}: "
                              "set gang: false or drop cell_fn")
-        if self.nested and self.gang:
-            raise ValueError("nested: true needs the solo built-in engine (a gang does not evaluate at smaller "
-                             "budgets): set gang: false or nested: false")
         if self.nested and len(self.budgets) < 2:
             raise ValueError("nested: true reads the largest budget's runs at the smaller budgets: list at least "
                              "two budgets, or set nested: false")
-        if self.gang and self.runner.kind != "local":
-            raise ValueError("gang: true runs on the local runner (one gang per worker); set runner.kind: local "
-                             "or gang: false")
         return self
 
     def _check_overrides(self) -> None:

@@ -8,7 +8,9 @@ the member's ``BudgetGuard``), and those that may run one batched step
 (``race.engines.gang.step``). A member leaves when its budget, ``max_steps``, an overrun
 or a divergence stops it; it then finishes as a solo run does (a last evaluation, its
 final checkpoint, adapter, report card and ``run.json``, which records the gang under
-``"gang"``) and the others go on. Evaluations are each member's own (solo passes).
+``"gang"``) and the others go on. Evaluations are each member's own (solo passes),
+including those where a run of a smaller budget would stop (``eval.at_budgets``, nested
+pilots), decided before each step exactly as the solo loop decides them.
 
 Each member's run directory is the one its solo run writes; its ledger charges exactly
 its own rows with the solo engine's functions (same keys, same FLOPs; the rollout is
@@ -137,7 +139,11 @@ class GangEngine:
                 leaving.append((i, "complete", "max_steps", None, step))
                 continue
             problems, ids, mask = e.prompts_at(t)
-            if not e.books.guard.may_start(e.step_bound(ids.shape[1], problems)):
+            bound = e.step_bound(ids.shape[1], problems)
+            t1 = time.perf_counter()  # the smaller budgets a run of this member would stop at (eval.at_budgets)
+            e.schedule.reach_budgets(e.state.evaluator, e.state.model, e.books.ledger, e.books.metrics, step, bound)
+            self.wall[i] += time.perf_counter() - t1
+            if not e.books.guard.may_start(bound):
                 leaving.append((i, "complete", BUDGET_STOP, None, step))
                 continue
             works.append(Work(i, e, problems, ids, mask))
