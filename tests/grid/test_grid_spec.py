@@ -149,7 +149,10 @@ def test_plan_refuses_cells_below_min_steps_with_a_clear_message():
     assert p.total_predicted_flops == pytest.approx(sum(c.prediction["total"] for c in p.runnable))
     rollout, learning, feedback = p.runnable[0].split_pct()
     assert rollout + learning + feedback == pytest.approx(100)
-    assert p.est_wall_s == pytest.approx(sum(c.prediction["est_seconds"] for c in p.runnable) / 2)
+    secs = sorted((c.prediction["est_seconds"] for c in p.runnable), reverse=True)
+    assert len(secs) == 3  # longest first on 2 workers: the two longest start, the third follows the shorter
+    assert p.est_wall_s == pytest.approx(max(secs[0], secs[1] + secs[2]))
+    assert sum(secs) / 2 <= p.est_wall_s <= sum(secs) / 2 + secs[0]  # Graham's bound
     d = p.to_dict()
     assert len(d["cells"]) == 8 and sum(1 for c in d["cells"] if c["refusal"]) == 5
 
@@ -259,3 +262,31 @@ def test_the_feedback_study_configs_ask_the_issues_question(name):
     assert "rule:outcome" in rewards and "rule:partial" in rewards
     assert len(spec.seeds) >= 2 and spec.eval["n_problems"] >= 500
     assert max(spec.budgets) / min(spec.budgets) >= 10
+
+
+def test_list_schedule_is_greedy_in_order_and_within_grahams_bound():
+    from race.grid.plan import list_schedule
+
+    assert list_schedule([5.0, 3.0, 2.0, 2.0], 2) == 7.0  # 5 | 3, then 2 after the 3, then 2 after the 5 (a tie)
+    assert list_schedule([1.0, 1.0, 1.0, 9.0], 2) == 10.0  # the long unit last: it runs alone
+    assert list_schedule([9.0, 1.0, 1.0, 1.0], 2) == 9.0  # longest first: the others fill the other worker
+    assert list_schedule([], 3) == 0.0 and list_schedule([4.0], 0) == 4.0
+
+
+def test_plan_prices_gangs_as_units_of_work(tmp_path):
+    """gang: true: the plan schedules gangs (their members' summed seconds) on the workers
+    and says how the cells were grouped."""
+    from race.grid.plan import list_schedule
+
+    g = grid(gang=True, gang_size=3, cell_fn=DEFAULT_CELL_FN, min_steps=0,
+             axes={"num_generations": [4, 8]}, seeds=[0, 1], budgets=[2e9, 2e10])
+    g["base"] = {**g["base"], "model": "tiny-s", "lora": {"r": 4}}
+    solo = plan_grid(grid_spec_from_dict({**g, "gang": False}), predictor=_fake_predict)
+    gang = plan_grid(grid_spec_from_dict(g), predictor=_fake_predict)
+    secs = {c.cell.run_id: c.prediction["est_seconds"] for c in gang.runnable}
+    cells = [c.cell for c in gang.runnable]
+    units = [sum(secs[c.run_id] for c in cells[i:i + 3]) for i in range(0, 8, 3)]
+    assert len(gang.runnable) == 8 and len(units) == 3  # one base: gangs of 3, 3 and 2 in grid order
+    assert gang.est_wall_s == pytest.approx(list_schedule(sorted(units, reverse=True), 2))
+    assert solo.est_wall_s == pytest.approx(list_schedule(sorted(secs.values(), reverse=True), 2))
+    assert any("gang: 3 gang(s) of 2-3 members and 0 cell(s) alone" in n for n in gang.notes)

@@ -10,6 +10,12 @@ worker would fail on it anyway, after the grid had started.
 A nested grid (``nested: true``) plans only the largest budget's cells; the plan also
 prices the separate runs they stand for (``separate``: the same grid with ``nested:
 false``) and says what the prefixes save.
+
+The wall-time estimate schedules the grid's units of work (cells, or gangs with ``gang:
+true``: ``race.grid.gangs.gang_units``) on ``workers`` slots in the order the runner hands
+them out (:func:`list_schedule`), so a grid whose last long unit runs alone is priced as
+such. A gang's wall time is taken as its members' sum: on a 2-core CPU a gang measured
+0.96-1.36x its members' solo run-steps per second (docs/design.md, gangs).
 """
 
 from __future__ import annotations
@@ -33,6 +39,27 @@ from race.spec.run import RunConfig
 ASSUMED_FLOPS_PER_SECOND = 5e10
 ASSUMED_SECONDS_PER_STEP = 0.4
 ASSUMED_SECONDS_PER_CELL = 4.0
+
+
+def list_schedule(durations: list[float], workers: int) -> float:
+    """Makespan of greedy list scheduling: each unit, in the given order, starts on the
+    first worker to come free. Graham's bound: sum / workers <= makespan <= sum / workers
+    + max(durations) (the last unit may start when every other worker is about to end)."""
+    free = [0.0] * max(1, int(workers))
+    for d in durations:
+        i = min(range(len(free)), key=free.__getitem__)
+        free[i] += float(d)
+    return max(free)
+
+
+def unit_seconds(cells: list[Cell], seconds: dict[str, float], *, gang: bool, gang_size: int, order: str) -> list[float]:
+    """Predicted wall seconds of the grid's units of work (module docstring: a gang's is
+    its members' sum), in the order the runner hands them out (``runner.order``:
+    ``longest_first`` or ``grid``; ``race.grid.runners``)."""
+    from race.grid.gangs import gang_units
+
+    secs = [sum(seconds[c.run_id] for c in u) for u in gang_units(cells, gang=gang, gang_size=gang_size)]
+    return sorted(secs, reverse=True) if order == "longest_first" else secs
 
 
 def default_seconds(steps: float, flops: float) -> float:
@@ -115,13 +142,18 @@ class GridPlan:
             return None
         return sum(c.prediction["total"] for c in self.runnable)  # type: ignore[index]
 
+    def cell_seconds(self, c: PlannedCell) -> float:
+        """Predicted wall seconds of one cell (budget-based where it has no prediction)."""
+        return c.prediction["est_seconds"] if c.prediction else self.time_scale * default_seconds(0, c.cell.budget)
+
     @property
     def est_wall_s(self) -> float:
-        """Predicted wall time with ``workers`` cells in flight (budget-based where a
-        cell has no prediction)."""
-        secs = [(c.prediction["est_seconds"] if c.prediction else self.time_scale * default_seconds(0, c.cell.budget))
-                for c in self.runnable]
-        return sum(secs) / max(1, self.workers)
+        """Predicted wall time: the runnable cells' units (cells or gangs) scheduled on
+        ``workers`` slots in the runner's order (:func:`list_schedule`)."""
+        spec = self.spec
+        secs = {c.cell.run_id: self.cell_seconds(c) for c in self.runnable}
+        return list_schedule(unit_seconds([c.cell for c in self.runnable], secs, gang=spec.gang,
+                                          gang_size=spec.gang_size, order=spec.runner.order), self.workers)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -222,6 +254,14 @@ def plan_grid(spec: "GridSpec | dict | str | Path", predictor: Predictor | None 
         notes.append("no FLOP prediction: the predictor gave none; min_steps not checked")
     workers = spec.runner.resolved_workers()
     plan = GridPlan(spec=spec, cells=planned, workers=workers, time_scale=scale, notes=notes)
+    if spec.gang:
+        from race.grid.gangs import gang_units
+
+        units = gang_units([c.cell for c in plan.runnable], gang=True, gang_size=spec.gang_size)
+        gangs = [len(u) for u in units if len(u) > 1]
+        notes.append(f"gang: {len(gangs)} gang(s) of {min(gangs, default=0)}-{max(gangs, default=0)} members and "
+                     f"{len(units) - len(gangs)} cell(s) alone, {len(units)} unit(s) on {workers} worker(s); a gang's "
+                     "wall time is taken as its members' sum (a 2-core CPU measured 0.96-1.36x; docs/design.md)")
     if spec.nested:
         _price_nested(plan, predict)
     return plan
@@ -238,7 +278,9 @@ def _price_nested(plan: GridPlan, predict: Predictor) -> None:
     _, prefixes = nested_budgets(spec)
     flat = spec.with_settings(nested=False)
     runnable = {(c.cell.label, c.cell.seed) for c in plan.runnable}
-    budget, secs, n_flat = 0.0, 0.0, 0
+    budget, n_flat = 0.0, 0
+    flat_cells: list[Cell] = []
+    seconds: dict[str, float] = {}
     for cell in flat.cells():
         if (cell.label, cell.seed) not in runnable:
             continue
@@ -250,10 +292,12 @@ def _price_nested(plan: GridPlan, predict: Predictor) -> None:
             continue  # the flat grid would refuse this cell: it would not run either
         budget += cell.budget
         n_flat += 1
-        secs += plan.time_scale * (pred["est_seconds"] if pred and "est_seconds" in pred
-                                   else default_seconds(pred["steps"], pred["total"]) if pred
-                                   else default_seconds(0, cell.budget))
-    secs /= max(1, plan.workers)
+        flat_cells.append(cell)
+        seconds[cell.run_id] = plan.time_scale * (pred["est_seconds"] if pred and "est_seconds" in pred
+                                                  else default_seconds(pred["steps"], pred["total"]) if pred
+                                                  else default_seconds(0, cell.budget))
+    secs = list_schedule(unit_seconds(flat_cells, seconds, gang=spec.gang, gang_size=spec.gang_size,
+                                      order=spec.runner.order), plan.workers)
     plan.separate = {"total_budget": budget, "est_wall_s": secs}
     if budget:
         plan.notes.append(
