@@ -92,6 +92,18 @@ def test_nested_prefixes_are_the_smaller_budgets_runs(tiny_model_dir, tmp_path):
         assert {k: len(v) for k, v in m.strata().items()} == {(al, bu): 2 for al, bu, _ in ms[-1]}
     assert ms[0] == ms[1]
 
+    # validating a nested study: the validation runs copy a pilot's settings but not its prefix points
+    from race.analysis import prepare_runs
+    from race.protocol.study import load_study
+    from race.protocol.validate import validation_grids
+
+    study = load_study(tmp_path / "nested")
+    allocs = sorted(prepare_runs(study.pilot_runs)["allocation"].unique())
+    for g in validation_grids(study, allocs, 4 * LARGE):
+        assert "at_budgets" not in g["base"]["eval"] and g["base"]["eval"]["n_problems"] == 8
+        cells = grid_spec_from_dict(g).cells()
+        assert len(cells) == 2 and all(c.budget == 4 * LARGE and not c.config.eval.at_budgets for c in cells)
+
 
 def test_plan_prices_the_saving_and_the_cli_shows_it(tiny_model_dir, tmp_path):
     p = plan_grid(_grid(tiny_model_dir, nested=True))

@@ -71,6 +71,17 @@ def _stored(study_dir: Path) -> tuple[str | None, dict[str, Any] | None, dict[st
     return name, spec, runs
 
 
+def template_base(config: dict[str, Any]) -> dict[str, Any]:
+    """A stored pilot RunConfig as the ``base`` of a validation grid: without what the
+    study's grid set for that cell (``GRID_OWNED``: budget, seed, output directory; and
+    ``eval.at_budgets``, the prefix points of a nested grid, which belong to the pilot
+    budgets, not to a validation run at the target budget)."""
+    base = {k: v for k, v in config.items() if k not in GRID_OWNED}
+    if isinstance(base.get("eval"), dict) and "at_budgets" in base["eval"]:
+        base["eval"] = {k: v for k, v in base["eval"].items() if k != "at_budgets"}
+    return base
+
+
 def validation_grids(study: StudyData, allocations: Sequence[str], target_budget: float,
                      seeds: Sequence[int] | None = None, workers: int | None = None) -> list[dict[str, Any]]:
     """One grid-spec dict per allocation: its stored RunConfig at ``target_budget``."""
@@ -92,7 +103,7 @@ def validation_grids(study: StudyData, allocations: Sequence[str], target_budget
             runner["workers"] = workers
         out.append({
             "study": name or study.name, "budgets": [float(target_budget)], "require_budget_span": False,
-            "base": {k: v for k, v in template.items() if k not in GRID_OWNED}, "seeds": use_seeds,
+            "base": template_base(template), "seeds": use_seeds,
             "runner": runner, "max_retries": grid.get("max_retries", 2), "min_steps": grid.get("min_steps", 1),
             "cell_fn": grid.get("cell_fn") or DEFAULT_CELL_FN,
         })
