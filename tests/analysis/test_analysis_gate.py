@@ -123,8 +123,9 @@ def test_pooled_variance_and_df_rules():
 
 def test_stable_regime_needs_three_seeds_and_its_own_accuracy():
     """The label (race.analysis.decision.label): "stable regime" only with >= 3 seeds in every
-    cell, the pick passing the gate, P(best) >= 0.8 and the back-test picking the observed
-    winner; each missing condition makes it "unstable" with a reason that says which."""
+    cell, the pick passing the gate, P(best) >= 0.9, the back-test picking the observed
+    winner and the pick's lead holding (``lead``); each missing condition makes it "unstable"
+    with a reason that says which."""
     import pandas as pd
 
     from race.analysis.backtest import BackTest
@@ -149,3 +150,41 @@ def test_stable_regime_needs_three_seeds_and_its_own_accuracy():
     assert conf == "unstable" and any("did not pass the learning gate" in r for r in why)
     conf, why = label(pred, gate.assign(passed=False), 1e12, 4.0, rules, 3, bt(True))
     assert conf == "no learning detected"
+    conf, why = label(pred.assign(p_best=[0.89, 0.11]), gate, 1e12, 4.0, rules, 3, bt(True))
+    assert conf == "unstable" and any("below 0.9" in r and "90% of such calls" in r for r in why)
+    conf, why = label(pred, gate, 1e12, 4.0, rules, 3, bt(True), lead="the lead did not hold")
+    assert conf == "unstable" and "the lead did not hold" in why
+
+
+def test_lead_not_held_needs_the_two_largest_budgets_and_a_paired_lead_beyond_the_noise():
+    """race.analysis.decision.lead_not_held: the pick must be the observed winner at both of the
+    two largest pilot budgets and its paired lead over the runner-up at the largest must have a
+    lower bound (the alpha quantile over the replicates) above 0."""
+    import numpy as np
+
+    from race.analysis.decision import lead_not_held
+
+    gen = np.random.default_rng(3)
+    shared = gen.normal(0.0, 0.05, (400, 1))  # the problem draw moves every allocation together
+    names = ["a", "b", "c"]
+
+    def at(points, sd):  # replicates: the shared part plus each allocation's own noise
+        pts = np.array(points)
+        return names, pts, pts + shared + gen.normal(0.0, sd, (400, 3))
+
+    clear = at([0.60, 0.50, 0.40], 0.01)
+    assert lead_not_held("a", [at([0.5, 0.4, 0.3], 0.01), clear], 0.05) is None
+    # the runner-up led at the second-largest budget: the ordering changed while the budget grew
+    why = lead_not_held("a", [at([0.45, 0.50, 0.3], 0.01), clear], 0.05)
+    assert why is not None and "second-largest" in why and "b scores 0.500" in why
+    # a lead of 0.02 with an own-noise SD of 0.05 per allocation: the paired 95% lower bound is
+    # 0.02 - 1.645 * 0.05 * sqrt(2) < 0 (the shared part cancels in the pair)
+    close = at([0.52, 0.50, 0.40], 0.05)
+    why = lead_not_held("a", [at([0.5, 0.4, 0.3], 0.01), close], 0.05)
+    assert why is not None and "within the paired noise" in why and "runner-up b" in why
+    # the same 0.02 lead with an own-noise SD of 0.002: beyond the noise although the shared
+    # part (SD 0.05) is 25 times the lead
+    assert lead_not_held("a", [at([0.5, 0.4, 0.3], 0.01), at([0.52, 0.50, 0.40], 0.002)], 0.05) is None
+    assert "one pilot budget" in lead_not_held("a", [clear], 0.05)
+    assert "no runs at the second-largest" in lead_not_held("a", [(["b", "c"], np.array([0.5, 0.4]),
+                                                                   np.zeros((4, 2))), clear], 0.05)

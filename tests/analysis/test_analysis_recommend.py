@@ -26,6 +26,27 @@ def test_stable_regime_is_earned_by_saturated_well_separated_curves():
     assert rec.allocation == BEST.key == rec.default_allocation
     assert rec.confidence == "stable regime", rec.reasons
     assert "back-test" in rec.reasons[-1] and "3+ seeds" in rec.reasons[-1]
+    # granted by the rules of run 6: P(best) at least the promised 0.9, a lead held at both of
+    # the two largest pilot budgets beyond the paired noise
+    assert rec.win_probability >= 0.9 and "led at the two largest pilot budgets" in rec.reasons[-1]
+
+
+def test_an_ordering_that_changed_inside_the_pilots_is_not_a_stable_regime():
+    """A pick that only took the lead at the largest pilot budget (another allocation led at
+    the one before): the forecast is sure of it (P(best) 1), every other rule of the label
+    holds, but the ordering changed while the budget grew, so it is no regime
+    (race.analysis.decision.lead_not_held) and the label says so."""
+    fast = Alloc("m", 4e6, r0=0.05, a=0.55, b=2.0, c_mid=3e13, num_generations=8)  # saturates early
+    slow = dataclasses.replace(fast, num_generations=16, a=0.85, c_mid=3e14)  # overtakes between 3e14 and 1e15
+    runs, evals = make_study([fast, slow], budgets=PILOTS, n_problems=200, rng=11)
+    rec = recommend(evals, runs, "greedy", 2e15, n_boot=200, rng=0)
+    assert rec.allocation == slow.key == rec.default_allocation and rec.win_probability >= 0.9
+    assert rec.confidence == "unstable"
+    why = [r for r in rec.reasons if "not the observed winner at the second-largest pilot budget" in r]
+    assert len(why) == 1 and fast.key in why[0]
+    # the lead rule is the only one that refused: no other label reason
+    assert not [r for r in rec.reasons if "win probability" in r or "back-test:" in r or "seeds in some" in r
+                or "falls from" in r or "learning gate" in r]
 
 
 def test_recommendation_with_interval_covering_truth(stable_study):

@@ -33,10 +33,13 @@
 7. **Confidence label** (:class:`ConfidenceRules`): ``"no learning detected"``;
    ``"extrapolation too far"`` when target / largest pilot >= ``max_extrapolation``;
    ``"stable regime"`` only when the forecast earned it: >= ``min_seeds_stable`` seeds in
-   every cell, the choice passed the gate and wins in >= ``min_win_prob`` of the replicates
-   (back-tested error included), the back-test from the smaller budgets picked the observed
-   winner at the largest one, and the choice's score does not fall between the two largest
-   pilot budgets; otherwise ``"unstable"``. ``reasons`` says which rule decided.
+   every cell, the choice passed the gate and wins in >= ``min_win_prob`` (0.9, the label's
+   promised accuracy) of the replicates (back-tested error included), the back-test from the
+   smaller budgets picked the observed winner at the largest one, the choice's score does
+   not fall between the two largest pilot budgets, and its lead held: observed winner at
+   both of the two largest pilot budgets, with a paired lower bound of its lead over the
+   runner-up at the largest above 0 (:func:`race.analysis.decision.lead_not_held`);
+   otherwise ``"unstable"``. ``reasons`` says which rule decided.
 """
 
 from __future__ import annotations
@@ -53,14 +56,15 @@ from race.accounting.guard import is_budget
 from .backtest import JOINT_PRIOR_SCALE, PRIOR_SCALE, BackTest, logit, open_ends, run_backtest, slope_norm
 from .bootstrap import as_rng, win_probabilities
 from .families import FAMILIES, select_and_forecast
-from .decision import NO_LEARNING, ConfidenceRules, decide, declining, label
+from .decision import NO_LEARNING, ConfidenceRules, decide, declining, label, lead_not_held
 from .gate import learning_gate
 from .joint import Replicates, StudyMatrix, draw_replicates, study_matrix
 from .joint_forecast import forecast_joint, joint_fit_at
 from .tables import ALLOCATION_COLUMNS, allocation_table, jsonable, without_controls
 
 METHODS = {"curve": FAMILIES, "trend": ("loglinear",), "joint": ("joint",)}
-__all__ = ["NO_LEARNING", "ConfidenceRules", "Recommendation", "decide", "declining", "label", "recommend"]
+__all__ = ["NO_LEARNING", "ConfidenceRules", "Recommendation", "decide", "declining", "label", "lead_not_held",
+           "recommend"]
 
 
 @dataclass
@@ -360,9 +364,12 @@ def recommend(evals: pd.DataFrame, runs: pd.DataFrame, target: str, target_budge
     order = np.lexsort((pred["allocation"].to_numpy(), -pred["score"].to_numpy(), first))
     pred = pred.iloc[order].reset_index(drop=True)
     rep_matrix = rep_matrix[:, order]
+    budgets = sorted(float(b) for b in cand["budget"].unique())
+    lead = lead_not_held(str(pred.iloc[0]["allocation"]),
+                         [standings(sm, reps, allocs, b) for b in budgets[-2:]], rules.lead_alpha)
     confidence, reasons = label(pred, gate, largest, ratio, rules, min_seeds,
                                 bt if bt is not None else run_backtest([], [], None, None),
-                                declining(sm, str(pred.iloc[0]["allocation"])))
+                                declining(sm, str(pred.iloc[0]["allocation"])), lead)
     if decision and confidence != NO_LEARNING:
         reasons.insert(0, decision)
     top = pred.iloc[0]

@@ -348,8 +348,10 @@ def method_section(ctx: Context) -> Section:
                  "allocation, scaled to the target's reach. The default pick is the observed winner at the largest "
                  f"pilot budget (equal FLOPs); it is replaced only when the paired lower bound of the forecast "
                  f"gain (its {ConfidenceRules().switch_alpha:.0%} quantile over the joint replicates) "
-                 "is above 0. Labels: 'stable regime' (3+ seeds, the choice learned and wins in most "
-                 "replicates, and the back-test from the smaller budgets picked the observed winner at the largest), "
+                 "is above 0. Labels: 'stable regime' (3+ seeds, the choice learned, wins in at least "
+                 f"{ConfidenceRules().min_win_prob:.0%} of the replicates (the share of such calls the label promises "
+                 "to get right), led at both of the two largest pilot budgets beyond the paired noise, and the "
+                 "back-test from the smaller budgets picked the observed winner at the largest), "
                  "'unstable' (one of those fails), 'extrapolation too far' (the target is 10x the largest pilot "
                  "budget or more), 'no learning detected'."),
             *[Text(t) for t in (measured_sentence(load_measured()), study_sentence(ctx.runs)) if t],
