@@ -104,6 +104,19 @@ def test_nested_prefixes_are_the_smaller_budgets_runs(tiny_model_dir, tmp_path):
         cells = grid_spec_from_dict(g).cells()
         assert len(cells) == 2 and all(c.budget == 4 * LARGE and not c.config.eval.at_budgets for c in cells)
 
+    # the report counts a trajectory's FLOPs once: the prefixes are inside the runs they were read from
+    from race.report import build_report
+
+    with Store(tmp_path / "nested", create=False) as s:
+        cells_flops = sum(r["total_flops"] for r in s.runs() if not r["prefix_of"])
+        prefix_flops = sum(r["total_flops"] for r in s.runs() if r["prefix_of"])
+    assert prefix_flops > 0
+    paths = build_report(tmp_path / "nested", tmp_path / "report", n_boot=20, n_boot_fit=10)
+    card = json.loads(paths.json.read_text())["sections"]["card"]
+    assert card["data"]["total_flops"] == cells_flops
+    assert card["data"]["report_card"]["total_flops"] == round(cells_flops)
+    assert "other 4 runs are prefixes of these" in paths.markdown.read_text()
+
 
 def test_plan_prices_the_saving_and_the_cli_shows_it(tiny_model_dir, tmp_path):
     p = plan_grid(_grid(tiny_model_dir, nested=True))

@@ -85,6 +85,22 @@ def finished(runs: pd.DataFrame) -> pd.DataFrame:
     return runs[runs["status"].astype(str).isin(FINISHED) & runs["total_flops"].notna()]
 
 
+def is_prefix(runs: pd.DataFrame) -> pd.Series:
+    """Rows that are a prefix of another run (a nested grid's reading of its largest budget's
+    run at a smaller budget: ``prefix_of`` names that run). They are observations, not compute:
+    their FLOPs and ledger are part of the run they were read from."""
+    if "prefix_of" not in runs.columns:
+        return pd.Series(False, index=runs.index)
+    return runs["prefix_of"].map(lambda v: isinstance(v, str) and bool(v))
+
+
+def spent(runs: pd.DataFrame) -> pd.DataFrame:
+    """The finished runs that executed compute: :func:`finished` without prefixes, so a nested
+    study's FLOPs, budgets and ledger are counted once per trajectory."""
+    done = finished(runs)
+    return done[~is_prefix(done)]
+
+
 @dataclass
 class Context:
     """Shared inputs and cached results of the report's analysis."""
@@ -139,8 +155,9 @@ class Context:
 
     @property
     def total_flops(self) -> float:
-        """Counted FLOPs of every finished run of the study (pilot and validation)."""
-        return float(finished(self.study.runs)["total_flops"].sum())
+        """Counted FLOPs of every finished run of the study (pilot and validation; a nested
+        grid's prefixes are inside the runs they were read from: :func:`spent`)."""
+        return float(spent(self.study.runs)["total_flops"].sum())
 
     def label(self, key: str) -> str:
         return self.labels.get(key, key)

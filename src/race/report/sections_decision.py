@@ -19,7 +19,7 @@ from race.analysis import (
 )
 
 from . import figures as F
-from .doc import Callout, Context, KeyValues, Note, Section, Table, Text, figure
+from .doc import Callout, Context, KeyValues, Note, Section, Table, Text, figure, is_prefix
 from .fmt import fmt_flops, fmt_interval, fmt_num, fmt_pct, fmt_prob, fmt_score, is_num, jsonable, text_or
 from .prefix_note import load_measured, measured_sentence, study_sentence
 from .sections_study import target_regimes
@@ -256,6 +256,7 @@ def diagnostics_section(ctx: Context) -> Section:
             runs[c] = runs[c].astype(float)
         wt = waste_table(runs)
         p = ctx.prepared
+        p = p[~is_prefix(p)]  # a nested grid's prefixes are inside the runs they were read from
         wasted = float((p["zero_var_frac"].astype(float) * p["rollout_flops"]).sum())
         total = float(p["total_flops"].sum())
         trunc = float(p["trunc_rate"].astype(float).mean())

@@ -19,7 +19,7 @@ import pandas as pd
 from race.analysis import divergence_table, feedback_comparisons, waste_table
 from race.protocol import reward_model_cards
 
-from .doc import Context, Note, Section, Table, Text
+from .doc import Context, Note, Section, Table, Text, is_prefix
 from .fmt import fmt_flops, fmt_interval, fmt_num, fmt_pct, fmt_score, is_num, jsonable
 
 
@@ -183,7 +183,7 @@ def _cost_block(ctx: Context, sec: Section, learned: dict[str, dict[str, Any]]) 
     found = {c["name"]: c for c in learned.values() if c.get("found")}
     if not found:
         return
-    total = float(ctx.prepared["total_flops"].sum())
+    total = float(ctx.prepared.loc[~is_prefix(ctx.prepared), "total_flops"].sum())  # prefixes counted once
     rm_tot = sum(rm_training(ctx).values())
     sec.add(Table(["reward model", "kind", "parameters", "inference FLOPs / token", "training FLOPs",
                    "of which: sampling its data", "warm-start SFT behind it (not counted)"],

@@ -21,7 +21,7 @@ from race.analysis import (
 )
 
 from . import figures as F
-from .doc import Context, KeyValues, Note, Section, Table, Text, figure, finished
+from .doc import Context, KeyValues, Note, Section, Table, Text, figure, finished, is_prefix, spent
 from .fmt import fmt_flops, fmt_interval, fmt_num, fmt_pct, fmt_score, is_num, jsonable, text_or
 
 
@@ -84,7 +84,7 @@ def _build_study_card(ctx: Context) -> ReportCard:
     from .sections_feedback import rm_training
 
     st = ctx.study
-    done = finished(st.runs)
+    done = spent(st.runs)
     tot = float(done["total_flops"].sum())
     # each axis under its first phase (rollout, update, reward), as the report card keys them
     parts = {SPLIT[a][0]: float(done[c].fillna(0).sum()) for a, c in SPLIT_COLUMNS.items()}
@@ -108,7 +108,8 @@ def _build_study_card(ctx: Context) -> ReportCard:
 def card_section(ctx: Context) -> Section:
     st = ctx.study
     sec = Section("card", "Compute report card")
-    done = finished(st.runs)
+    done = spent(st.runs)
+    n_prefix = int(is_prefix(finished(st.runs)).sum())
     tot = float(done["total_flops"].sum())
     card = study_card(ctx)
     rms = card.rm_training_flops
@@ -130,6 +131,9 @@ def card_section(ctx: Context) -> Section:
     sec.add(Text(f"All {len(done)} finished runs of the study together spent {fmt_flops(tot)} "
                  f"({fmt_pct(tot / card.budget_flops if card.budget_flops else np.nan)} of their budgets) in "
                  f"{done['wall_s'].fillna(0).sum():,.0f} wall seconds."
+                 + (f" The study's other {n_prefix} runs are prefixes of these (nested pilots: each read where a "
+                    "run of a smaller budget would stop), counted once, inside the runs they were read from."
+                    if n_prefix else "")
                  + (f" With the reward models' training counted (as asked), the study counts {fmt_flops(counted)} "
                     f"({fmt_pct(counted / card.budget_flops if card.budget_flops else np.nan)} of the budgets)."
                     if rm_counted else "")),
