@@ -32,6 +32,8 @@ from scipy.special import expit
 from scipy.stats import norm
 
 CURVE_FAMILIES = ("sigmoid", "power", "loglinear", "weibull", "rise_decline", "flat")
+#: Pilot designs of :func:`world_tables` (see "Nested designs" below)
+DESIGNS = ("flat", "nested", "nested-equal-compute")
 
 
 @dataclass(frozen=True)
@@ -156,6 +158,60 @@ class World:
             out.append((float(c), (u < p).astype(int)))
         return out
 
+    # -- nested designs: one run per (allocation, seed) read at its prefixes ------------------
+    def nested_schedule(self, k: int, seed: int) -> tuple[list[float], list[float]]:
+        """(the long run's own evaluation FLOPs, where a run of each smaller budget would stop).
+
+        The long run is at the largest budget and spends ``budget x U(spend)`` as a flat run
+        does, evaluated at ``n_points`` even fractions of that; a smaller budget b_j's run
+        would stop at ``b_j x U(spend)`` (one draw per budget: where its last step fits)."""
+        rng = np.random.default_rng([self.seed, 5, k, seed])
+        b = sorted(self.budgets)
+        spent = b[-1] * rng.uniform(*self.spend)
+        stops = [float(bj * rng.uniform(*self.spend)) for bj in b[:-1]]
+        return [spent * (i + 1) / self.n_points for i in range(self.n_points)], stops
+
+    def trajectory(self, k: int, seed: int, flops: list[float]) -> list[tuple[float, np.ndarray]]:
+        """(counted FLOPs, per-problem 0/1 outcomes) of ONE run evaluated at ``flops`` (ascending,
+        0 for the base model): one seed offset for the whole run, per-point problem noise as in
+        :meth:`run_outcomes`; its own random stream, so a flat design's runs are untouched."""
+        model_idx = sorted(self.models).index(self.allocations[k]["model"])
+        d = np.random.default_rng([self.seed, 1]).normal(0.0, self.difficulty_sd, self.n_problems)
+        z = np.random.default_rng([self.seed, 2, model_idx]).standard_normal(self.n_problems)
+        run_rng = np.random.default_rng([self.seed, 6, k, seed])
+        delta = run_rng.normal(0.0, self.seed_sd)
+        theta_grid, mu_grid = self._theta_table()
+        curve = self.curve(k)
+        out = []
+        for c in flops:
+            theta = float(np.interp(float(curve.mean(c)), mu_grid, theta_grid)) + (delta if c > 0 else 0.0)
+            eps = (run_rng.standard_normal(self.n_problems) if c > 0
+                   else np.random.default_rng([self.seed, 4, model_idx]).standard_normal(self.n_problems))
+            u = norm.cdf(self.rho * z + np.sqrt(1 - self.rho**2) * eps)
+            out.append((float(c), (u < expit(theta - d)).astype(int)))
+        return out
+
+
+def equal_compute_seeds(n_seeds: int, budgets: list[float]) -> int:
+    """Seeds a nested design buys with a flat design's compute: floor(n_seeds x sum(budgets) / max(budgets)).
+
+    A flat design runs every budget for every seed (sum(budgets) per allocation and seed); a
+    nested one runs only the largest (max(budgets)) and reads the others at its prefixes."""
+    if n_seeds < 1 or not budgets or min(budgets) <= 0:
+        raise ValueError(f"need n_seeds >= 1 and positive budgets, got {n_seeds} and {budgets}")
+    return int(np.floor(n_seeds * sum(budgets) / max(budgets) * (1 + 1e-12)))
+
+
+def design_compute(world: World, design: str = "flat") -> float:
+    """Pilot FLOP budget the design spends: allocations x seeds x (sum(budgets) flat, max(budgets) nested)."""
+    if design not in DESIGNS:
+        raise ValueError(f"design must be one of {DESIGNS}, got {design!r}")
+    n = len(world.allocations)
+    if design == "flat":
+        return n * len(world.seeds) * float(sum(world.budgets))
+    seeds = len(world.seeds) if design == "nested" else equal_compute_seeds(len(world.seeds), world.budgets)
+    return n * seeds * float(max(world.budgets))
+
 
 def random_world(seed: int, flat: bool | None = None, families: tuple[str, ...] = CURVE_FAMILIES) -> World:
     """A world drawn at random: 2 sizes x 2 group sizes, 3 pilot budgets spanning 4-10x,
@@ -194,10 +250,31 @@ def random_world(seed: int, flat: bool | None = None, families: tuple[str, ...] 
                        "target_ratio": float(target / budgets[-1])})
 
 
-def world_tables(world: World) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(runs, evals) of every pilot cell of ``world`` in the analysis schema, without a grid."""
+def _run_row(world: World, a: dict, rid: str, budget: float, seed: int, total: float) -> dict:
     from .tables import RUNS_COLUMNS
 
+    row = {c: None for c in RUNS_COLUMNS}
+    row.update(run_id=rid, study=world.name, budget=budget, model=a["model"],
+               model_params=world.models[a["model"]], num_generations=a["num_generations"],
+               prompts_per_step=4, num_iterations=1, learning_rate=1e-4, reward="rule", seed=seed,
+               status="complete", total_flops=total, rollout_flops=0.7 * total,
+               learning_flops=0.3 * total, feedback_flops=0.0, steps=10, wall_s=1.0,
+               zero_var_frac=0.1, trunc_rate=0.0)
+    return row
+
+
+def world_tables(world: World, design: str = "flat") -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(runs, evals) of every pilot cell of ``world`` in the analysis schema, without a grid.
+
+    ``design``: ``flat`` (every budget x seed its own run), ``nested`` (one run per
+    allocation and seed at the largest budget, read at the smaller budgets' stopping points:
+    :func:`nested_tables`) or ``nested-equal-compute`` (nested, with the seeds the flat
+    design's compute buys: :func:`equal_compute_seeds`)."""
+    if design not in DESIGNS:
+        raise ValueError(f"design must be one of {DESIGNS}, got {design!r}")
+    if design != "flat":
+        n = len(world.seeds) if design == "nested" else equal_compute_seeds(len(world.seeds), world.budgets)
+        return nested_tables(world, list(range(n)))
     run_rows, eval_rows = [], []
     for k, a in enumerate(world.allocations):
         for budget in world.budgets:
@@ -207,12 +284,31 @@ def world_tables(world: World) -> tuple[pd.DataFrame, pd.DataFrame]:
                 for step, (c, per) in enumerate(pts):
                     eval_rows.append(dict(run_id=rid, step=step, flops=c, target="greedy", score=float(per.mean()),
                                           n=len(per), per_problem=per.tolist()))
-                row = {c: None for c in RUNS_COLUMNS}
-                row.update(run_id=rid, study=world.name, budget=budget, model=a["model"],
-                           model_params=world.models[a["model"]], num_generations=a["num_generations"],
-                           prompts_per_step=4, num_iterations=1, learning_rate=1e-4, reward="rule", seed=seed,
-                           status="complete", total_flops=pts[-1][0], rollout_flops=0.7 * pts[-1][0],
-                           learning_flops=0.3 * pts[-1][0], feedback_flops=0.0, steps=10, wall_s=1.0,
-                           zero_var_frac=0.1, trunc_rate=0.0)
+                run_rows.append(_run_row(world, a, rid, budget, seed, pts[-1][0]))
+    return pd.DataFrame(run_rows), pd.DataFrame(eval_rows)
+
+
+def nested_tables(world: World, seeds: list[int]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(runs, evals) of a nested design: per allocation and seed one run at the largest budget
+    (:meth:`World.trajectory` at its own points and at the smaller budgets' stopping points,
+    :meth:`World.nested_schedule`), plus one row per smaller budget as the grid store writes
+    it (``race.grid.store``): run id ``<long run>.p<i>``, ``prefix_of`` the long run, and the
+    long run's evaluations up to that budget's stopping point (the same rows, repeated)."""
+    run_rows, eval_rows = [], []
+    budgets = sorted(world.budgets)
+    for k, a in enumerate(world.allocations):
+        for seed in seeds:
+            rid = f"{a['model']}-G{a['num_generations']}-{budgets[-1]:.3g}-s{seed}"
+            own, stops = world.nested_schedule(k, seed)
+            pts = world.trajectory(k, seed, [0.0] + sorted(own + stops))
+            rows = [(rid, budgets[-1], None, pts)] + [
+                (f"{rid}.p{i}", b, rid, [p for p in pts if p[0] <= stop])
+                for i, (b, stop) in enumerate(zip(budgets[:-1], stops))]
+            for run_id, budget, parent, run_pts in rows:
+                for step, (c, per) in enumerate(run_pts):
+                    eval_rows.append(dict(run_id=run_id, step=step, flops=c, target="greedy", score=float(per.mean()),
+                                          n=len(per), per_problem=per.tolist()))
+                row = _run_row(world, a, run_id, budget, seed, run_pts[-1][0])
+                row["prefix_of"] = parent
                 run_rows.append(row)
     return pd.DataFrame(run_rows), pd.DataFrame(eval_rows)
