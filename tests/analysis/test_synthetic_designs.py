@@ -116,7 +116,8 @@ def test_equal_compute_seeds_arithmetic():
         assert design_compute(w, "nested") == pytest.approx(flat * max(w.budgets) / sum(w.budgets), rel=1e-12)
     with pytest.raises(ValueError, match="design must be one of"):
         world_tables(rl_world(0), "staggered")
-    assert DESIGNS == ("flat", "nested", "nested-equal-compute")
+    assert DESIGNS == ("flat", "nested", "nested-equal-compute", "nested-split")
+    assert design_compute(rl_world(0), "nested-split") == design_compute(rl_world(0), "nested")
 
 
 def test_nested_tables_resampled_as_one_trajectory():
@@ -130,3 +131,21 @@ def test_nested_tables_resampled_as_one_trajectory():
         assert len(cl) == 3  # the three budgets of one allocation
         rows = [sm.runs.loc[idx] for idx in cl]
         assert all(list(r["seed"]) == [0, 1, 2] for r in rows) and len({r["allocation"].iloc[0] for r in rows}) == 1
+
+
+def test_nested_split_holds_each_point_once():
+    """The diagnostic design: the same runs, each trajectory point after step 0 in one row only."""
+    w = rl_world(5)
+    runs, evals = world_tables(w, "nested")
+    runs_s, evals_s = world_tables(w, "nested-split")
+    assert list(runs["run_id"]) == list(runs_s["run_id"]) and runs["total_flops"].equals(runs_s["total_flops"])
+    pos, pos_s = evals[evals["flops"] > 0], evals_s[evals_s["flops"] > 0]
+    longs = set(runs.loc[runs["prefix_of"].isna(), "run_id"])
+    # split: no point repeated; together the rows hold exactly the long runs' points
+    assert not pos_s.duplicated(["flops"]).any()
+    assert sorted(pos_s["flops"]) == sorted(pos.loc[pos["run_id"].isin(longs), "flops"])
+    assert len(pos) > len(pos_s)  # the store's layout repeats the prefix points
+    for rid, g in evals_s.groupby("run_id"):  # each row still starts at the base model and ends where it stopped
+        full = evals[evals["run_id"] == rid]
+        assert g["flops"].iloc[0] == 0.0 and g["flops"].iloc[-1] == full["flops"].iloc[-1]
+        assert set(g["step"]) <= set(full["step"])

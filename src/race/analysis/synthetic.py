@@ -33,7 +33,7 @@ from scipy.stats import norm
 
 CURVE_FAMILIES = ("sigmoid", "power", "loglinear", "weibull", "rise_decline", "flat")
 #: Pilot designs of :func:`world_tables` (see "Nested designs" below)
-DESIGNS = ("flat", "nested", "nested-equal-compute")
+DESIGNS = ("flat", "nested", "nested-equal-compute", "nested-split")
 
 
 @dataclass(frozen=True)
@@ -209,7 +209,7 @@ def design_compute(world: World, design: str = "flat") -> float:
     n = len(world.allocations)
     if design == "flat":
         return n * len(world.seeds) * float(sum(world.budgets))
-    seeds = len(world.seeds) if design == "nested" else equal_compute_seeds(len(world.seeds), world.budgets)
+    seeds = equal_compute_seeds(len(world.seeds), world.budgets) if design == "nested-equal-compute" else len(world.seeds)
     return n * seeds * float(max(world.budgets))
 
 
@@ -269,12 +269,15 @@ def world_tables(world: World, design: str = "flat") -> tuple[pd.DataFrame, pd.D
     ``design``: ``flat`` (every budget x seed its own run), ``nested`` (one run per
     allocation and seed at the largest budget, read at the smaller budgets' stopping points:
     :func:`nested_tables`) or ``nested-equal-compute`` (nested, with the seeds the flat
-    design's compute buys: :func:`equal_compute_seeds`)."""
+    design's compute buys: :func:`equal_compute_seeds`). ``nested-split`` is a diagnostic of
+    the analysis, not a design: the nested runs with every trajectory point in ONE row (each
+    row keeps step 0 and the points after the previous budget's stop), as if the analysis
+    read the prefix rows without their repeated points."""
     if design not in DESIGNS:
         raise ValueError(f"design must be one of {DESIGNS}, got {design!r}")
     if design != "flat":
-        n = len(world.seeds) if design == "nested" else equal_compute_seeds(len(world.seeds), world.budgets)
-        return nested_tables(world, list(range(n)))
+        n = equal_compute_seeds(len(world.seeds), world.budgets) if design == "nested-equal-compute" else len(world.seeds)
+        return nested_tables(world, list(range(n)), split=design == "nested-split")
     run_rows, eval_rows = [], []
     for k, a in enumerate(world.allocations):
         for budget in world.budgets:
@@ -288,27 +291,30 @@ def world_tables(world: World, design: str = "flat") -> tuple[pd.DataFrame, pd.D
     return pd.DataFrame(run_rows), pd.DataFrame(eval_rows)
 
 
-def nested_tables(world: World, seeds: list[int]) -> tuple[pd.DataFrame, pd.DataFrame]:
+def nested_tables(world: World, seeds: list[int], split: bool = False) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(runs, evals) of a nested design: per allocation and seed one run at the largest budget
     (:meth:`World.trajectory` at its own points and at the smaller budgets' stopping points,
     :meth:`World.nested_schedule`), plus one row per smaller budget as the grid store writes
     it (``race.grid.store``): run id ``<long run>.p<i>``, ``prefix_of`` the long run, and the
-    long run's evaluations up to that budget's stopping point (the same rows, repeated)."""
+    long run's evaluations up to that budget's stopping point (the same rows, repeated).
+    ``split``: every row keeps only step 0 and its points after the previous budget's stop."""
     run_rows, eval_rows = [], []
     budgets = sorted(world.budgets)
     for k, a in enumerate(world.allocations):
         for seed in seeds:
             rid = f"{a['model']}-G{a['num_generations']}-{budgets[-1]:.3g}-s{seed}"
             own, stops = world.nested_schedule(k, seed)
-            pts = world.trajectory(k, seed, [0.0] + sorted(own + stops))
-            rows = [(rid, budgets[-1], None, pts)] + [
-                (f"{rid}.p{i}", b, rid, [p for p in pts if p[0] <= stop])
-                for i, (b, stop) in enumerate(zip(budgets[:-1], stops))]
+            pts = [(step, c, per) for step, (c, per) in enumerate(world.trajectory(k, seed, [0.0] + sorted(own + stops)))]
+            edges = [0.0] + stops + [np.inf]
+            rows = [(f"{rid}.p{i}" if i < len(stops) else rid, b, rid if i < len(stops) else None,
+                     [p for p in pts if p[1] <= edges[i + 1] and (not split or p[1] == 0.0 or p[1] > edges[i])])
+                    for i, b in enumerate(budgets)]
+            rows = rows[-1:] + rows[:-1]  # the long run first, then its prefixes
             for run_id, budget, parent, run_pts in rows:
-                for step, (c, per) in enumerate(run_pts):
+                for step, c, per in run_pts:  # the long run's step numbers, as the store keeps them
                     eval_rows.append(dict(run_id=run_id, step=step, flops=c, target="greedy", score=float(per.mean()),
                                           n=len(per), per_problem=per.tolist()))
-                row = _run_row(world, a, run_id, budget, seed, run_pts[-1][0])
+                row = _run_row(world, a, run_id, budget, seed, run_pts[-1][1])
                 row["prefix_of"] = parent
                 run_rows.append(row)
     return pd.DataFrame(run_rows), pd.DataFrame(eval_rows)
