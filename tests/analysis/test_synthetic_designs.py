@@ -116,7 +116,7 @@ def test_equal_compute_seeds_arithmetic():
         assert design_compute(w, "nested") == pytest.approx(flat * max(w.budgets) / sum(w.budgets), rel=1e-12)
     with pytest.raises(ValueError, match="design must be one of"):
         world_tables(rl_world(0), "staggered")
-    assert DESIGNS == ("flat", "nested", "nested-equal-compute", "nested-split")
+    assert DESIGNS == ("flat", "nested", "nested-equal-compute", "nested-split", "flat-trajectory")
     assert design_compute(rl_world(0), "nested-split") == design_compute(rl_world(0), "nested")
 
 
@@ -149,3 +149,25 @@ def test_nested_split_holds_each_point_once():
         full = evals[evals["run_id"] == rid]
         assert g["flops"].iloc[0] == 0.0 and g["flops"].iloc[-1] == full["flops"].iloc[-1]
         assert set(g["step"]) <= set(full["step"])
+
+
+def test_flat_trajectory_is_a_real_flat_grid():
+    """Every budget x seed a run with its own n_points, the runs of a seed one trajectory, stopping
+    where the nested design's prefixes stop; the flat design's compute."""
+    w = random_world(3)
+    runs, evals = world_tables(w, "flat-trajectory")
+    nested_runs, _ = world_tables(w, "nested")
+    assert len(runs) == len(w.allocations) * len(w.budgets) * len(w.seeds) and "prefix_of" not in runs.columns
+    assert evals.groupby("run_id").size().eq(1 + w.n_points).all()
+    assert np.allclose(np.sort(runs["total_flops"].to_numpy()), np.sort(nested_runs["total_flops"].to_numpy()),
+                       rtol=1e-12, atol=0.0)
+    assert design_compute(w, "flat-trajectory") == design_compute(w, "flat")
+    # one seed offset through the budgets: the smallest and largest budgets' runs move together
+    big = World(**{**w.to_dict(), "seed_sd": 1.0, "n_problems": 300, "seeds": list(range(40))})
+    runs, evals = world_tables(big, "flat-trajectory")
+    end = evals.sort_values("step").groupby("run_id").last()["score"]
+    r = runs.assign(end=runs["run_id"].map(end))
+    r = r[(r["model"] == w.allocations[0]["model"]) & (r["num_generations"] == w.allocations[0]["num_generations"])]
+    small = r[r["budget"] == min(w.budgets)].sort_values("seed")["end"].to_numpy()
+    large = r[r["budget"] == max(w.budgets)].sort_values("seed")["end"].to_numpy()
+    assert np.corrcoef(small, large)[0, 1] > 0.7

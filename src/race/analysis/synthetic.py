@@ -33,7 +33,7 @@ from scipy.stats import norm
 
 CURVE_FAMILIES = ("sigmoid", "power", "loglinear", "weibull", "rise_decline", "flat")
 #: Pilot designs of :func:`world_tables` (see "Nested designs" below)
-DESIGNS = ("flat", "nested", "nested-equal-compute", "nested-split")
+DESIGNS = ("flat", "nested", "nested-equal-compute", "nested-split", "flat-trajectory")
 
 
 @dataclass(frozen=True)
@@ -207,7 +207,7 @@ def design_compute(world: World, design: str = "flat") -> float:
     if design not in DESIGNS:
         raise ValueError(f"design must be one of {DESIGNS}, got {design!r}")
     n = len(world.allocations)
-    if design == "flat":
+    if design in ("flat", "flat-trajectory"):
         return n * len(world.seeds) * float(sum(world.budgets))
     seeds = equal_compute_seeds(len(world.seeds), world.budgets) if design == "nested-equal-compute" else len(world.seeds)
     return n * seeds * float(max(world.budgets))
@@ -272,9 +272,15 @@ def world_tables(world: World, design: str = "flat") -> tuple[pd.DataFrame, pd.D
     design's compute buys: :func:`equal_compute_seeds`). ``nested-split`` is a diagnostic of
     the analysis, not a design: the nested runs with every trajectory point in ONE row (each
     row keeps step 0 and the points after the previous budget's stop), as if the analysis
-    read the prefix rows without their repeated points."""
+    read the prefix rows without their repeated points. ``flat-trajectory`` is a flat grid as
+    the built-in engine runs it at a constant learning rate: every budget x seed its own run
+    with its own ``n_points`` evaluations, but the runs of one seed at several budgets are
+    one trajectory (docs/analysis.md, section 8), drawn once (:func:`trajectory_tables`).
+    ``flat`` draws them independently, which a real grid does not."""
     if design not in DESIGNS:
         raise ValueError(f"design must be one of {DESIGNS}, got {design!r}")
+    if design == "flat-trajectory":
+        return trajectory_tables(world)
     if design != "flat":
         n = equal_compute_seeds(len(world.seeds), world.budgets) if design == "nested-equal-compute" else len(world.seeds)
         return nested_tables(world, list(range(n)), split=design == "nested-split")
@@ -317,4 +323,29 @@ def nested_tables(world: World, seeds: list[int], split: bool = False) -> tuple[
                 row = _run_row(world, a, run_id, budget, seed, run_pts[-1][1])
                 row["prefix_of"] = parent
                 run_rows.append(row)
+    return pd.DataFrame(run_rows), pd.DataFrame(eval_rows)
+
+
+def trajectory_tables(world: World) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(runs, evals) of a flat grid at a constant learning rate: per allocation and seed ONE
+    trajectory (:meth:`World.trajectory`), of which the run at budget b_j is the part up to
+    where it stops (:meth:`World.nested_schedule`: the same stops as the nested design),
+    evaluated at its own ``n_points`` even fractions of that (each run its own points, as
+    each run of a real flat grid evaluates on its own schedule)."""
+    run_rows, eval_rows = [], []
+    budgets = sorted(world.budgets)
+    for k, a in enumerate(world.allocations):
+        for seed in world.seeds:
+            own, stops = world.nested_schedule(k, seed)
+            ends = stops + [own[-1]]
+            sched = [[e * (i + 1) / world.n_points for i in range(world.n_points)] for e in ends]
+            flops = [0.0] + sorted(c for pts in sched for c in pts)
+            traj = dict(zip(flops, world.trajectory(k, seed, flops)))
+            for b, pts in zip(budgets, sched):
+                rid = f"{a['model']}-G{a['num_generations']}-{b:.3g}-s{seed}"
+                for step, c in enumerate([0.0] + pts):
+                    per = traj[c][1]
+                    eval_rows.append(dict(run_id=rid, step=step, flops=c, target="greedy", score=float(per.mean()),
+                                          n=len(per), per_problem=per.tolist()))
+                run_rows.append(_run_row(world, a, rid, b, seed, pts[-1]))
     return pd.DataFrame(run_rows), pd.DataFrame(eval_rows)
