@@ -370,13 +370,14 @@ def main() -> None:
     ap.add_argument("--n-boot", type=int, default=200, help="joint replicates of the recommendation (fast path)")
     ap.add_argument("--n-boot-fit", type=int, default=200)
     ap.add_argument("--method", default="joint", help="recommend(method=...) on the fast path: joint, curve or trend")
-    ap.add_argument("--design", choices=("flat", "nested", "nested-equal-compute", "nested-split", "flat-trajectory"),
+    ap.add_argument("--design", choices=("flat", "nested", "nested-equal-compute", "nested-split", "flat-trajectory", "nested-dense"),
                     default="flat",
                     help="pilot design (fast path only): flat = every budget x seed its own run; nested = one run "
                     "per allocation and seed at the largest budget read at its prefixes; nested-equal-compute = "
                     "nested with the seeds a flat design's compute buys; nested-split = nested with each trajectory point "
                     "in one row only (a diagnostic of how the analysis weighs repeated prefix points); flat-trajectory = flat "
-                    "as a real grid at a constant learning rate runs it (a seed's runs at every budget are one trajectory)")
+                    "as a real grid at a constant learning rate runs it (a seed's runs at every budget are one trajectory); "
+                    "nested-dense = nested read at 6 log-spaced budget points (more back-test origins, same compute)")
     ap.add_argument("--n-points", type=int, default=None, help="evaluation points per run (fast path; default 3)")
     ap.add_argument("--save", help="also write the per-world records (JSON) here")
     ap.add_argument("--check-paths", type=int, default=0, help="run both paths on this many worlds and compare")

@@ -116,7 +116,7 @@ def test_equal_compute_seeds_arithmetic():
         assert design_compute(w, "nested") == pytest.approx(flat * max(w.budgets) / sum(w.budgets), rel=1e-12)
     with pytest.raises(ValueError, match="design must be one of"):
         world_tables(rl_world(0), "staggered")
-    assert DESIGNS == ("flat", "nested", "nested-equal-compute", "nested-split", "flat-trajectory")
+    assert DESIGNS == ("flat", "nested", "nested-equal-compute", "nested-split", "flat-trajectory", "nested-dense")
     assert design_compute(rl_world(0), "nested-split") == design_compute(rl_world(0), "nested")
 
 
@@ -171,3 +171,16 @@ def test_flat_trajectory_is_a_real_flat_grid():
     small = r[r["budget"] == min(w.budgets)].sort_values("seed")["end"].to_numpy()
     large = r[r["budget"] == max(w.budgets)].sort_values("seed")["end"].to_numpy()
     assert np.corrcoef(small, large)[0, 1] > 0.7
+
+
+def test_nested_dense_reads_more_budget_points_at_the_nested_compute():
+    from race.analysis.synthetic import DENSE_BUDGETS
+
+    w = rl_world(5)
+    runs, _ = world_tables(w, "nested-dense")
+    b = np.sort(runs["budget"].unique())
+    assert len(b) == DENSE_BUDGETS and b[0] == pytest.approx(min(w.budgets), rel=1e-12)
+    assert b[-1] == pytest.approx(max(w.budgets), rel=1e-12)
+    assert np.allclose(np.diff(np.log(b)), np.log(b[-1] / b[0]) / (DENSE_BUDGETS - 1), rtol=1e-9, atol=0.0)
+    assert runs["prefix_of"].isna().sum() == len(w.allocations) * len(w.seeds)  # one real run per allocation and seed
+    assert design_compute(w, "nested-dense") == design_compute(w, "nested")

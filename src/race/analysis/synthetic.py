@@ -24,7 +24,7 @@ interval should cover.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 import pandas as pd
@@ -33,7 +33,8 @@ from scipy.stats import norm
 
 CURVE_FAMILIES = ("sigmoid", "power", "loglinear", "weibull", "rise_decline", "flat")
 #: Pilot designs of :func:`world_tables` (see "Nested designs" below)
-DESIGNS = ("flat", "nested", "nested-equal-compute", "nested-split", "flat-trajectory")
+DESIGNS = ("flat", "nested", "nested-equal-compute", "nested-split", "flat-trajectory", "nested-dense")
+DENSE_BUDGETS = 6  # budget points of ``nested-dense``: log-spaced from the smallest to the largest pilot budget
 
 
 @dataclass(frozen=True)
@@ -276,11 +277,16 @@ def world_tables(world: World, design: str = "flat") -> tuple[pd.DataFrame, pd.D
     the built-in engine runs it at a constant learning rate: every budget x seed its own run
     with its own ``n_points`` evaluations, but the runs of one seed at several budgets are
     one trajectory (docs/analysis.md, section 8), drawn once (:func:`trajectory_tables`).
-    ``flat`` draws them independently, which a real grid does not."""
+    ``flat`` draws them independently, which a real grid does not. ``nested-dense``: the
+    nested runs read at ``DENSE_BUDGETS`` log-spaced budget points instead of the world's 3
+    (evaluations only: the nested design's compute), so the back-tests have more origins."""
     if design not in DESIGNS:
         raise ValueError(f"design must be one of {DESIGNS}, got {design!r}")
     if design == "flat-trajectory":
         return trajectory_tables(world)
+    if design == "nested-dense":
+        dense = np.geomspace(min(world.budgets), max(world.budgets), DENSE_BUDGETS)
+        return nested_tables(replace(world, budgets=[float(b) for b in dense]), list(world.seeds))
     if design != "flat":
         n = equal_compute_seeds(len(world.seeds), world.budgets) if design == "nested-equal-compute" else len(world.seeds)
         return nested_tables(world, list(range(n)), split=design == "nested-split")
