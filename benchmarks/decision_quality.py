@@ -22,6 +22,16 @@ runner, the cell function below writes run directories in the documented run for
 the real report, and reads the call from ``report.json``. ``--check-paths N`` runs both on
 N worlds and checks that they pick the same allocation with the same label.
 
+``--design`` (fast path only) changes how the pilots are run on the same worlds
+(``race.analysis.synthetic.world_tables``): ``flat`` (default; every budget x seed an
+independent run), ``flat-trajectory`` (a seed's runs at every budget are one trajectory, as
+a real grid at a constant learning rate runs them), ``nested`` (one run per allocation and
+seed at the largest budget, read at its prefixes, rows as the grid store writes them),
+``nested-equal-compute`` (nested with the seeds a flat design's compute buys),
+``nested-dense`` (nested read at 6 budget points) and the diagnostic ``nested-split``;
+``--n-points`` sets the evaluation points per run. ``benchmarks/design_information.py``
+compares saved records of several designs, paired (docs/analysis.md, "Nested designs").
+
 The table: mean regret of RACE and of naive rules (the observed winner at the largest pilot
 at equal counted FLOPs, largest model, largest group, smallest model) with the paired 95%
 world-bootstrap interval of each difference; the same for worlds whose crossover falls
