@@ -17,6 +17,13 @@ interval of each design minus the reference (the same resampled worlds for both)
 - the chosen allocation's 95% interval where a forecast was made: coverage, median width,
   and the known-truth forecast error |score - truth| (mean);
 - every forecast allocation: coverage and mean |score - truth|.
+
+    python benchmarks/design_information.py --parts flat,nested --generator test --worlds 60
+
+splits the interval's logit-scale SD into its two parts per design (the learning worlds of
+the first ``--worlds`` seeds): the spread of the joint replicates (seeds, problems, refits)
+and the back-tested extrapolation noise at the target's reach, with the back-test's own
+scales and its number of (origin, budget) pairs (``race.analysis.recommend.forecast_parts``).
 """
 
 from __future__ import annotations
@@ -140,7 +147,49 @@ def table(point: dict, ci: dict) -> str:
     return "\n".join(lines)
 
 
+def width_parts(designs: list[str], generator: str = "test", worlds: int = 60, first: int = 0) -> str:
+    """Median per design over learning worlds: (replicate logit SD, back-test noise logit SD at the
+    target's reach, s_shared, s_specific, back-test pairs); medians over a world's allocations."""
+    from race.analysis.backtest import logit
+    from race.analysis.joint import draw_replicates, study_matrix
+    from race.analysis.recommend import forecast_parts, spend_share
+    from race.analysis.synthetic import random_world, world_tables
+    from race.analysis.synthetic_rl import rl_world
+
+    rows = {d: [] for d in designs}
+    for seed in range(first, first + worlds):
+        w = rl_world(seed) if generator == "test" else random_world(seed)
+        if w.tags["flat"]:
+            continue
+        for d in designs:
+            runs, evals = world_tables(w, d)
+            sm = study_matrix(evals, runs, "greedy")
+            reps = draw_replicates(sm, 200, np.random.default_rng(0))
+            allocs = sorted(sm.runs["allocation"].unique())
+            _, F0, reach, bt = forecast_parts(sm, reps, allocs, {a: ("joint",) for a in allocs},
+                                              w.target_budget * spend_share(sm), np.random.default_rng(0))
+            rows[d].append((np.median(np.std(logit(F0), axis=0)), np.median(bt.sd(reach)), bt.s_shared, bt.s_specific,
+                            bt.n_pairs))
+    out = ["| design | learning worlds | replicate logit SD | back-test noise logit SD | s_shared | s_specific | "
+           "back-test pairs |", "|---|---:|---:|---:|---:|---:|---:|"]
+    for d in designs:
+        m = np.median(np.array(rows[d]), axis=0)
+        out.append(f"| {d} | {len(rows[d])} | {m[0]:.3f} | {m[1]:.3f} | {m[2]:.3f} | {m[3]:.3f} | {m[4]:.1f} |")
+    return "\n".join(out)
+
+
 def main(argv: list[str]) -> None:
+    if argv and argv[0] == "--parts":
+        import argparse
+        ap = argparse.ArgumentParser()
+        ap.add_argument("--parts", required=True)
+        ap.add_argument("--generator", choices=("tune", "test"), default="test")
+        ap.add_argument("--worlds", type=int, default=60)
+        ap.add_argument("--first", type=int, default=0)
+        a = ap.parse_args(argv)
+        print(f"# interval parts, {a.generator} generator, seeds {a.first}..{a.first + a.worlds - 1} (medians)")
+        print(width_parts(a.parts.split(","), a.generator, a.worlds, a.first))
+        return
     if len(argv) < 2 or any("=" not in a for a in argv):
         sys.exit("usage: design_information.py NAME=RECORDS.json NAME=RECORDS.json [...] (the first is the reference)")
     designs = {a.split("=", 1)[0]: json.loads(Path(a.split("=", 1)[1]).read_text()) for a in argv}

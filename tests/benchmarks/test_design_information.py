@@ -38,3 +38,13 @@ def test_compare_is_paired_and_matches_the_records(load_script, records):
     assert "| mean regret, learning worlds |" in di.table(point, ci)
     with pytest.raises(ValueError, match="other worlds"):
         di.compare({"a": records["flat"], "b": records["nested"][1:]}, n_boot=10)
+
+
+def test_width_parts_table(load_script):
+    di = load_script("benchmarks/design_information.py")
+    text = di.width_parts(["flat", "nested"], "test", worlds=3)
+    rows = [r for r in text.splitlines() if r.startswith("| flat |") or r.startswith("| nested |")]
+    assert len(rows) == 2
+    for r in rows:
+        cells = [float(c) for c in r.strip("|").split("|")[1:]]
+        assert cells[0] >= 1 and all(c >= 0 for c in cells[1:])  # worlds, SDs, scales, pairs
