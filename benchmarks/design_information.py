@@ -10,7 +10,8 @@ comparison is paired. Printed side by side per design, with the paired 95% world
 interval of each design minus the reference (the same resampled worlds for both):
 
 - pilot compute relative to the reference (mean over worlds) and seeds per allocation (median);
-- mean regret of RACE's pick in learning worlds;
+- mean regret of RACE's pick in learning worlds, and of the observed winner at the largest
+  pilot (the naive rule sees the same pilots);
 - in worlds whose crossover falls after the last pilot: RACE's regret over the observed
   winner's (sum over sum; the issue's done-when asks <= 0.5);
 - switches away from the observed winner at the largest pilot (learning worlds);
@@ -77,6 +78,7 @@ def statistics(v: dict[str, np.ndarray], ref: dict[str, np.ndarray], idx: np.nda
         "pilot compute / reference": float(np.mean(g["compute"] / ref["compute"][idx])),
         "seeds per allocation (median)": float(np.median(g["seeds"])),
         "mean regret, learning worlds": float(g["regret"][learn].mean()),
+        "observed winner's mean regret, learning worlds": float(g["regret_obs"][learn].mean()),
         "late crossover: RACE / observed winner": float(g["regret"][late].sum() / obs_late) if obs_late > 0 else np.nan,
         "late crossover: mean regret": float(g["regret"][late].mean()) if late.any() else np.nan,
         "switches from the observed winner": float(g["switched"][learn].sum()),
