@@ -22,6 +22,16 @@ runner, the cell function below writes run directories in the documented run for
 the real report, and reads the call from ``report.json``. ``--check-paths N`` runs both on
 N worlds and checks that they pick the same allocation with the same label.
 
+``--design`` (fast path only) changes how the pilots are run on the same worlds
+(``race.analysis.synthetic.world_tables``): ``flat`` (default; every budget x seed an
+independent run), ``flat-trajectory`` (a seed's runs at every budget are one trajectory, as
+a real grid at a constant learning rate runs them), ``nested`` (one run per allocation and
+seed at the largest budget, read at its prefixes, rows as the grid store writes them),
+``nested-equal-compute`` (nested with the seeds a flat design's compute buys),
+``nested-dense`` (nested read at 6 budget points) and the diagnostic ``nested-split``;
+``--n-points`` sets the evaluation points per run. ``benchmarks/design_information.py``
+compares saved records of several designs, paired (docs/analysis.md, "Nested designs").
+
 The table: mean regret of RACE and of naive rules (the observed winner at the largest pilot
 at equal counted FLOPs, largest model, largest group, smallest model) with the paired 95%
 world-bootstrap interval of each difference; the same for worlds whose crossover falls
@@ -100,8 +110,10 @@ def short(allocation: str) -> str:
     return "|".join(allocation.split("|")[:2])
 
 
-def result_of(w, rec: dict, seconds: dict, failed: int = 0) -> dict:
+def result_of(w, rec: dict, seconds: dict, failed: int = 0, design: str = "flat", n_seeds: int | None = None) -> dict:
     """One world's record: truth, RACE's call (from the recommendation as a dict) and the gate."""
+    from race.analysis.synthetic import design_compute
+
     truth = {f"{a['model']}|G={a['num_generations']}": w.truth(k) for k, a in enumerate(w.allocations)}
     preds = [{"allocation": short(p["allocation"]), "score": p["score"], "lo": p["lo"], "hi": p["hi"],
               "p_best": p["p_best"], "open_above": bool(p.get("open_above") or False),
@@ -112,22 +124,29 @@ def result_of(w, rec: dict, seconds: dict, failed: int = 0) -> dict:
             "confidence": rec["confidence"], "predictions": preds,
             "observed": {short(g["allocation"]): g["end"] for g in gate},
             "gate_passed": {short(g["allocation"]): bool(g["passed"]) for g in gate},
-            "n_seeds": len(w.seeds), "failed": failed, "seconds": seconds,
+            "n_seeds": len(w.seeds) if n_seeds is None else n_seeds, "failed": failed, "seconds": seconds,
+            "design": design, "n_points": w.n_points, "pilot_compute": design_compute(w, design),
             "params": {f"{a['model']}|G={a['num_generations']}": (w.models[a["model"]], a["num_generations"])
                        for a in w.allocations}}
 
 
 # ---------------------------------------------------------------- one world, fast path: the analysis on the tables
-def fast_world(generator: str, seed: int, n_boot: int = 200, method: str = "joint") -> dict:
-    """``race.analysis.recommend`` on the world's run/eval tables (what the report calls), no grid."""
+def fast_world(generator: str, seed: int, n_boot: int = 200, method: str = "joint", design: str = "flat",
+               n_points: int | None = None) -> dict:
+    """``race.analysis.recommend`` on the world's run/eval tables (what the report calls), no grid.
+    ``design``: the pilot design (``race.analysis.synthetic.world_tables``); ``n_points``:
+    evaluation points per run (default: the world's, 3)."""
     from race.analysis import recommend
     from race.analysis.synthetic import world_tables
 
     w = make_world(generator, seed)
+    if n_points is not None:
+        w.n_points = int(n_points)
     t0 = time.perf_counter()
-    runs, evals = world_tables(w)
+    runs, evals = world_tables(w, design)
     rec = recommend(evals, runs, "greedy", w.target_budget, n_boot=n_boot, rng=0, method=method).to_dict()
-    return result_of(w, rec, {"grid": 0.0, "report": time.perf_counter() - t0})
+    return result_of(w, rec, {"grid": 0.0, "report": time.perf_counter() - t0}, design=design,
+                     n_seeds=int(runs.loc[runs["budget"] == runs["budget"].max(), "seed"].nunique()))
 
 
 # ---------------------------------------------------------------- one world through the pipeline (grid + report)
@@ -324,7 +343,8 @@ def summarise(results: list[dict]) -> str:
 def one(args: argparse.Namespace, seed: int, root: Path) -> dict:
     if args.path == "grid":
         return run_world(seed, root, args.n_boot_fit, args.generator)
-    return fast_world(args.generator, seed, n_boot=args.n_boot, method=args.method)
+    return fast_world(args.generator, seed, n_boot=args.n_boot, method=args.method, design=args.design,
+                      n_points=args.n_points)
 
 
 def shard(args: argparse.Namespace) -> None:
@@ -360,12 +380,24 @@ def main() -> None:
     ap.add_argument("--n-boot", type=int, default=200, help="joint replicates of the recommendation (fast path)")
     ap.add_argument("--n-boot-fit", type=int, default=200)
     ap.add_argument("--method", default="joint", help="recommend(method=...) on the fast path: joint, curve or trend")
+    ap.add_argument("--design", choices=("flat", "nested", "nested-equal-compute", "nested-split", "flat-trajectory", "nested-dense"),
+                    default="flat",
+                    help="pilot design (fast path only): flat = every budget x seed its own run; nested = one run "
+                    "per allocation and seed at the largest budget read at its prefixes; nested-equal-compute = "
+                    "nested with the seeds a flat design's compute buys; nested-split = nested with each trajectory point "
+                    "in one row only (a diagnostic of how the analysis weighs repeated prefix points); flat-trajectory = flat "
+                    "as a real grid at a constant learning rate runs it (a seed's runs at every budget are one trajectory); "
+                    "nested-dense = nested read at 6 log-spaced budget points (more back-test origins, same compute)")
+    ap.add_argument("--n-points", type=int, default=None, help="evaluation points per run (fast path; default 3)")
     ap.add_argument("--save", help="also write the per-world records (JSON) here")
     ap.add_argument("--check-paths", type=int, default=0, help="run both paths on this many worlds and compare")
     ap.add_argument("--keep", help="keep the study directories here (grid path; default: a temporary directory)")
     ap.add_argument("--shard", type=int, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--out", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if (args.path == "grid" or args.check_paths) and (args.design != "flat" or args.n_points is not None):
+        ap.error(f"--design {args.design} / --n-points are implemented on the fast path only: the grid path's cell "
+                 "function runs one flat cell per budget; use --path fast (or --design flat without --n-points)")
     if args.check_paths:
         sys.exit(1 if check_paths(args.check_paths, args.generator, args.first) else 0)
     if args.shard is not None:
@@ -380,7 +412,9 @@ def main() -> None:
             cmd = [sys.executable, str(HERE), "--worlds", str(args.worlds), "--first", str(args.first), "--jobs",
                    str(args.jobs), "--shard", str(i), "--out", str(out), "--n-boot-fit", str(args.n_boot_fit),
                    "--n-boot", str(args.n_boot), "--generator", args.generator, "--path", args.path,
-                   "--method", args.method]
+                   "--method", args.method, "--design", args.design]
+            if args.n_points is not None:
+                cmd += ["--n-points", str(args.n_points)]
             if args.keep:
                 cmd += ["--keep", args.keep]
             procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL))
@@ -392,7 +426,9 @@ def main() -> None:
     print(f"# RACE decision quality: {len(results)} {args.generator}-generator worlds, seeds {args.first}.."
           f"{args.first + args.worlds - 1}, {args.path} path")
     print(f"# command: python benchmarks/decision_quality.py --generator {args.generator} --worlds {args.worlds} "
-          f"--first {args.first} --jobs {args.jobs} --path {args.path} --n-boot {args.n_boot} --method {args.method}")
+          f"--first {args.first} --jobs {args.jobs} --path {args.path} --n-boot {args.n_boot} --method {args.method}"
+          + (f" --design {args.design}" if args.design != "flat" else "")
+          + (f" --n-points {args.n_points}" if args.n_points is not None else ""))
     if args.save:
         Path(args.save).write_text(json.dumps(results))
     print(summarise(results))

@@ -24,7 +24,7 @@ interval should cover.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 import pandas as pd
@@ -32,6 +32,9 @@ from scipy.special import expit
 from scipy.stats import norm
 
 CURVE_FAMILIES = ("sigmoid", "power", "loglinear", "weibull", "rise_decline", "flat")
+#: Pilot designs of :func:`world_tables` (see "Nested designs" below)
+DESIGNS = ("flat", "nested", "nested-equal-compute", "nested-split", "flat-trajectory", "nested-dense")
+DENSE_BUDGETS = 6  # budget points of ``nested-dense``: log-spaced from the smallest to the largest pilot budget
 
 
 @dataclass(frozen=True)
@@ -156,6 +159,60 @@ class World:
             out.append((float(c), (u < p).astype(int)))
         return out
 
+    # -- nested designs: one run per (allocation, seed) read at its prefixes ------------------
+    def nested_schedule(self, k: int, seed: int) -> tuple[list[float], list[float]]:
+        """(the long run's own evaluation FLOPs, where a run of each smaller budget would stop).
+
+        The long run is at the largest budget and spends ``budget x U(spend)`` as a flat run
+        does, evaluated at ``n_points`` even fractions of that; a smaller budget b_j's run
+        would stop at ``b_j x U(spend)`` (one draw per budget: where its last step fits)."""
+        rng = np.random.default_rng([self.seed, 5, k, seed])
+        b = sorted(self.budgets)
+        spent = b[-1] * rng.uniform(*self.spend)
+        stops = [float(bj * rng.uniform(*self.spend)) for bj in b[:-1]]
+        return [spent * (i + 1) / self.n_points for i in range(self.n_points)], stops
+
+    def trajectory(self, k: int, seed: int, flops: list[float]) -> list[tuple[float, np.ndarray]]:
+        """(counted FLOPs, per-problem 0/1 outcomes) of ONE run evaluated at ``flops`` (ascending,
+        0 for the base model): one seed offset for the whole run, per-point problem noise as in
+        :meth:`run_outcomes`; its own random stream, so a flat design's runs are untouched."""
+        model_idx = sorted(self.models).index(self.allocations[k]["model"])
+        d = np.random.default_rng([self.seed, 1]).normal(0.0, self.difficulty_sd, self.n_problems)
+        z = np.random.default_rng([self.seed, 2, model_idx]).standard_normal(self.n_problems)
+        run_rng = np.random.default_rng([self.seed, 6, k, seed])
+        delta = run_rng.normal(0.0, self.seed_sd)
+        theta_grid, mu_grid = self._theta_table()
+        curve = self.curve(k)
+        out = []
+        for c in flops:
+            theta = float(np.interp(float(curve.mean(c)), mu_grid, theta_grid)) + (delta if c > 0 else 0.0)
+            eps = (run_rng.standard_normal(self.n_problems) if c > 0
+                   else np.random.default_rng([self.seed, 4, model_idx]).standard_normal(self.n_problems))
+            u = norm.cdf(self.rho * z + np.sqrt(1 - self.rho**2) * eps)
+            out.append((float(c), (u < expit(theta - d)).astype(int)))
+        return out
+
+
+def equal_compute_seeds(n_seeds: int, budgets: list[float]) -> int:
+    """Seeds a nested design buys with a flat design's compute: floor(n_seeds x sum(budgets) / max(budgets)).
+
+    A flat design runs every budget for every seed (sum(budgets) per allocation and seed); a
+    nested one runs only the largest (max(budgets)) and reads the others at its prefixes."""
+    if n_seeds < 1 or not budgets or min(budgets) <= 0:
+        raise ValueError(f"need n_seeds >= 1 and positive budgets, got {n_seeds} and {budgets}")
+    return int(np.floor(n_seeds * sum(budgets) / max(budgets) * (1 + 1e-12)))
+
+
+def design_compute(world: World, design: str = "flat") -> float:
+    """Pilot FLOP budget the design spends: allocations x seeds x (sum(budgets) flat, max(budgets) nested)."""
+    if design not in DESIGNS:
+        raise ValueError(f"design must be one of {DESIGNS}, got {design!r}")
+    n = len(world.allocations)
+    if design in ("flat", "flat-trajectory"):
+        return n * len(world.seeds) * float(sum(world.budgets))
+    seeds = equal_compute_seeds(len(world.seeds), world.budgets) if design == "nested-equal-compute" else len(world.seeds)
+    return n * seeds * float(max(world.budgets))
+
 
 def random_world(seed: int, flat: bool | None = None, families: tuple[str, ...] = CURVE_FAMILIES) -> World:
     """A world drawn at random: 2 sizes x 2 group sizes, 3 pilot budgets spanning 4-10x,
@@ -194,10 +251,45 @@ def random_world(seed: int, flat: bool | None = None, families: tuple[str, ...] 
                        "target_ratio": float(target / budgets[-1])})
 
 
-def world_tables(world: World) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(runs, evals) of every pilot cell of ``world`` in the analysis schema, without a grid."""
+def _run_row(world: World, a: dict, rid: str, budget: float, seed: int, total: float) -> dict:
     from .tables import RUNS_COLUMNS
 
+    row = {c: None for c in RUNS_COLUMNS}
+    row.update(run_id=rid, study=world.name, budget=budget, model=a["model"],
+               model_params=world.models[a["model"]], num_generations=a["num_generations"],
+               prompts_per_step=4, num_iterations=1, learning_rate=1e-4, reward="rule", seed=seed,
+               status="complete", total_flops=total, rollout_flops=0.7 * total,
+               learning_flops=0.3 * total, feedback_flops=0.0, steps=10, wall_s=1.0,
+               zero_var_frac=0.1, trunc_rate=0.0)
+    return row
+
+
+def world_tables(world: World, design: str = "flat") -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(runs, evals) of every pilot cell of ``world`` in the analysis schema, without a grid.
+
+    ``design``: ``flat`` (every budget x seed its own run), ``nested`` (one run per
+    allocation and seed at the largest budget, read at the smaller budgets' stopping points:
+    :func:`nested_tables`) or ``nested-equal-compute`` (nested, with the seeds the flat
+    design's compute buys: :func:`equal_compute_seeds`). ``nested-split`` is a diagnostic of
+    the analysis, not a design: the nested runs with every trajectory point in ONE row (each
+    row keeps step 0 and the points after the previous budget's stop), as if the analysis
+    read the prefix rows without their repeated points. ``flat-trajectory`` is a flat grid as
+    the built-in engine runs it at a constant learning rate: every budget x seed its own run
+    with its own ``n_points`` evaluations, but the runs of one seed at several budgets are
+    one trajectory (docs/analysis.md, section 8), drawn once (:func:`trajectory_tables`).
+    ``flat`` draws them independently, which a real grid does not. ``nested-dense``: the
+    nested runs read at ``DENSE_BUDGETS`` log-spaced budget points instead of the world's 3
+    (evaluations only: the nested design's compute), so the back-tests have more origins."""
+    if design not in DESIGNS:
+        raise ValueError(f"design must be one of {DESIGNS}, got {design!r}")
+    if design == "flat-trajectory":
+        return trajectory_tables(world)
+    if design == "nested-dense":
+        dense = np.geomspace(min(world.budgets), max(world.budgets), DENSE_BUDGETS)
+        return nested_tables(replace(world, budgets=[float(b) for b in dense]), list(world.seeds))
+    if design != "flat":
+        n = equal_compute_seeds(len(world.seeds), world.budgets) if design == "nested-equal-compute" else len(world.seeds)
+        return nested_tables(world, list(range(n)), split=design == "nested-split")
     run_rows, eval_rows = [], []
     for k, a in enumerate(world.allocations):
         for budget in world.budgets:
@@ -207,12 +299,59 @@ def world_tables(world: World) -> tuple[pd.DataFrame, pd.DataFrame]:
                 for step, (c, per) in enumerate(pts):
                     eval_rows.append(dict(run_id=rid, step=step, flops=c, target="greedy", score=float(per.mean()),
                                           n=len(per), per_problem=per.tolist()))
-                row = {c: None for c in RUNS_COLUMNS}
-                row.update(run_id=rid, study=world.name, budget=budget, model=a["model"],
-                           model_params=world.models[a["model"]], num_generations=a["num_generations"],
-                           prompts_per_step=4, num_iterations=1, learning_rate=1e-4, reward="rule", seed=seed,
-                           status="complete", total_flops=pts[-1][0], rollout_flops=0.7 * pts[-1][0],
-                           learning_flops=0.3 * pts[-1][0], feedback_flops=0.0, steps=10, wall_s=1.0,
-                           zero_var_frac=0.1, trunc_rate=0.0)
+                run_rows.append(_run_row(world, a, rid, budget, seed, pts[-1][0]))
+    return pd.DataFrame(run_rows), pd.DataFrame(eval_rows)
+
+
+def nested_tables(world: World, seeds: list[int], split: bool = False) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(runs, evals) of a nested design: per allocation and seed one run at the largest budget
+    (:meth:`World.trajectory` at its own points and at the smaller budgets' stopping points,
+    :meth:`World.nested_schedule`), plus one row per smaller budget as the grid store writes
+    it (``race.grid.store``): run id ``<long run>.p<i>``, ``prefix_of`` the long run, and the
+    long run's evaluations up to that budget's stopping point (the same rows, repeated).
+    ``split``: every row keeps only step 0 and its points after the previous budget's stop."""
+    run_rows, eval_rows = [], []
+    budgets = sorted(world.budgets)
+    for k, a in enumerate(world.allocations):
+        for seed in seeds:
+            rid = f"{a['model']}-G{a['num_generations']}-{budgets[-1]:.3g}-s{seed}"
+            own, stops = world.nested_schedule(k, seed)
+            pts = [(step, c, per) for step, (c, per) in enumerate(world.trajectory(k, seed, [0.0] + sorted(own + stops)))]
+            edges = [0.0] + stops + [np.inf]
+            rows = [(f"{rid}.p{i}" if i < len(stops) else rid, b, rid if i < len(stops) else None,
+                     [p for p in pts if p[1] <= edges[i + 1] and (not split or p[1] == 0.0 or p[1] > edges[i])])
+                    for i, b in enumerate(budgets)]
+            rows = rows[-1:] + rows[:-1]  # the long run first, then its prefixes
+            for run_id, budget, parent, run_pts in rows:
+                for step, c, per in run_pts:  # the long run's step numbers, as the store keeps them
+                    eval_rows.append(dict(run_id=run_id, step=step, flops=c, target="greedy", score=float(per.mean()),
+                                          n=len(per), per_problem=per.tolist()))
+                row = _run_row(world, a, run_id, budget, seed, run_pts[-1][1])
+                row["prefix_of"] = parent
                 run_rows.append(row)
+    return pd.DataFrame(run_rows), pd.DataFrame(eval_rows)
+
+
+def trajectory_tables(world: World) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(runs, evals) of a flat grid at a constant learning rate: per allocation and seed ONE
+    trajectory (:meth:`World.trajectory`), of which the run at budget b_j is the part up to
+    where it stops (:meth:`World.nested_schedule`: the same stops as the nested design),
+    evaluated at its own ``n_points`` even fractions of that (each run its own points, as
+    each run of a real flat grid evaluates on its own schedule)."""
+    run_rows, eval_rows = [], []
+    budgets = sorted(world.budgets)
+    for k, a in enumerate(world.allocations):
+        for seed in world.seeds:
+            own, stops = world.nested_schedule(k, seed)
+            ends = stops + [own[-1]]
+            sched = [[e * (i + 1) / world.n_points for i in range(world.n_points)] for e in ends]
+            flops = [0.0] + sorted(c for pts in sched for c in pts)
+            traj = dict(zip(flops, world.trajectory(k, seed, flops)))
+            for b, pts in zip(budgets, sched):
+                rid = f"{a['model']}-G{a['num_generations']}-{b:.3g}-s{seed}"
+                for step, c in enumerate([0.0] + pts):
+                    per = traj[c][1]
+                    eval_rows.append(dict(run_id=rid, step=step, flops=c, target="greedy", score=float(per.mean()),
+                                          n=len(per), per_problem=per.tolist()))
+                run_rows.append(_run_row(world, a, rid, b, seed, pts[-1]))
     return pd.DataFrame(run_rows), pd.DataFrame(eval_rows)

@@ -118,6 +118,36 @@ class RLWorld(World):
             out.append((float(c), (u < expit(theta - d)).astype(int)))
         return out
 
+    def trajectory(self, k: int, seed: int, flops: list[float]) -> list[tuple[float, np.ndarray]]:
+        """(counted FLOPs, per-problem 0/1 outcomes) of ONE run evaluated at ``flops`` (ascending,
+        0 first): one offset z_run and one collapse draw for the whole run (a prefix that ends
+        after the collapse shows it), the per-point wiggle as in :meth:`run_outcomes`, and the
+        end-of-schedule bonus at the LAST point only (the prefixes did not anneal). Its own
+        random stream, so a flat design's runs are untouched."""
+        spec = self.allocations[k]["spec"]
+        model_idx = sorted(self.models).index(self.allocations[k]["model"])
+        d = np.random.default_rng([self.seed, 1]).normal(0.0, self.difficulty_sd, self.n_problems)
+        z = np.random.default_rng([self.seed, 2, model_idx]).standard_normal(self.n_problems)
+        rr = np.random.default_rng([self.seed, 6, k, seed])
+        z_run = rr.standard_normal()
+        n_pos = sum(c > 0 for c in flops)
+        collapse_at = int(rr.integers(1, n_pos + 1)) if (rr.random() < self.collapse_p and n_pos) else None
+        theta_grid, mu_grid = self._theta_table()
+        out = []
+        for i, c in enumerate(flops):
+            mu = float(rl_mean(spec, c, end_of_run=(i == len(flops) - 1)))
+            if c > 0:
+                sd = self.seed_sd_at(c)
+                mu += z_run * sd + rr.normal(0.0, sd / 3)
+                if collapse_at is not None and i >= collapse_at:
+                    mu = 0.5 * mu + 0.5 * 0.8 * spec["r0"]
+            theta = float(np.interp(np.clip(mu, 0.005, 0.985), mu_grid, theta_grid))
+            eps = (rr.standard_normal(self.n_problems) if c > 0
+                   else np.random.default_rng([self.seed, 4, model_idx]).standard_normal(self.n_problems))
+            u = norm.cdf(self.rho * z + np.sqrt(1 - self.rho**2) * eps)
+            out.append((float(c), (u < expit(theta - d)).astype(int)))
+        return out
+
 
 def crossover_class(world: World) -> str:
     """Where the truly best allocation changes: ``after`` (best at the largest pilot != best at
