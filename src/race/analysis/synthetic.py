@@ -31,6 +31,8 @@ import pandas as pd
 from scipy.special import expit
 from scipy.stats import norm
 
+from race.accounting.guard import is_budget
+
 CURVE_FAMILIES = ("sigmoid", "power", "loglinear", "weibull", "rise_decline", "flat")
 #: Pilot designs of :func:`world_tables` (see "Nested designs" below)
 DESIGNS = ("flat", "nested", "nested-equal-compute", "nested-split", "flat-trajectory", "nested-dense")
@@ -198,7 +200,7 @@ def equal_compute_seeds(n_seeds: int, budgets: list[float]) -> int:
 
     A flat design runs every budget for every seed (sum(budgets) per allocation and seed); a
     nested one runs only the largest (max(budgets)) and reads the others at its prefixes."""
-    if n_seeds < 1 or not budgets or min(budgets) <= 0:
+    if n_seeds < 1 or not budgets or not all(is_budget(b) for b in budgets):
         raise ValueError(f"need n_seeds >= 1 and positive budgets, got {n_seeds} and {budgets}")
     return int(np.floor(n_seeds * sum(budgets) / max(budgets) * (1 + 1e-12)))
 
