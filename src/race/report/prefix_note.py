@@ -58,7 +58,9 @@ def study_sentence(runs: Any) -> str | None:
     """Where this study's own runs are prefixes (a nested grid), say so."""
     if runs is None or "prefix_of" not in getattr(runs, "columns", ()):
         return None
-    mask = runs["prefix_of"].map(lambda v: isinstance(v, str) and bool(v))
+    from .doc import is_prefix
+
+    mask = is_prefix(runs)
     k = int(mask.sum())
     if not k:
         return None
