@@ -127,3 +127,23 @@ def test_pooled_sd_is_what_the_noise_draws():
     z = bt.noise(reach, 20000, 2, np.random.default_rng(1))
     # sample SD of 20000 normal draws: relative standard error 1 / sqrt(2 * 20000) = 0.005; 5 of them
     assert np.std(z, axis=0) == pytest.approx(bt.sd(reach), rel=0.025)
+
+
+def test_effective_reach_keeps_an_error_at_zero_reach():
+    from race.analysis.backtest import JOINT_MISFIT_REACH, effective_reach
+
+    d, f = np.array([0.0, 0.5, 2.0, -1.0]), np.array([0.2, 0.2, 0.5, 0.3])
+    assert effective_reach(d, f) == pytest.approx(f * np.maximum(d, 0.0))  # r_m = 0: the reach alone
+    r = 0.7
+    got = effective_reach(d, f, r)
+    assert got == pytest.approx(f * np.sqrt(r**2 + np.maximum(d, 0.0) ** 2))
+    assert got[0] == pytest.approx(0.2 * r) and got[3] == pytest.approx(0.3 * r)  # at or inside the pilots: misfit only
+    # far out the misfit fades: D / (f d) -> 1
+    assert effective_reach(50.0, 1.0, r) / 50.0 == pytest.approx(1.0, abs=1e-3)
+    assert JOINT_MISFIT_REACH > 0
+    # the back-test normalises its errors by the same effective reach: an error of f sqrt(r^2 + d^2) is one unit
+    t = pd.DataFrame(_rows([0.5 * np.hypot(r, 1.0)] * 2, reach=1.0, norm=0.5))
+    assert error_scale(t, r)[0] == pytest.approx(1.0)
+    assert error_scale(t)[0] == pytest.approx(np.hypot(r, 1.0))
+    bt = BackTest(table=pd.DataFrame(), s_shared=0.0, s_specific=0.0, n_pairs=0, picked_right=None, misfit_reach=r)
+    assert bt.effective(d, f) == pytest.approx(got)

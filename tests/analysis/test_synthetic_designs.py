@@ -184,3 +184,25 @@ def test_nested_dense_reads_more_budget_points_at_the_nested_compute():
     assert np.allclose(np.diff(np.log(b)), np.log(b[-1] / b[0]) / (DENSE_BUDGETS - 1), rtol=1e-9, atol=0.0)
     assert runs["prefix_of"].isna().sum() == len(w.allocations) * len(w.seeds)  # one real run per allocation and seed
     assert design_compute(w, "nested-dense") == design_compute(w, "nested")
+
+
+@pytest.mark.parametrize("world", [random_world(7), rl_world(11)], ids=lambda w: w.name)
+def test_move_pilots_keeps_the_world_and_moves_the_budgets(world):
+    from race.analysis.synthetic import move_pilots
+    from race.analysis.synthetic_rl import crossover_class
+
+    moved = move_pilots(world, 2.0)
+    b0, b1 = np.array(world.budgets), np.array(moved.budgets)
+    assert moved.target_budget == world.target_budget
+    np.testing.assert_allclose(moved.target_budget / b1.max(), 2.0, rtol=1e-12)
+    np.testing.assert_allclose(b1 / b0, b1[0] / b0[0], rtol=1e-12)  # one factor: the span is kept
+    assert moved.seeds == world.seeds and moved.allocations == world.allocations
+    assert moved.tags["target_ratio"] == 2.0 and world.tags["target_ratio"] != 2.0  # the original is untouched
+    for k in range(len(world.allocations)):  # the same curves: truth at the target unchanged
+        assert moved.truth(k) == world.truth(k)
+    if "crossover" in world.tags:
+        assert moved.tags["crossover"] == crossover_class(moved)
+    runs, _ = world_tables(moved)
+    np.testing.assert_allclose(sorted(runs["budget"].unique()), sorted(b1), rtol=1e-12)
+    with pytest.raises(ValueError, match="target_ratio"):
+        move_pilots(world, 0.5)

@@ -78,3 +78,23 @@ def test_wilson_and_paired_interval(dq):
     d = np.r_[np.full(50, 0.1), np.full(50, -0.1)]
     lo, hi = dq.paired_interval(d)
     assert lo < 0 < hi and dq.paired_interval(d + 1.0)[0] > 0.9
+
+
+def test_hindsight_ceiling_is_the_better_of_its_two_picks(dq):
+    r = {"observed": {"a": 0.6, "b": 0.5, "c": 0.4}, "params": {"a": (1e5, 4), "b": (1e6, 4), "c": (1e6, 8)},
+         "chosen": "a", "truth": {"a": 0.5, "b": 0.7, "c": 0.6},
+         "predictions": [{"allocation": "a", "score": 0.55}, {"allocation": "b", "score": 0.52},
+                         {"allocation": "c", "score": 0.58}]}
+    # highest forecast c (0.6) is truly better than the observed winner a (0.5): the ceiling takes c, not b
+    assert dq.naive_picks(r)[dq.HINDSIGHT] == "c"
+    r["truth"]["c"] = 0.45  # now it is worse: the ceiling keeps the observed winner
+    assert dq.naive_picks(r)[dq.HINDSIGHT] == "a"
+    assert dq.regret(r, "a") <= min(dq.regret(r, "a"), dq.regret(r, "c"))
+
+
+def test_pilot_ratio_moves_the_pilots_of_the_same_world(dq):
+    s = next(s for s in range(40) if not rl_world(s).tags["flat"])
+    near = dq.fast_world("test", s, n_boot=40, pilot_ratio=1.5)
+    far = dq.fast_world("test", s, n_boot=40)
+    assert near["truth"] == far["truth"]  # the same world, judged at the same target
+    assert near["tags"]["target_ratio"] == 1.5 and far["tags"]["target_ratio"] != 1.5

@@ -182,3 +182,23 @@ def draw_replicates(sm: StudyMatrix, n_boot: int, rng: np.random.Generator | int
                 for cell in idx:  # every budget of the allocation takes the same seeds
                     counts[:, cell] = draw
     return Replicates(weights=weights, counts=counts, strata=strata, over=tuple(over))
+
+
+def resampled_text(reps: Replicates, sm: StudyMatrix, forecast: bool = True, method: str = "joint") -> str:
+    """Exactly what the intervals resample (for the report's method section)."""
+    parts = []
+    if "seeds" in reps.over:
+        parts.append("seeds (whole runs; a seed's runs at every budget of an allocation drawn together, as one "
+                     "trajectory), with the sqrt(m/(m-1)) small-sample correction")
+    if reps.weights is not None:
+        parts.append(f"evaluation problems ({sm.n_problems} per evaluation; one draw per replicate shared by every "
+                     "allocation, budget and evaluation point: paired)")
+    else:
+        parts.append("NOT evaluation problems (per-problem outcomes missing)")
+    text = f"{reps.n} joint bootstrap replicates over " + " and ".join(parts)
+    if forecast:
+        fit = ("refits the joint model of every allocation that learned" if method == "joint" else
+               "draws a curve family by its held-out skill, refits every allocation")
+        text += (f"; each replicate {fit} and adds the extrapolation error measured by rolling-origin back-tests inside the study (logit scale, "
+                 "one part shared by all allocations, one per allocation, scaled to the target's reach)")
+    return text

@@ -53,13 +53,14 @@ from scipy.stats import norm
 
 from race.accounting.guard import is_budget
 
-from .backtest import JOINT_PRIOR_SCALE, PRIOR_SCALE, BackTest, logit, open_ends, run_backtest, slope_norm
+from .backtest import JOINT_MISFIT_REACH, JOINT_PRIOR_SCALE, PRIOR_SCALE, BackTest, logit, open_ends, run_backtest, slope_norm
 from .bootstrap import as_rng, win_probabilities
 from .families import FAMILIES, select_and_forecast
 from .decision import NO_LEARNING, ConfidenceRules, decide, declining, label, lead_not_held
 from .gate import learning_gate
-from .joint import Replicates, StudyMatrix, draw_replicates, study_matrix
+from .joint import Replicates, StudyMatrix, draw_replicates, resampled_text, study_matrix
 from .joint_forecast import forecast_joint, joint_fit_at
+from .pilot_reach import pilot_advice
 from .tables import ALLOCATION_COLUMNS, allocation_table, jsonable, without_controls
 
 METHODS = {"curve": FAMILIES, "trend": ("loglinear",), "joint": ("joint",)}
@@ -102,6 +103,7 @@ class Recommendation:
     open_below: bool = False  # ... nor below
     open_reason: str = ""  # why (empty when both ends are bounded by the data)
     backtest: pd.DataFrame | None = field(default=None, repr=False)
+    pilot_advice: dict | None = None  # how close the pilots must run for a narrower interval (race.analysis.pilot_reach)
 
     @property
     def forecast_made(self) -> bool:
@@ -230,7 +232,8 @@ def backtest_study(sm: StudyMatrix, reps: Replicates, allocations: list[str],
 
     slopes = {a: slope_of(sm, a) for a in allocations}
     return run_backtest(budgets, allocations, fit_at, observed_at, slopes.get, target_ratio,
-                        prior_scale=JOINT_PRIOR_SCALE if joint else PRIOR_SCALE)
+                        prior_scale=JOINT_PRIOR_SCALE if joint else PRIOR_SCALE,
+                        misfit_reach=JOINT_MISFIT_REACH if joint else 0.0)
 
 
 def slope_of(sm: StudyMatrix, allocation: str) -> float:
@@ -240,30 +243,11 @@ def slope_of(sm: StudyMatrix, allocation: str) -> float:
     return slope_norm(g["lnc"].to_numpy(), g["end"].to_numpy())
 
 
-def resampled_text(reps: Replicates, sm: StudyMatrix, forecast: bool = True, method: str = "joint") -> str:
-    """Exactly what the intervals resample (for the report's method section)."""
-    parts = []
-    if "seeds" in reps.over:
-        parts.append("seeds (whole runs; a seed's runs at every budget of an allocation drawn together, as one "
-                     "trajectory), with the sqrt(m/(m-1)) small-sample correction")
-    if reps.weights is not None:
-        parts.append(f"evaluation problems ({sm.n_problems} per evaluation; one draw per replicate shared by every "
-                     "allocation, budget and evaluation point: paired)")
-    else:
-        parts.append("NOT evaluation problems (per-problem outcomes missing)")
-    text = f"{reps.n} joint bootstrap replicates over " + " and ".join(parts)
-    if forecast:
-        fit = ("refits the joint model of every allocation that learned" if method == "joint" else
-               "draws a curve family by its held-out skill, refits every allocation")
-        text += (f"; each replicate {fit} and adds the extrapolation error measured by rolling-origin back-tests inside the study (logit scale, "
-                 "one part shared by all allocations, one per allocation, scaled to the target's reach)")
-    return text
-
-
 def forecast_parts(sm: StudyMatrix, reps: Replicates, allocs: list[str], families_of: dict, forecast_c: float,
                    gen: np.random.Generator) -> tuple[pd.DataFrame, np.ndarray, np.ndarray, BackTest]:
     """Per allocation: point forecast and info (rows), (R, k) replicates WITHOUT the back-tested
-    noise, the reach it is scaled by (log-FLOP reach x min(|slope| + c0, c1)), the back-test."""
+    noise, the effective reach it is scaled by (min(|slope| + c0, c1) x sqrt(r_m^2 + log-FLOP reach^2):
+    :func:`race.analysis.backtest.effective_reach`), the back-test."""
     x_t = float(np.log(forecast_c))
     joint = [a for a in allocs if families_of[a] == ("joint",)]
     if joint:
@@ -279,10 +263,11 @@ def forecast_parts(sm: StudyMatrix, reps: Replicates, allocs: list[str], familie
         rows.append({"allocation": a, "point": p, **info})
         cols.append(r)
     info_df = pd.DataFrame(rows)
+    info_df["factor"] = [slope_of(sm, a) for a in allocs]
     span = np.maximum(info_df["x_max"].to_numpy(float) - info_df["x_min"].to_numpy(float), 1e-9)
     reach = np.maximum(x_t - info_df["x_max"].to_numpy(float), 0.0)
     bt = backtest_study(sm, reps, allocs, families_of, target_ratio=float(np.median(reach / span)))
-    return info_df, np.column_stack(cols), reach * np.array([slope_of(sm, a) for a in allocs]), bt
+    return info_df, np.column_stack(cols), bt.effective(reach, info_df["factor"].to_numpy(float)), bt
 
 
 def _forecasts(sm: StudyMatrix, reps: Replicates, allocs: list[str], families_of: dict, forecast_c: float,
@@ -292,7 +277,8 @@ def _forecasts(sm: StudyMatrix, reps: Replicates, allocs: list[str], families_of
     interval's logit-scale SD: replicates' spread and back-tested noise), read by :func:`open_ends`."""
     info_df, F0, reach, bt = forecast_parts(sm, reps, allocs, families_of, forecast_c, gen)
     info_df["ln_reach"] = np.maximum(np.log(forecast_c) - info_df["x_max"].to_numpy(float), 0.0)
-    info_df["logit_sd"] = np.hypot(np.std(logit(F0), axis=0), bt.sd(reach))
+    info_df["rep_sd"] = np.std(logit(F0), axis=0)
+    info_df["logit_sd"] = np.hypot(info_df["rep_sd"].to_numpy(), bt.sd(reach))
     return info_df, expit(logit(F0) + bt.noise(reach, reps.n, len(allocs), gen)), bt
 
 
@@ -378,6 +364,10 @@ def recommend(evals: pd.DataFrame, runs: pd.DataFrame, target: str, target_budge
     open_reason = str(top["open_reason"]) if confidence != NO_LEARNING else ""
     if open_reason:
         reasons.append(f"{top['allocation']}: {open_reason}")
+    advice = None
+    if bt is not None and confidence != NO_LEARNING:
+        advice = pilot_advice(float(logit(top["score"])), float(top["rep_sd"]), float(np.hypot(*bt.pooled())),
+                              float(top["factor"]), bt.misfit_reach, target_budget, largest, z=float(norm.ppf(0.5 + level / 2)))
     if not gate_checked:
         reasons.append("learning gate not applied: the study has no step-0 evaluations (record one per run)")
         confidence = "unstable" if confidence == "stable regime" else confidence
@@ -394,4 +384,5 @@ def recommend(evals: pd.DataFrame, runs: pd.DataFrame, target: str, target_budge
         n_boot=int(n_boot), resampled=resampled_text(reps, sm, forecast=method_used != "observed", method=method_used), predictions=pred,
         gate=gate, notes=notes, replicates=rep_matrix, default_allocation=observed, decision=decision,
         switch_gain_lo=gain_lo, open_above=open_above, open_below=open_below, open_reason=open_reason, backtest=bt.table if bt is not None else None,
+        pilot_advice=advice,
     )

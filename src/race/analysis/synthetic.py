@@ -205,6 +205,41 @@ def equal_compute_seeds(n_seeds: int, budgets: list[float]) -> int:
     return int(np.floor(n_seeds * sum(budgets) / max(budgets) * (1 + 1e-12)))
 
 
+def crossover_class(world: World) -> str:
+    """Where the truly best allocation changes: ``after`` (best at the largest pilot != best at
+    the target), ``beyond`` (best at the target != best at 10x the target), ``within`` (best at
+    the smallest pilot != best at the largest), else ``none``. Truths are end-of-run means."""
+    def best(b: float) -> int:
+        return int(np.argmax([world.truth(k, b) for k in range(len(world.allocations))]))
+    b1, b3, t = world.budgets[0], world.budgets[-1], world.target_budget
+    if best(b3) != best(t):
+        return "after"
+    if best(t) != best(10 * t):
+        return "beyond"
+    if best(b1) != best(b3):
+        return "within"
+    return "none"
+
+
+def move_pilots(world: World, target_ratio: float) -> World:
+    """The same world with its pilot budgets multiplied by m = target / (ratio x largest pilot),
+    so that the target is ``target_ratio`` x the largest pilot: the same curves, seeds, span
+    and target, pilots run closer to (or further from) it. Tags follow: ``target_ratio``, and
+    ``crossover`` re-derived (:func:`crossover_class`) where the
+    world carries one."""
+    import dataclasses
+
+    if not is_budget(target_ratio) or target_ratio < 1:
+        raise ValueError(f"target_ratio must be a number >= 1 (the target at or beyond the largest pilot), "
+                         f"got {target_ratio!r}")
+    m = world.target_budget / (target_ratio * max(world.budgets))
+    moved = dataclasses.replace(world, budgets=[float(b * m) for b in world.budgets],
+                                tags={**world.tags, "target_ratio": float(target_ratio)})
+    if "crossover" in world.tags:
+        moved.tags["crossover"] = crossover_class(moved)
+    return moved
+
+
 def design_compute(world: World, design: str = "flat") -> float:
     """Pilot FLOP budget the design spends: allocations x seeds x (sum(budgets) flat, max(budgets) nested)."""
     if design not in DESIGNS:

@@ -40,7 +40,7 @@ import numpy as np
 from scipy.special import expit
 from scipy.stats import norm
 
-from .synthetic import World
+from .synthetic import World, crossover_class  # noqa: F401 - crossover_class: part of this generator's API
 
 SHAPES = ("sigmoid", "weibull", "logsat", "power")
 CROSSOVERS = ("within", "after", "beyond", "none")
@@ -139,22 +139,6 @@ class RLWorld(World):
         n_pos = sum(c > 0 for c in flops)
         collapse_at = int(rr.integers(1, n_pos + 1)) if (rr.random() < self.collapse_p and n_pos) else None
         return self._points(spec, model_idx, flops, rr, z_run, collapse_at)
-
-
-def crossover_class(world: World) -> str:
-    """Where the truly best allocation changes: ``after`` (best at the largest pilot != best at
-    the target), ``beyond`` (best at the target != best at 10x the target), ``within`` (best at
-    the smallest pilot != best at the largest), else ``none``. Truths are end-of-run means."""
-    def best(b: float) -> int:
-        return int(np.argmax([world.truth(k, b) for k in range(len(world.allocations))]))
-    b1, b3, t = world.budgets[0], world.budgets[-1], world.target_budget
-    if best(b3) != best(t):
-        return "after"
-    if best(t) != best(10 * t):
-        return "beyond"
-    if best(b1) != best(b3):
-        return "within"
-    return "none"
 
 
 def _draw(rng: np.random.Generator, seed: int, null: bool) -> RLWorld:

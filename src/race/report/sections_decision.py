@@ -17,6 +17,7 @@ from race.analysis import (
     regime_changes,
     waste_table,
 )
+from race.analysis.pilot_reach import advice_text
 
 from . import figures as F
 from .doc import Callout, Context, KeyValues, Note, Section, Table, Text, figure, is_prefix
@@ -138,6 +139,8 @@ def recommendation_section(ctx: Context) -> Section:
     sec.add(KeyValues([("allocation", rec.allocation), *params, ("method", f"{how}; target {rec.target}"),
                        ("extrapolation", f"{rec.extrapolation_ratio:.3g}x the largest pilot budget "
                                          f"{fmt_flops(rec.largest_pilot_budget)}"),
+                       *([("narrower interval", advice_text(rec.pilot_advice, fmt_flops))]
+                         if getattr(rec, "pilot_advice", None) else []),
                        ("intervals resample", rec.resampled),
                        ("decision", rec.decision or "-"),
                        ("runner-up", str(rec.runner_up or "-"))]))
