@@ -84,6 +84,11 @@ def test_key_numbers_match_the_analysis(full_report, full_tables):
         assert rec.allocation in text and rec.confidence in text
         assert f"{rec.predicted_score:.3f}" in text and f"{rec.expected_regret:.3f}" in text
     assert f"Run {rec.allocation} at {fmt_flops(4e16)}" in full_report.headline
+    # how close the pilots must run for a narrower interval: the analysis's advice, in words, in both formats
+    from race.analysis.pilot_reach import advice_text
+    assert got["recommendation"]["pilot_advice"]["status"] == rec.pilot_advice["status"]
+    said = advice_text(rec.pilot_advice, fmt_flops)
+    assert "narrower interval" in html and "narrower interval" in md and said.split(" (")[0] in md
     # the report card: sums over finished runs, split by axis
     card = data["sections"]["card"]["data"]["report_card"]
     done = runs[runs["status"] == "complete"]

@@ -200,5 +200,6 @@ def resampled_text(reps: Replicates, sm: StudyMatrix, forecast: bool = True, met
         fit = ("refits the joint model of every allocation that learned" if method == "joint" else
                "draws a curve family by its held-out skill, refits every allocation")
         text += (f"; each replicate {fit} and adds the extrapolation error measured by rolling-origin back-tests inside the study (logit scale, "
-                 "one part shared by all allocations, one per allocation, scaled to the target's reach)")
+                 "one part shared by all allocations, one per allocation, scaled to the target's reach and, for the joint "
+                 "model, to a misfit that remains at the last pilot)")
     return text
