@@ -73,17 +73,12 @@ def _prefix_scale(sm, passed: list[str], norms: dict, target_ratio: float) -> fl
 def world_row(seed: int, prefix: bool = False) -> dict | None:
     """One tuning world's decomposition of the default pick's interval (None: null world or gate failed)."""
     from race.analysis.backtest import PRIOR_PAIRS, SLOPE_FLOOR, logit
-    from race.analysis.gate import learning_gate
-    from race.analysis.joint import draw_replicates, study_matrix
-    from race.analysis.recommend import candidate_allocations, forecast_parts, slope_of, spend_share, standings
+    from race.analysis.recommend import forecast_parts, gated_study, slope_of, spend_share, standings
     from race.analysis.synthetic import random_world, world_tables
 
     w = random_world(seed)
     runs, evals = world_tables(w)
-    sm = study_matrix(evals, runs, "greedy")
-    allocs = candidate_allocations(sm, None)
-    reps = draw_replicates(sm, 200, np.random.default_rng(0))
-    gate = learning_gate(sm, reps, allocs)
+    sm, allocs, reps, gate, _ = gated_study(evals, runs, "greedy")
     if w.tags["flat"] or not gate["passed"].any():
         return None
     passed = [a for a in allocs if a in set(gate.loc[gate["passed"], "allocation"])]

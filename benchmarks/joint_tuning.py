@@ -33,20 +33,14 @@ METHODS = {"curve": None, "curve3": ("constant", "loglinear", "sigmoid"), "joint
 
 
 def world_record(seed: int, methods: tuple[str, ...] = tuple(METHODS)) -> dict:
-    from race.analysis.gate import learning_gate
-    from race.analysis.joint import draw_replicates, study_matrix
-    from race.analysis.recommend import candidate_allocations, forecast_parts, spend_share, standings
+    from race.analysis.recommend import forecast_parts, gated_study, spend_share, standings
     from race.analysis.families import FAMILIES
     from race.analysis.synthetic import random_world, world_tables
     from race.analysis.synthetic_rl import crossover_class
 
     w = random_world(seed)
     runs, evals = world_tables(w)
-    sm = study_matrix(evals, runs, "greedy")
-    allocs = candidate_allocations(sm, None)
-    gen = np.random.default_rng(0)
-    reps = draw_replicates(sm, 200, gen)
-    gate = learning_gate(sm, reps, allocs)
+    sm, allocs, reps, gate, _ = gated_study(evals, runs, "greedy")
     truth = {f"{a['model']}|G={a['num_generations']}": w.truth(k) for k, a in enumerate(w.allocations)}
     short = ["|".join(a.split("|")[:2]) for a in allocs]
     rec = {"seed": seed, "flat": bool(w.tags["flat"]), "crossover": crossover_class(w), "allocs": short,

@@ -44,9 +44,7 @@ DISTANCES = (None, 1.25, 1.5, 2.0, 3.0, 6.0)  # None: the world's own pilots
 def world_parts(arg: tuple[int, float | None]) -> dict | None:
     """One tuning world's forecast parts with its pilots ``ratio`` x below the target (None: not moved);
     None for a null world or one whose gate passes nothing."""
-    from race.analysis.gate import learning_gate
-    from race.analysis.joint import draw_replicates, study_matrix
-    from race.analysis.recommend import candidate_allocations, forecast_parts, spend_share, standings
+    from race.analysis.recommend import forecast_parts, gated_study, spend_share, standings
     from race.analysis.synthetic import move_pilots, random_world, world_tables
 
     seed, ratio = arg
@@ -54,11 +52,7 @@ def world_parts(arg: tuple[int, float | None]) -> dict | None:
     if ratio is not None:
         w = move_pilots(w, ratio)
     runs, evals = world_tables(w)
-    sm = study_matrix(evals, runs, "greedy")
-    allocs = candidate_allocations(sm, None)
-    gen = np.random.default_rng(0)
-    reps = draw_replicates(sm, 200, gen)
-    gate = learning_gate(sm, reps, allocs)
+    sm, allocs, reps, gate, gen = gated_study(evals, runs, "greedy")
     if w.tags["flat"] or not gate["passed"].any():
         return None
     passed = set(gate.loc[gate["passed"], "allocation"])

@@ -282,6 +282,20 @@ def _forecasts(sm: StudyMatrix, reps: Replicates, allocs: list[str], families_of
     return info_df, expit(logit(F0) + bt.noise(reach, reps.n, len(allocs), gen)), bt
 
 
+def gated_study(evals: pd.DataFrame, runs: pd.DataFrame, target: str, n_boot: int = 200,
+                rng: np.random.Generator | int | None = 0, reward_system: str | None = None, alpha: float = 0.05,
+                level: float = 0.95) -> tuple[StudyMatrix, list[str], Replicates, pd.DataFrame, np.random.Generator]:
+    """Steps 1-3: (study matrix, candidate allocations, joint replicates, learning gate, the
+    generator the replicates were drawn from, to draw the rest with)."""
+    sm = study_matrix(evals, runs, target)
+    allocs = candidate_allocations(sm, reward_system)
+    if not allocs:
+        raise ValueError(f"no complete non-random runs for target {target!r} and reward system {reward_system!r}")
+    gen = as_rng(rng)
+    reps = draw_replicates(sm, n_boot, gen)
+    return sm, allocs, reps, learning_gate(sm, reps, allocs, alpha=alpha, level=level), gen
+
+
 def recommend(evals: pd.DataFrame, runs: pd.DataFrame, target: str, target_budget: float, *,
               reward_system: str | None = None, method: str = "joint", n_boot: int = 200,
               rng: np.random.Generator | int | None = 0, level: float = 0.95,
@@ -299,13 +313,7 @@ def recommend(evals: pd.DataFrame, runs: pd.DataFrame, target: str, target_budge
     if not is_budget(target_budget):
         raise ValueError(f"target_budget must be a positive number of FLOPs, got {target_budget!r}")
     rules = rules or ConfidenceRules()
-    sm = study_matrix(evals, runs, target)
-    allocs = candidate_allocations(sm, reward_system)
-    if not allocs:
-        raise ValueError(f"no complete non-random runs for target {target!r} and reward system {reward_system!r}")
-    gen = as_rng(rng)
-    reps = draw_replicates(sm, n_boot, gen)
-    gate = learning_gate(sm, reps, allocs, alpha=rules.gate_alpha, level=level)
+    sm, allocs, reps, gate, gen = gated_study(evals, runs, target, n_boot, rng, reward_system, rules.gate_alpha, level)
     gate_checked = bool(np.isfinite(sm.start).any())
     if not gate_checked:  # nothing to compare with: forecast, but never call it stable
         gate = gate.assign(passed=True, reason="not checked: no step-0 evaluations in the study")
