@@ -225,15 +225,12 @@ def move_pilots(world: World, target_ratio: float) -> World:
     """The same world with its pilot budgets multiplied by m = target / (ratio x largest pilot),
     so that the target is ``target_ratio`` x the largest pilot: the same curves, seeds, span
     and target, pilots run closer to (or further from) it. Tags follow: ``target_ratio``, and
-    ``crossover`` re-derived (:func:`crossover_class`) where the
-    world carries one."""
-    import dataclasses
-
+    ``crossover`` re-derived (:func:`crossover_class`) where the world carries one."""
     if not is_budget(target_ratio) or target_ratio < 1:
         raise ValueError(f"target_ratio must be a number >= 1 (the target at or beyond the largest pilot), "
                          f"got {target_ratio!r}")
     m = world.target_budget / (target_ratio * max(world.budgets))
-    moved = dataclasses.replace(world, budgets=[float(b * m) for b in world.budgets],
+    moved = replace(world, budgets=[float(b * m) for b in world.budgets],
                                 tags={**world.tags, "target_ratio": float(target_ratio)})
     if "crossover" in world.tags:
         moved.tags["crossover"] = crossover_class(moved)

@@ -40,7 +40,7 @@ import numpy as np
 from scipy.special import expit
 from scipy.stats import norm
 
-from .synthetic import World, crossover_class  # noqa: F401 - crossover_class: part of this generator's API
+from .synthetic import World, crossover_class
 
 SHAPES = ("sigmoid", "weibull", "logsat", "power")
 CROSSOVERS = ("within", "after", "beyond", "none")
