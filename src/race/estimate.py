@@ -67,7 +67,8 @@ def run_step_plan(cfg: RunConfig, shape: ModelShape, *, engine: str | None = Non
                   share_learning: bool | None = None, recompute_early_stop: bool = True) -> StepPlan:
     """The :class:`StepPlan` of run ``cfg`` on a policy of ``shape``: the one constructor the
     built-in engine (its ledger and budget bound) and the dry run (:func:`run_step_flops`)
-    use. From the config: group, LoRA (:func:`run_lora`), iterations, beta, old log-probs,
+    use. From the config: group, LoRA (:func:`run_lora`), iterations, optimizer steps per
+    generation (``steps_per_generation / gradient_accumulation_steps``), beta, old log-probs,
     gradient checkpointing (recompute, and the embedding output requiring grad, so a LoRA
     backward runs layer 0's q/k/v input gradients), conventions; the built-in engine
     (``engine``, default ``cfg.engine``) prefills each prompt once for its group
@@ -84,7 +85,7 @@ def run_step_plan(cfg: RunConfig, shape: ModelShape, *, engine: str | None = Non
     if share_learning is None:
         share_learning = builtin and not cfg.gradient_checkpointing
     return StepPlan(shape, cfg.num_generations, lora=run_lora(cfg), num_iterations=cfg.num_iterations, beta=cfg.beta,
-                    needs_old_logprobs=cfg.needs_old_logprobs, recompute=cfg.gradient_checkpointing,
+                    optimizer_steps=cfg.optimizer_steps_per_generation, needs_old_logprobs=cfg.needs_old_logprobs, recompute=cfg.gradient_checkpointing,
                     recompute_early_stop=recompute_early_stop, inputs_require_grad=cfg.gradient_checkpointing,
                     share_prompt=builtin, micro_batch=cfg.micro_batch_size if share_learning else None,
                     reward=reward, conventions=cfg.conventions)

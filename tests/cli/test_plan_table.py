@@ -55,3 +55,27 @@ def test_rows_that_cannot_afford_one_step_are_named_with_why():
     assert any("qwen2.5-7b G=4,8,16 with rule" in ln and "one step costs" in ln and "more than the budget" in ln
                for ln in lines), res.output
     assert not any("qwen2.5-0.5b" in ln for ln in lines)
+
+
+def test_iterations_and_steps_per_generation_are_rows_that_move_the_learning_share():
+    """``--iterations 1,2 --steps-per-generation 1,4``: one row per combination; the update
+    share rises with steps per generation (the old-policy pass runs) and with iterations
+    (that pass and one more update); at 2 iterations the old-policy pass runs already, so
+    steps per generation cost nothing more; the optimizer steps are steps x iterations x spg."""
+    from race.accounting import ModelShape, StepPlan
+
+    rows = _rows("--budget", "1e18", "--groups", "8", "--iterations", "1,2", "--steps-per-generation", "1,4")
+    by = {(r["num_iterations"], r["steps_per_generation"]): r for r in rows}
+    assert set(by) == {(1, 1), (1, 4), (2, 1), (2, 4)}
+    assert by[(1, 1)]["learning"] < by[(1, 4)]["learning"] < by[(2, 1)]["learning"] == by[(2, 4)]["learning"]
+    assert by[(2, 1)]["step_flops"] == by[(2, 4)]["step_flops"]
+    assert all(r["optimizer_steps"] == r["steps"] * r["num_iterations"] * r["steps_per_generation"] for r in rows)
+    # spg 4 costs exactly the old-policy forward more than spg 1 (the update is the same FLOPs)
+    shape = ModelShape.from_preset("qwen2.5-0.5b")
+    one = StepPlan(shape, 8, optimizer_steps=1).uniform(8, 64, 64)
+    four = StepPlan(shape, 8, optimizer_steps=4).uniform(8, 64, 64)
+    assert four.update == one.update > 0 and one.old_logprobs == 0
+    assert four.old_logprobs == four.components["update/forward"]  # one no-grad forward over the same rows
+    assert four.total == one.total + four.old_logprobs
+    code, out = _plan("--budget", "1e18", "--steps-per-generation", "0")
+    assert code != 0 and "--steps-per-generation 0" in out

@@ -34,12 +34,13 @@ def _cfg(model_dir: Path, **over):
 
 def _members(model_dir: Path):
     """Three members that differ in seed, group size, iterations, beta, micro-batches,
-    loss, LoRA targets and budget (they leave at different steps)."""
+    optimizer steps per generation, loss, LoRA targets and budget (they leave at different
+    steps)."""
     return [_cfg(model_dir),
             _cfg(model_dir, seed=4, num_generations=2, budget_flops=1.5e9, num_iterations=2, beta=0.05,
                  loss_type="grpo", lora={"r": 2, "lora_alpha": 4, "target_modules": ["q_proj", "v_proj"]}),
-            _cfg(model_dir, seed=5, prompts_per_step=3, per_device_train_batch_size=6, gradient_accumulation_steps=2,
-                 budget_flops=2e9, lr_scheduler_type="cosine")]
+            _cfg(model_dir, seed=5, prompts_per_step=3, per_device_train_batch_size=3, gradient_accumulation_steps=2,
+                 steps_per_generation=4, budget_flops=2e9, lr_scheduler_type="cosine")]  # 2 optimizer steps a batch
 
 
 def _lines(path: Path) -> list[dict]:

@@ -32,6 +32,8 @@ class Allocation:
     step: PhaseFlops
     steps: int
     prompts: int = 0  # prompts per step (0: not recorded)
+    num_iterations: int = 1  # passes over each generation batch
+    steps_per_generation: int = 1  # optimizer steps per pass (TRL's steps_per_generation at one micro-batch each)
 
     @property
     def sequences(self) -> int:
@@ -42,18 +44,26 @@ class Allocation:
     def total(self) -> int:
         return self.step.total * self.steps
 
+    @property
+    def optimizer_steps(self) -> int:
+        """Optimizer steps the budget buys: generation steps x iterations x steps per generation."""
+        return self.steps * self.num_iterations * self.steps_per_generation
+
     def row(self) -> dict[str, object]:
         s = split_shares(self.step)
         return {"model": self.model, "params": self.params, "num_generations": self.num_generations,
                 "reward": self.reward, "prompts": self.prompts, "sequences": self.sequences,
-                "step_flops": self.step.total, "steps": self.steps, "total_flops": self.total,
-                "search": s["search"], "learning": s["learning"], "feedback": s["feedback"]}
+                "num_iterations": self.num_iterations, "steps_per_generation": self.steps_per_generation,
+                "step_flops": self.step.total, "steps": self.steps, "optimizer_steps": self.optimizer_steps,
+                "total_flops": self.total, "search": s["search"], "learning": s["learning"],
+                "feedback": s["feedback"]}
 
 
 def allocations(budget: float, plans: Sequence[StepPlan], *, prompts_per_step: int, prompt_len: int,
                 completion_len: int, group_tokens_fixed: bool = True,
                 unaffordable: list[Allocation] | None = None) -> list[Allocation]:
-    """Every allocation of ``plans`` (each a model x group size x reward with its settings)
+    """Every allocation of ``plans`` (each a model x group size x reward with its settings:
+    iterations and optimizer steps per generation move the learning share at equal FLOPs)
     that affords at least one step at ``prompt_len`` + ``completion_len`` tokens, sorted by
     steps bought (most first; ties by parameters, then in the order given). With
     ``group_tokens_fixed`` the number of sequences per step is held at
@@ -69,7 +79,7 @@ def allocations(budget: float, plans: Sequence[StepPlan], *, prompts_per_step: i
         prompts = max(1, prompts_per_step * gmax // g) if group_tokens_fixed else prompts_per_step
         step = plan.uniform(prompts, prompt_len, completion_len)
         alloc = Allocation(shape.name, shape.num_params(), g, plan.reward.label(), step,
-                           steps_bought(budget, step.total), prompts)
+                           steps_bought(budget, step.total), prompts, plan.num_iterations, plan.optimizer_steps)
         if alloc.steps < 1:  # not even one step
             if unaffordable is not None:
                 unaffordable.append(alloc)

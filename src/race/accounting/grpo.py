@@ -8,9 +8,9 @@ Phases and when they run (docs/design.md section 2):
   (``num_iterations > 1`` or off-policy correction).
 - ``reference``: a no-grad forward only when ``beta != 0``; with LoRA the reference is the
   base with the adapter off (no LoRA FLOPs), computed once per batch.
-- ``reward``: per the reward system: rule-based and random 0; an outcome RM one forward
-  with its head at the last token; a process RM one forward with its head at the step
-  markers; a generative judge prefill + decode with its own shape.
+- ``reward``: per the reward kind's head rule (``race.accounting.reward_kinds``): a rule
+  0; a model one forward with its head where the rule says (an outcome RM's last token, a
+  process RM's step markers), or a generative judge's prefill + decode with its own shape.
 - ``update``: forward + backward over every sequence, once per iteration.
 - ``recompute``: gradient checkpointing's second forward of the decoder layers, once per
   iteration: hardware FLOPs, reported apart and excluded from ``total`` (model FLOPs).
@@ -39,36 +39,11 @@ from .passes import (
     shared_prompt_work,
 )
 from .phases import PHASES, SPLIT, SPLIT_COLUMNS, split_sums  # the vocabulary, re-exported
+from .reward_kinds import RULE, RewardSystem  # the reward kinds' table (re-exported)
 from .shapes import ModelShape
 
-RewardKind = Literal["rule", "random", "orm", "prm", "judge"]
 TrainLogits = Union[Literal["completion", "completion+1", "all"], int]
 HeadPositions = Union[str, Sequence[int], None]  # a reward model's scoring head: "last", "all" or per sequence
-
-
-@dataclass(frozen=True)
-class RewardSystem:
-    """How rewards are computed, and with which model (for orm / prm / judge)."""
-
-    kind: RewardKind = "rule"
-    shape: ModelShape | None = None
-    name: str = ""
-
-    def __post_init__(self) -> None:
-        if self.kind not in ("rule", "random", "orm", "prm", "judge"):
-            raise AccountingError(f"reward kind must be rule, random, orm, prm or judge, got {self.kind!r}")
-        if self.kind in ("orm", "prm", "judge") and self.shape is None:
-            raise AccountingError(f"reward kind {self.kind!r} needs the reward model's shape")
-
-    @property
-    def is_model(self) -> bool:
-        return self.kind in ("orm", "prm", "judge")
-
-    def label(self) -> str:
-        return self.kind if not self.is_model else f"{self.kind}:{self.name or (self.shape.name if self.shape else '')}"
-
-
-RULE = RewardSystem("rule")
 
 
 @dataclass
@@ -123,14 +98,15 @@ def reward_model_flops(reward: RewardSystem, seq_lens: Sequence[int], *, head_po
                        conventions: "Conventions | str | None" = None) -> dict[str, int]:
     """Reward-model inference FLOPs as ``reward/component`` keys.
 
-    orm/prm: one forward over ``seq_lens`` (the RM's own tokenisation, padded where the
-    RM runs padded) with the scoring head at ``head_positions`` ("last", "all" or one
-    count per sequence: the step markers for a PRM). judge: prefill of ``seq_lens`` and
-    decode of ``judge_completion_lens`` with the judge's own shape. rule/random: 0."""
+    A scoring model (head rule last / markers / all): one forward over ``seq_lens`` (the
+    RM's own tokenisation, padded where the RM runs padded) with the scoring head at
+    ``head_positions`` ("last", "all" or one count per sequence: the step markers for a
+    PRM). A judge (head rule decode): prefill of ``seq_lens`` and decode of
+    ``judge_completion_lens`` with the judge's own shape. A rule: 0."""
     if not reward.is_model:
         return {}
     assert reward.shape is not None
-    if reward.kind == "judge":
+    if reward.row.head == "decode":
         if judge_completion_lens is None:
             raise AccountingError("a judge reward needs judge_completion_lens (tokens the judge generates per sequence)")
         g = generate_components(reward.shape, seq_lens, judge_completion_lens, conventions=conventions)
@@ -155,7 +131,7 @@ def learning_flops(plan: "StepPlan", seq_lens: Sequence[int], completion_lens: S
                    prompt_groups: Sequence[int] | None) -> dict[str, int]:
     """FLOPs of the passes over whole sequences under ``plan``'s settings:
     ``old_logprobs/forward`` (if needed: ``needs_old_logprobs``, by default
-    ``num_iterations > 1``), ``reference/forward`` (if beta != 0; adapter off),
+    ``num_iterations > 1`` or ``optimizer_steps > 1``: ``StepPlan.old_logprobs``), ``reference/forward`` (if beta != 0; adapter off),
     ``update/forward`` and ``update/backward`` (x num_iterations) and
     ``recompute/forward`` (if recompute: hardware FLOPs).
 
@@ -165,7 +141,7 @@ def learning_flops(plan: "StepPlan", seq_lens: Sequence[int], completion_lens: S
     ``train_logits="completion"`` and no recompute (gradient checkpointing runs the
     unshared HF forward). ``plan.num_generations`` is not read: the passes see rows."""
     conv, shape, lora, mu = resolve(plan.conventions), plan.shape, plan.lora, plan.num_iterations
-    needs_old_logprobs = mu > 1 if plan.needs_old_logprobs is None else plan.needs_old_logprobs
+    needs_old_logprobs = plan.old_logprobs
     if prompt_groups is None:
         work = sequence_work(seq_lens, _train_logits(plan.train_logits, completion_lens), conv)
     else:
@@ -265,8 +241,9 @@ def step_flops(plan: "StepPlan", prompt_lens: Sequence[int], completion_lens: Se
     (old/ref log-probs, update) run over prompt+completion with the head at
     ``plan.train_logits`` positions: "completion" (the T positions that predict completion
     tokens), "completion+1" (TRL's ``logits_to_keep = T + 1``), "all", or an int.
-    ``reward_seq_lens`` default to prompt+completion; the RM head defaults to the last
-    position (orm) or every position (prm) unless ``reward_head_positions`` says."""
+    ``reward_seq_lens`` default to prompt+completion; the RM head defaults to its kind's
+    planned head (``RewardKind.planned_head``: the last position for an ORM, every position
+    for a PRM) unless ``reward_head_positions`` says."""
     G = plan.num_generations
     if not isinstance(G, int) or G < 2:
         raise AccountingError(f"num_generations={G!r}: GRPO needs a group of at least 2; set it >= 2")
@@ -284,8 +261,7 @@ def step_flops(plan: "StepPlan", prompt_lens: Sequence[int], completion_lens: Se
     comps.update(learning_flops(plan, seqs, clens, prompt_groups))
     if plan.reward.is_model:
         rlens = list(reward_seq_lens) if reward_seq_lens is not None else seqs
-        head = reward_head_positions if reward_head_positions is not None else (
-            "last" if plan.reward.kind == "orm" else "all")
+        head = reward_head_positions if reward_head_positions is not None else (plan.reward.row.planned_head or "all")
         comps.update(reward_model_flops(plan.reward, rlens, head_positions=head,
                                         judge_completion_lens=judge_completion_lens, conventions=plan.conventions))
     return phase_flops(comps)
@@ -337,7 +313,11 @@ class StepPlan:
 
     ``share_prompt``: the rollout prefills each prompt once for its group. ``micro_batch``:
     the learning passes share each prompt across its group, in micro-batches of this many
-    sequences (``prompt_groups``); ``None`` runs them unshared. The other fields are
+    sequences (``prompt_groups``); ``None`` runs them unshared. ``optimizer_steps``: the
+    optimizer steps one pass over a generation takes (TRL's ``steps_per_generation /
+    gradient_accumulation_steps``): the update's FLOPs are the same for any value (each
+    sequence once per iteration), but above 1 the policy moves before the generation's last
+    rows are trained on, so the old-policy pass runs. The other fields are
     ``grpo_step_flops``'s arguments of the same names."""
 
     shape: ModelShape
@@ -354,6 +334,19 @@ class StepPlan:
     micro_batch: int | None = None
     reward: RewardSystem = RULE
     conventions: "Conventions | str | None" = None
+    optimizer_steps: int = 1
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.optimizer_steps, int) or self.optimizer_steps < 1:
+            raise AccountingError(f"optimizer_steps={self.optimizer_steps!r}: optimizer steps per generation must "
+                                  "be an integer >= 1")
+
+    @property
+    def old_logprobs(self) -> bool:
+        """Whether the old-policy pass runs: ``needs_old_logprobs`` where given, else when
+        the policy moves within a generation (``num_iterations > 1`` or ``optimizer_steps > 1``)."""
+        return self.num_iterations > 1 or self.optimizer_steps > 1 if self.needs_old_logprobs is None \
+            else self.needs_old_logprobs
 
     def prompt_groups(self, n: int) -> list[int] | None:
         """The prompt segments of the learning passes over ``n`` sequences (None: unshared)."""

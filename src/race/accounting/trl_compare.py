@@ -89,17 +89,19 @@ def compare_with_builtin(shape: ModelShape, *, prompts: int, num_generations: in
 
 def builtin_same_shapes(shape: ModelShape, generations: Iterable[tuple[int, int, int]], *, num_generations: int,
                         num_iterations: int = 1, beta: float = 0.0, lora: LoRA | None = None,
-                        conventions: ConvLike = None) -> dict[str, int]:
+                        conventions: ConvLike = None, needs_old_logprobs: bool | None = None) -> dict[str, int]:
     """Per-phase FLOPs the built-in engine would charge for the same batches: each
     generation ``(rows, padded prompt length, generated width)`` prefilled once per prompt,
     decoded to the same width, and trained ``num_iterations`` times with each prompt run
     once per group and the head at the completion predictions (no group dropped, no
-    checkpointing, one micro-batch)."""
+    checkpointing, one micro-batch). ``needs_old_logprobs`` (default ``num_iterations > 1``):
+    the run's rule (``RunConfig.needs_old_logprobs``: also several optimizer steps per generation)."""
     conv = resolve(conventions)
     out: dict[str, int] = {}
+    old = num_iterations > 1 if needs_old_logprobs is None else needs_old_logprobs
     for rows, P, W in generations:  # one micro-batch: the generation's rows
         plan = StepPlan(shape, num_generations, lora=lora, num_iterations=num_iterations, beta=beta,
-                        needs_old_logprobs=num_iterations > 1, share_prompt=True, micro_batch=rows, conventions=conv)
+                        needs_old_logprobs=old, share_prompt=True, micro_batch=rows, conventions=conv)
         comps = plan.rollout([P] * (rows // num_generations), [W] * rows)
         comps.update(plan.learning([P + W] * rows, [W] * rows))
         for k, v in comps.items():

@@ -133,13 +133,19 @@ def plan(
     prompt_len: Annotated[int, typer.Option()] = 256,
     completion_len: Annotated[int, typer.Option()] = 512,
     lora_rank: Annotated[Optional[int], typer.Option()] = 64,
-    iterations: Annotated[int, typer.Option(help="policy-update passes per batch (num_iterations)")] = 1,
+    iterations: Annotated[str, typer.Option(help="comma-separated policy-update passes per batch "
+                                                 "(num_iterations)")] = "1",
+    steps_per_generation: Annotated[str, typer.Option(help="comma-separated optimizer steps per generation batch "
+                                                           "(TRL's steps_per_generation at one micro-batch per "
+                                                           "optimizer step)")] = "1",
     beta: Annotated[float, typer.Option(help="KL coefficient; != 0 adds reference log-probs")] = 0.0,
     conventions: Annotated[str, typer.Option()] = "race",
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
-    """Allocations (model x group size x reward) that fit a budget: prompts and sequences per
-    step, the steps each buys and its split; rows that cannot afford one step are named."""
+    """Allocations (model x group size x reward x iterations x steps per generation) that fit
+    a budget: prompts and sequences per step, the steps each buys and its split (the
+    learning share moves with the last two at equal FLOPs); rows that cannot afford one
+    step are named."""
     from race.accounting import LoRA, StepPlan, allocations
     from race.models.refs import resolve_shape
     from race.rewards.systems import reward_system
@@ -157,24 +163,22 @@ def plan(
     from race.spec.flops import MAX_TOKENS
 
     for flag, value, top in (("--prompts", prompts, None), ("--prompt-len", prompt_len, MAX_TOKENS),
-                             ("--completion-len", completion_len, MAX_TOKENS), ("--iterations", iterations, None)):
+                             ("--completion-len", completion_len, MAX_TOKENS)):
         if value < 1:
             _fail(f"{flag} {value}: must be >= 1")
         if top is not None and value > top:
             _fail(f"{flag} {value}: must be <= {top}")
-    try:
-        gs = [int(g) for g in groups.split(",") if g.strip()]
-    except ValueError:
-        _fail(f"--groups {groups!r}: give comma-separated whole numbers, e.g. 4,8,16")
-    if not gs or any(g < 2 for g in gs):
-        _fail(f"--groups {groups}: GRPO needs group sizes >= 2")
+    gs = _whole_numbers("--groups", groups, 2, "GRPO needs group sizes >= 2")
+    its = _whole_numbers("--iterations", iterations, 1, "must be >= 1")
+    spgs = _whole_numbers("--steps-per-generation", steps_per_generation, 1, "must be >= 1")
     skipped: list = []
     try:
         shapes = [resolve_shape(m.strip()) for m in models.split(",") if m.strip()]
         rws = [reward_system(r.strip()) for r in rewards.split(",") if r.strip()]
         lora = LoRA(lora_rank) if lora_rank else None
-        plans = [StepPlan(shape, g, lora=lora, num_iterations=iterations, beta=beta, reward=rw, conventions=conventions)
-                 for shape in shapes for g in gs for rw in rws]
+        plans = [StepPlan(shape, g, lora=lora, num_iterations=it, optimizer_steps=k, beta=beta, reward=rw,
+                          conventions=conventions) for shape in shapes for g in gs for rw in rws for it in its
+                 for k in spgs]
         allocs = allocations(budget, plans, prompts_per_step=prompts, prompt_len=prompt_len,
                              completion_len=completion_len, group_tokens_fixed=hold == "sequences",
                              unaffordable=skipped)
@@ -190,6 +194,17 @@ def plan(
     _print_plan(budget, allocs, skipped, hold, prompts, max(gs))
 
 
+def _whole_numbers(flag: str, text: str, least: int, why: str) -> list[int]:
+    """A comma-separated list of whole numbers >= ``least`` (``_fail`` says what to write)."""
+    try:
+        vals = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        _fail(f"{flag} {text!r}: give comma-separated whole numbers, e.g. 4,8,16")
+    if not vals or any(v < least for v in vals):
+        _fail(f"{flag} {text}: {why}")
+    return vals
+
+
 def _print_plan(budget: float, allocs: list, skipped: list, hold: str, prompts: int, gmax: int) -> None:
     from rich.table import Table
 
@@ -201,13 +216,16 @@ def _print_plan(budget: float, allocs: list, skipped: list, hold: str, prompts: 
             "prompts, so FLOPs per step barely change with G" if hold == "sequences"
             else f"prompts per step held at {prompts}: a larger G means more sequences and a dearer step")
     t = Table(title=f"Allocations within {fmt_flops(budget)} (sorted by steps bought)",
-              caption=f"{held}; split = % of FLOPs in search (rollout), learning, feedback (reward)")
-    for col in ("model", "G", "reward", "prompts", "seqs", "FLOPs/step", "steps", "split % S L F"):
+              caption=f"{held}; it = num_iterations, spg = optimizer steps per generation (a step is one generation); "
+                      "split = % of FLOPs in search (rollout), learning (the update share p), feedback (reward)")
+    for col in ("model", "G", "reward", "it", "spg", "prompts", "seqs", "FLOPs/step", "steps", "opt steps",
+                "split % S L F"):
         t.add_column(col, justify="right" if col not in ("model", "reward") else "left")
     for r in (a.row() for a in allocs):
         split = " ".join(f"{100 * float(r[k]):.0f}" for k in SPLIT)  # type: ignore[arg-type]
-        t.add_row(str(r["model"]), str(r["num_generations"]), str(r["reward"]), str(r["prompts"]),
-                  str(r["sequences"]), fmt_flops(r["step_flops"]), str(r["steps"]), split)
+        t.add_row(str(r["model"]), str(r["num_generations"]), str(r["reward"]), str(r["num_iterations"]),
+                  str(r["steps_per_generation"]), str(r["prompts"]), str(r["sequences"]), fmt_flops(r["step_flops"]),
+                  str(r["steps"]), str(r["optimizer_steps"]), split)
     c = _console()
     print_table(c, t)
     by: dict[tuple[str, str], list] = {}

@@ -12,10 +12,13 @@ means every linear layer of the decoder (the seven matrices of the models RACE a
 
 Batch sizes, with TRL's meaning on one process: ``per_device_train_batch_size`` sequences
 (completions) per micro-batch, ``gradient_accumulation_steps`` micro-batches per optimizer
-step, one generation per optimizer step, so a step generates ``per_device_train_batch_size
-x gradient_accumulation_steps = prompts_per_step x num_generations`` sequences. Unset, they
-are ``prompts_per_step x num_generations`` and 1; given without ``prompts_per_step``, they
-set it.
+step, ``steps_per_generation`` micro-batches per generation (TRL's default and RACE's:
+``gradient_accumulation_steps``, one generation per optimizer step), so a step generates
+``per_device_train_batch_size x steps_per_generation = prompts_per_step x num_generations``
+sequences and trains on them in ``steps_per_generation / gradient_accumulation_steps``
+optimizer steps (RACE asks for a whole number). Unset, they are ``prompts_per_step x
+num_generations``, 1 and 1; given without ``prompts_per_step``, they set it. A RACE *step*
+is one generation batch: its ledger rows, its lr, ``max_steps``.
 
 Configs load from YAML with ``yaml.safe_load``; ``--set key=value`` overrides use dotted
 paths (``lora.r=16``).  Every validation error says which field is wrong and what to
@@ -51,7 +54,8 @@ REFUSED_LOSS_TYPES = {
 LOGGING_ONLY = ("output_dir", "log_to", "wandb_project", "eval_cache_dir")
 #: Settings added after run ids were first issued: left out of the id while at these values,
 #: so the ids of existing runs (and the run directories and grid stores keyed by them) hold.
-_ID_NEUTRAL = {"per_device_train_batch_size": None, "gradient_accumulation_steps": None}
+_ID_NEUTRAL = {"per_device_train_batch_size": None, "gradient_accumulation_steps": None,
+               "steps_per_generation": None}
 
 
 def _reward_spec(v: Any) -> RewardSpec:
@@ -142,6 +146,9 @@ class RunConfig(_Strict):
         "gradient_accumulation_steps")
     gradient_accumulation_steps: int | None = Field(
         None, ge=1, description="TRL: micro-batches per optimizer step (default 1)")
+    steps_per_generation: int | None = Field(
+        None, ge=1, description="TRL: micro-batches per generation batch (default gradient_accumulation_steps: one "
+        "optimizer step per generation); a multiple k of it trains each generation in k optimizer steps")
     num_generations: int = Field(8, description="group size G")
     max_prompt_length: int = Field(64, ge=1)
     max_completion_length: int = Field(64, ge=1)
@@ -231,35 +238,55 @@ class RunConfig(_Strict):
 
     def _check_batches(self) -> None:
         """TRL's batch settings against prompts_per_step x num_generations (module docstring)."""
-        B, ga, G = self.per_device_train_batch_size, self.gradient_accumulation_steps, self.num_generations
-        if B is None and ga is None:
+        B, ga, spg, G = (self.per_device_train_batch_size, self.gradient_accumulation_steps,
+                         self.steps_per_generation, self.num_generations)
+        if B is None and ga is None and spg is None:
             return
-        k = ga or 1
+        a = ga or 1
+        k = spg or a  # micro-batches per generation
+        if k % a:
+            raise ValueError(f"steps_per_generation={k} is not a multiple of gradient_accumulation_steps={a}: RACE "
+                             "trains each generation in whole optimizer steps; set steps_per_generation to "
+                             f"{a}, {2 * a}, {3 * a}, ...")
+        per = (f"per_device_train_batch_size x steps_per_generation = {B} x {k}" if spg is not None else
+               f"per_device_train_batch_size x gradient_accumulation_steps = {B} x {k}")
         if B is not None and "prompts_per_step" not in self.model_fields_set:
             if (B * k) % G:
-                raise ValueError(f"per_device_train_batch_size x gradient_accumulation_steps = {B} x {k} sequences per "
-                                 f"step is not a multiple of num_generations={G}: every prompt needs its whole group")
+                raise ValueError(f"{per} sequences per step is not a multiple of num_generations={G}: every prompt "
+                                 "needs its whole group")
             self.__dict__["prompts_per_step"] = B * k // G
         n = self.prompts_per_step * G
         if B is None and n % k:
-            raise ValueError(f"gradient_accumulation_steps={k} does not divide prompts_per_step x num_generations = "
-                             f"{n} sequences: choose a divisor of {n}")
+            raise ValueError(f"{'steps_per_generation' if spg is not None else 'gradient_accumulation_steps'}={k} "
+                             f"does not divide prompts_per_step x num_generations = {n} sequences: choose a divisor "
+                             f"of {n}")
         if B is not None and B * k != n:
             raise ValueError(
-                f"per_device_train_batch_size x gradient_accumulation_steps = {B} x {k} = {B * k} sequences per step, "
-                f"but prompts_per_step x num_generations = {n}: one generation feeds one optimizer step; set "
-                f"gradient_accumulation_steps: {n // B if n % B == 0 else '...'} or leave prompts_per_step out "
-                "(it is then derived)")
+                f"{per} = {B * k} sequences per step, but prompts_per_step x num_generations = {n}: one generation "
+                f"of {n} sequences per step; set {'steps_per_generation' if spg is not None else 'gradient_accumulation_steps'}: "
+                f"{n // B if n % B == 0 else '...'} or leave prompts_per_step out (it is then derived)")
 
     @property
     def micro_batch_size(self) -> int:
         """Sequences per micro-batch (TRL's ``per_device_train_batch_size``)."""
-        return self.per_device_train_batch_size or self.prompts_per_step * self.num_generations // self.accumulation_steps
+        return self.per_device_train_batch_size or self.prompts_per_step * self.num_generations // self.generation_steps
 
     @property
     def accumulation_steps(self) -> int:
         """Micro-batches per optimizer step (TRL's ``gradient_accumulation_steps``)."""
         return self.gradient_accumulation_steps or 1
+
+    @property
+    def generation_steps(self) -> int:
+        """Micro-batches per generation (TRL's ``steps_per_generation``; its default,
+        ``gradient_accumulation_steps``, when unset)."""
+        return self.steps_per_generation or self.accumulation_steps
+
+    @property
+    def optimizer_steps_per_generation(self) -> int:
+        """Optimizer steps each generation batch feeds, per iteration over it:
+        ``steps_per_generation / gradient_accumulation_steps``."""
+        return self.generation_steps // self.accumulation_steps
 
     # -- helpers -----------------------------------------------------------------------
     def run_id(self) -> str:
@@ -285,8 +312,10 @@ class RunConfig(_Strict):
     @property
     def needs_old_logprobs(self) -> bool:
         """Old-policy log-probs are needed only when the policy moves before the last pass
-        over the batch (num_iterations > 1)."""
-        return self.num_iterations > 1
+        over the batch: ``num_iterations > 1`` or more than one optimizer step per
+        generation (``steps_per_generation > gradient_accumulation_steps``; TRL's rule,
+        ``gradient_accumulation_steps % (steps_per_generation x num_iterations) != 0``)."""
+        return self.num_iterations > 1 or self.optimizer_steps_per_generation > 1
 
 
 def parse_override(item: str) -> tuple[list[str], Any]:

@@ -4,9 +4,10 @@ One step reads top to bottom as named stages over one batch:
 
     prompts -> rollout (shared-prefix prefill + KV-cache decode, G samples per prompt)
             -> reward -> group-relative advantages (zero-variance groups dropped)
-            -> old-policy log-probs (if num_iterations > 1)
+            -> old-policy log-probs (if num_iterations > 1 or several optimizer steps per generation)
             -> reference log-probs (if beta != 0; the base with the adapter off)
-            -> clipped policy update, num_iterations passes -> optimizer step
+            -> clipped policy update: num_iterations passes, each of
+               steps_per_generation / gradient_accumulation_steps optimizer steps
 
 The log-prob passes and the update run in micro-batches of ``per_device_train_batch_size``
 sequences with gradients accumulated (TRL's ``gradient_accumulation_steps``; the ledger is
@@ -188,8 +189,11 @@ class BuiltinEngine:
                                     share=self.state.share_prompts)
 
     def update(self, batch: Rollout, adv: torch.Tensor, step: int) -> dict[str, float]:
-        """Old/reference log-probs, then ``num_iterations`` clipped policy updates, each in
-        micro-batches of ``per_device_train_batch_size`` sequences (``race.engines.builtin.micro_batch``)."""
+        """Old/reference log-probs, then ``num_iterations`` passes over the batch, each of
+        ``steps_per_generation / gradient_accumulation_steps`` clipped optimizer steps over
+        the next ``gradient_accumulation_steps`` micro-batches of ``per_device_train_batch_size``
+        sequences (``race.engines.builtin.micro_batch``). The statistics are the last pass's
+        (loss: the mean of its optimizer steps'; clip fraction and KL: token means)."""
         from race.models import reference_policy
 
         cfg, st = self.cfg, self.state
@@ -223,14 +227,21 @@ class BuiltinEngine:
         kw = dict(epsilon=cfg.epsilon, epsilon_high=cfg.epsilon_high, loss_type=cfg.loss_type,
                   max_completion_length=cfg.max_completion_length, beta=cfg.beta,
                   sapo_temperatures=(cfg.sapo_temperature_pos, cfg.sapo_temperature_neg))
+        chunks = micro_batch.optimizer_steps(batch.prompt_ids.shape[0], cfg.micro_batch_size, cfg.accumulation_steps)
         for _ in range(cfg.num_iterations):
-            st.optimizer.zero_grad(set_to_none=True)
-            stats = micro_batch.accumulate_gradients(st.model, batch, adv, mask, old, ref,
-                                                     size=cfg.micro_batch_size, temperature=cfg.temperature,
-                                                     loss_fn=grpo_loss, loss_kwargs=kw, step=step,
-                                                     share=st.share_prompts)
-            torch.nn.utils.clip_grad_norm_([p for p in st.model.parameters() if p.requires_grad], cfg.max_grad_norm)
-            st.optimizer.step()
+            acc = micro_batch.Accumulator()
+            for slices in chunks:
+                st.optimizer.zero_grad(set_to_none=True)
+                stats = micro_batch.accumulate_gradients(st.model, batch, adv, mask, old, ref,
+                                                         size=cfg.micro_batch_size, temperature=cfg.temperature,
+                                                         loss_fn=grpo_loss, loss_kwargs=kw, step=step,
+                                                         share=st.share_prompts, slices=slices)
+                torch.nn.utils.clip_grad_norm_([p for p in st.model.parameters() if p.requires_grad],
+                                               cfg.max_grad_norm)
+                st.optimizer.step()
+                acc.add(stats, 1.0 / len(chunks), float(mask[micro_batch.span(slices)].sum()))
+            if len(chunks) > 1:
+                stats = acc.stats()
         timings["update"] = device_clock(st.device) - t0
         assert stats is not None
         return {"loss": stats.loss, "clip_frac": stats.clip_frac, "kl": stats.kl, "lr": lr, **{

@@ -1,16 +1,21 @@
 """The built-in engine's learning passes in micro-batches, and gradient checkpointing.
 
 Micro-batches have TRL's meaning: one generation of ``prompts_per_step x num_generations``
-sequences per optimizer step; the old-policy and reference log-prob passes and the update
-run over ``per_device_train_batch_size`` sequences at a time (the step's kept rows, in
-order), the update's gradients accumulate over the micro-batches, then one clip and one
-optimizer step per iteration.
+sequences; the old-policy and reference log-prob passes and the update run over
+``per_device_train_batch_size`` sequences at a time (the step's kept rows, in order), the
+update's gradients accumulate over ``gradient_accumulation_steps`` micro-batches, then one
+clip and one optimizer step (:func:`optimizer_steps`). With TRL's default
+``steps_per_generation = gradient_accumulation_steps`` the generation is one optimizer step
+per iteration; with ``steps_per_generation = k x gradient_accumulation_steps`` it is k
+optimizer steps per iteration, each over the next ``gradient_accumulation_steps``
+micro-batches (fewer when zero-variance groups were dropped). The micro-batches are the
+same either way, so the passes and their FLOPs are too.
 
 The micro-batches keep the batch's padded widths (prompt and completion columns), so the
 passes execute exactly the FLOPs of the one-batch step: the ledger is the same, only fewer
 sequences are in memory at once. Each micro-batch's loss is weighted so that the
-accumulated gradient equals the one-batch gradient for every ``loss_type``
-(``race.engines.grpo_math.grpo_loss``):
+accumulated gradient equals the one-batch gradient of the optimizer step's rows for every
+``loss_type`` (``race.engines.grpo_math.grpo_loss``):
 
 - ``grpo``/``sapo`` (mean over sequences of per-sequence token means) and ``dr_grpo``
   (token sum over ``sequences x max_completion_length``): the micro-batch's share of the
@@ -19,7 +24,10 @@ accumulated gradient equals the one-batch gradient for every ``loss_type``
   of the completion tokens, ``max(1, tokens_micro) / max(1, tokens)`` (the whole batch's
   token count normalises every micro-batch, as TRL's ``dapo`` does with
   ``num_items_in_batch``; TRL's ``bnpo`` normalises per micro-batch instead, so under
-  micro-batching RACE's ``bnpo`` is its ``dapo``).
+  micro-batching RACE's ``bnpo`` is its ``dapo``). With several optimizer steps per
+  generation ``n`` and ``tokens`` are the optimizer step's own (TRL divides the generation
+  batch's token count by ``steps_per_generation / gradient_accumulation_steps``: the same
+  on average, not step by step).
 
 With LoRA dropout > 0 the dropout masks are drawn per micro-batch, so micro-batched and
 one-batch updates agree only in distribution; at ``lora_dropout: 0`` they agree to float
@@ -53,6 +61,15 @@ def micro_slices(n: int, size: int) -> list[slice]:
     if size < 1:
         raise ValueError(f"micro-batch size must be >= 1, got {size}")
     return [slice(i, min(n, i + size)) for i in range(0, n, size)]
+
+
+def optimizer_steps(n: int, size: int, accumulation: int) -> list[list[slice]]:
+    """The micro-batch slices of ``n`` rows (:func:`micro_slices`), ``accumulation`` of them
+    per optimizer step, in order: one list per optimizer step."""
+    if accumulation < 1:
+        raise ValueError(f"gradient_accumulation_steps must be >= 1, got {accumulation}")
+    sl = micro_slices(n, size)
+    return [sl[i:i + accumulation] for i in range(0, len(sl), accumulation)]
 
 
 def rows(ro: Rollout, sl: slice) -> Rollout:
@@ -95,12 +112,18 @@ def logprobs(model: Any, ro: Rollout, size: int, temperature: float, *, share: b
     return torch.cat(parts, dim=0)
 
 
-def loss_weight(loss_type: str, mask: torch.Tensor, sl: slice) -> float:
+def loss_weight(loss_type: str, mask: torch.Tensor, sl: slice, within: slice = slice(None)) -> float:
     """Weight of micro-batch ``sl``'s loss so that the weighted sum equals the one-batch
-    loss (module docstring). ``mask``: the whole batch's (B, T) loss mask."""
+    loss of rows ``within`` (the optimizer step's; default all: module docstring).
+    ``mask``: the whole batch's (B, T) loss mask."""
     if loss_type in TOKEN_NORMALISED:
-        return float(mask[sl].sum().clamp(min=1)) / float(mask.sum().clamp(min=1))
-    return mask[sl].shape[0] / mask.shape[0]
+        return float(mask[sl].sum().clamp(min=1)) / float(mask[within].sum().clamp(min=1))
+    return mask[sl].shape[0] / mask[within].shape[0]
+
+
+def span(slices: list[slice]) -> slice:
+    """The rows consecutive micro-batch ``slices`` cover together."""
+    return slice(slices[0].start, slices[-1].stop)
 
 
 @dataclass
@@ -125,14 +148,17 @@ class Accumulator:
 
 def accumulate_gradients(model: Any, ro: Rollout, adv: torch.Tensor, mask: torch.Tensor, old: torch.Tensor | None,
                          ref: torch.Tensor | None, *, size: int, temperature: float, loss_fn: Callable[..., Any],
-                         loss_kwargs: dict[str, Any], step: int, share: bool = False) -> LossStats:
-    """Backward of the step's loss over micro-batches of ``size`` rows (gradients add up
-    in ``.grad``; the caller zeroes them before and steps the optimizer after). Returns
-    the whole batch's loss statistics; ``DivergedError`` on a non-finite loss. ``share``:
-    the prefix-shared forward (``race.accounting.prompt_groups``)."""
+                         loss_kwargs: dict[str, Any], step: int, share: bool = False,
+                         slices: list[slice] | None = None) -> LossStats:
+    """Backward of one optimizer step's loss over micro-batches of ``size`` rows (gradients
+    add up in ``.grad``; the caller zeroes them before and steps the optimizer after):
+    ``slices``, consecutive micro-batches of :func:`optimizer_steps` (default: every
+    micro-batch of the batch). Returns their rows' loss statistics; ``DivergedError`` on a
+    non-finite loss. ``share``: the prefix-shared forward (``race.accounting.prompt_groups``)."""
     acc = Accumulator()
     loss_type = loss_kwargs["loss_type"]
-    slices = micro_slices(ro.prompt_ids.shape[0], size)
+    slices = micro_slices(ro.prompt_ids.shape[0], size) if slices is None else slices
+    within = span(slices)
     st = None
     for sl in slices:
         logp = _logprobs_of(model, rows(ro, sl), temperature, share, sl.start)
@@ -140,7 +166,7 @@ def accumulate_gradients(model: Any, ro: Rollout, adv: torch.Tensor, mask: torch
                            ref_logp=ref[sl] if ref is not None else None, **loss_kwargs)
         if not torch.isfinite(loss):
             raise DivergedError(f"non-finite loss ({float(loss.detach())}) at step {step}")
-        w = loss_weight(loss_type, mask, sl)
+        w = loss_weight(loss_type, mask, sl, within)
         (loss * w if w != 1.0 else loss).backward()
         acc.add(st, w, float(mask[sl].sum()))
     return st if len(slices) == 1 and st is not None else acc.stats()
@@ -163,4 +189,4 @@ def enable_checkpointing(model: Any) -> bool:
 
 
 __all__ = ["TOKEN_NORMALISED", "accumulate_gradients", "enable_checkpointing", "logprobs", "loss_weight",
-           "micro_slices", "rows"]
+           "micro_slices", "optimizer_steps", "rows", "span"]

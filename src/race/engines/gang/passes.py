@@ -19,7 +19,7 @@ import torch
 
 from race.engines.gang.forward import GangDecoder, SharedItem, shared_prompt_logits, token_logprobs
 from race.engines.grpo_math import LossStats
-from race.engines.builtin.micro_batch import Accumulator, shared_inputs, loss_weight, micro_slices, rows
+from race.engines.builtin.micro_batch import Accumulator, loss_weight, micro_slices, rows, shared_inputs, span
 from race.engines.sampling import Rollout
 
 
@@ -33,10 +33,14 @@ class PassJob:
     size: int
     temperature: float
 
+    def micro(self) -> list[slice]:
+        """The micro-batch slices this job runs: all of its batch's."""
+        return micro_slices(self.ro.prompt_ids.shape[0], self.size)
+
 
 def _rounds(jobs: list[PassJob]) -> list[list[tuple[int, slice]]]:
     """Round j: (job index, its j-th micro-batch slice) for every job that has one."""
-    slices = [micro_slices(j.ro.prompt_ids.shape[0], j.size) for j in jobs]
+    slices = [j.micro() for j in jobs]
     return [[(i, s[r]) for i, s in enumerate(slices) if r < len(s)] for r in range(max(map(len, slices)))]
 
 
@@ -67,13 +71,18 @@ def gang_logprobs(models: list[Any], jobs: list[PassJob]) -> list[torch.Tensor]:
 @dataclass
 class UpdateJob(PassJob):
     """A member's update batch: advantages (B,), loss mask (B, T), old and reference
-    log-probs (or None), and its ``grpo_loss`` keyword arguments."""
+    log-probs (or None), its ``grpo_loss`` keyword arguments, and the micro-batches of the
+    optimizer step (``micro_batch.optimizer_steps``; None: every micro-batch of the batch)."""
 
     adv: torch.Tensor = None  # type: ignore[assignment]
     mask: torch.Tensor = None  # type: ignore[assignment]
     old: torch.Tensor | None = None
     ref: torch.Tensor | None = None
     loss_kwargs: dict[str, Any] = field(default_factory=dict)
+    slices: list[slice] | None = None
+
+    def micro(self) -> list[slice]:
+        return super().micro() if self.slices is None else self.slices
 
 
 @dataclass
@@ -85,7 +94,7 @@ class UpdateResult:
 def gang_accumulate(models: list[Any], jobs: list[UpdateJob], loss_fn: Callable[..., Any],
                     step: int) -> list[UpdateResult]:
     """Backward of every job's loss over its micro-batches (``micro_batch.accumulate_gradients``
-    per member, round by round in one gang pass); gradients add up in each member's own
+    per member over its ``slices``, round by round in one gang pass); gradients add up in each member's own
     ``.grad`` (the caller zeroes before, clips and steps each optimizer after)."""
     if not jobs:
         return []
@@ -93,7 +102,8 @@ def gang_accumulate(models: list[Any], jobs: list[UpdateJob], loss_fn: Callable[
     accs = [Accumulator() for _ in jobs]
     last: list[LossStats | None] = [None] * len(jobs)
     bad: dict[int, str] = {}
-    n_slices = [len(micro_slices(j.ro.prompt_ids.shape[0], j.size)) for j in jobs]
+    n_slices = [len(j.micro()) for j in jobs]
+    within = [span(j.micro()) for j in jobs]
     for rnd in _rounds(jobs):
         rnd = [(i, sl) for i, sl in rnd if i not in bad]
         if not rnd:
@@ -106,7 +116,7 @@ def gang_accumulate(models: list[Any], jobs: list[UpdateJob], loss_fn: Callable[
             if not torch.isfinite(loss):
                 bad[i] = f"non-finite loss ({float(loss.detach())}) at step {step}"
                 continue
-            w = loss_weight(j.loss_kwargs["loss_type"], j.mask, sl)
+            w = loss_weight(j.loss_kwargs["loss_type"], j.mask, sl, within[i])
             term = loss * w if w != 1.0 else loss
             total = term if total is None else total + term
             accs[i].add(st, w, float(j.mask[sl].sum()))

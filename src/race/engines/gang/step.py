@@ -6,8 +6,9 @@ Per member, the stages and what they charge are the solo engine's, in its order
 temperature, generator seeded from (seed, step)) -> its reward -> advantages (zero-variance
 groups dropped) -> the exact-cost budget check (a member that cannot take its step
 records the rollout and reward as ``overrun`` and leaves) -> old/reference log-probs ->
-``num_iterations`` clipped updates (its lr, loss, micro-batches; its gradients clipped and
-its optimizer stepped alone) -> its ledger charged with the solo run's components (the
+``num_iterations`` passes of ``steps_per_generation / gradient_accumulation_steps`` clipped
+optimizer steps each (its lr, loss, micro-batches; its gradients clipped and its optimizer
+stepped alone) -> its ledger charged with the solo run's components (the
 same functions, over its own rows), its metrics row.
 
 Seconds: a batched stage's wall seconds are split among the members that ran in it in
@@ -27,6 +28,7 @@ from race.engines.gang.members import split_seconds
 from race.engines.gang.passes import PassJob, UpdateJob, gang_accumulate, gang_logprobs
 from race.engines.gang.decode import fast_gang_sample
 from race.engines.gang.sample import SampleJob
+from race.engines.builtin.micro_batch import Accumulator, optimizer_steps, span
 from race.engines.builtin.step_parts import Scored, charge_step, fits_exactly, score_rollout
 from race.engines.grpo_math import grpo_loss
 from race.engines.sampling import Rollout, rollout_flops, sampling_generator
@@ -144,32 +146,18 @@ def _learn(step: int, ws: list[Work]) -> float:
             g["lr"] = lr
         w.upd["lr"] = lr  # (loss, clip_frac, kl go first once known: the solo row's order)
         w.eng.state.model.train()
-    live = list(ws)
-    stats: dict[int, Any] = {}
+    ctx = _Update(models, idx, masks, old, ref, {id(w): optimizer_steps(
+        w.batch.prompt_ids.shape[0], w.eng.cfg.micro_batch_size, w.eng.cfg.accumulation_steps) for w in ws}, list(ws))
     for it in range(max(w.eng.cfg.num_iterations for w in ws)):
-        cur = [w for w in live if it < w.eng.cfg.num_iterations]
-        if not cur:  # the members still iterating diverged
-            break
-        for w in cur:
-            w.eng.state.optimizer.zero_grad(set_to_none=True)
-        jobs = []
-        for w in cur:
-            cfg = w.eng.cfg
-            kw = dict(epsilon=cfg.epsilon, epsilon_high=cfg.epsilon_high, loss_type=cfg.loss_type,
-                      max_completion_length=cfg.max_completion_length, beta=cfg.beta,
-                      sapo_temperatures=(cfg.sapo_temperature_pos, cfg.sapo_temperature_neg))
-            jobs.append(UpdateJob(idx[id(w)], w.batch, cfg.micro_batch_size, cfg.temperature,
-                                  adv=w.adv[w.rows].to(dev), mask=masks[id(w)], old=old.get(id(w)),
-                                  ref=ref.get(id(w)), loss_kwargs=kw))
-        for w, res in zip(cur, gang_accumulate(models, jobs, grpo_loss, step)):
-            if res.stats is None:
-                w.outcome, w.error = "diverged", res.error
-                live.remove(w)
-                continue
-            stats[id(w)] = res.stats
-            torch.nn.utils.clip_grad_norm_([p for p in w.eng.state.model.parameters() if p.requires_grad],
-                                           w.eng.cfg.max_grad_norm)
-            w.eng.state.optimizer.step()
+        accs = {id(w): Accumulator() for w in ctx.live}
+        for c in range(max(len(ctx.chunks[id(w)]) for w in ws)):
+            cur = [w for w in ctx.live if it < w.eng.cfg.num_iterations and c < len(ctx.chunks[id(w)])]
+            if cur:
+                ctx.optimizer_step(step, cur, c, accs)
+        for w in ctx.live:
+            if it < w.eng.cfg.num_iterations and len(ctx.chunks[id(w)]) > 1:
+                ctx.stats[id(w)] = accs[id(w)].stats()
+    stats = ctx.stats
     secs["update"] = device_clock(dev) - t0
     for w in ws:
         if w.outcome == "ok":
@@ -181,6 +169,50 @@ def _learn(step: int, ws: list[Work]) -> float:
         for w, s in zip(ws, split_seconds(secs[phase], weights)):
             w.seconds[key] = s
     return sum(secs.values())
+
+
+@dataclass
+class _Update:
+    """The update stage of members batched together: their models, adapter indices, loss
+    masks, old/reference log-probs and optimizer steps (``micro_batch.optimizer_steps``),
+    by member; the members still live and their last loss statistics."""
+
+    models: list[Any]
+    idx: dict[int, int]
+    masks: dict[int, torch.Tensor]
+    old: dict[int, torch.Tensor]
+    ref: dict[int, torch.Tensor]
+    chunks: dict[int, list[list[slice]]]
+    live: list[Work]
+    stats: dict[int, Any] = field(default_factory=dict)
+
+    def optimizer_step(self, step: int, cur: list[Work], c: int, accs: dict[int, Any]) -> None:
+        """Optimizer step ``c`` of the current pass for members ``cur``, batched: their
+        gradients over its micro-batches, each clipped and stepped alone; a member whose
+        loss is not finite leaves ``live`` as diverged."""
+        dev = cur[0].eng.state.device
+        for w in cur:
+            w.eng.state.optimizer.zero_grad(set_to_none=True)
+        jobs = []
+        for w in cur:
+            cfg = w.eng.cfg
+            kw = dict(epsilon=cfg.epsilon, epsilon_high=cfg.epsilon_high, loss_type=cfg.loss_type,
+                      max_completion_length=cfg.max_completion_length, beta=cfg.beta,
+                      sapo_temperatures=(cfg.sapo_temperature_pos, cfg.sapo_temperature_neg))
+            jobs.append(UpdateJob(self.idx[id(w)], w.batch, cfg.micro_batch_size, cfg.temperature,
+                                  adv=w.adv[w.rows].to(dev), mask=self.masks[id(w)], old=self.old.get(id(w)),
+                                  ref=self.ref.get(id(w)), loss_kwargs=kw, slices=self.chunks[id(w)][c]))
+        for w, res in zip(cur, gang_accumulate(self.models, jobs, grpo_loss, step)):
+            if res.stats is None:
+                w.outcome, w.error = "diverged", res.error
+                self.live.remove(w)
+                continue
+            self.stats[id(w)] = res.stats
+            rows = span(self.chunks[id(w)][c])
+            accs[id(w)].add(res.stats, 1.0 / len(self.chunks[id(w)]), float(self.masks[id(w)][rows].sum()))
+            torch.nn.utils.clip_grad_norm_([p for p in w.eng.state.model.parameters() if p.requires_grad],
+                                           w.eng.cfg.max_grad_norm)
+            w.eng.state.optimizer.step()
 
 
 def _charge(step: int, w: Work) -> None:

@@ -13,15 +13,17 @@ from race.spec.run import RunConfig
 
 def grpo_args(cfg: RunConfig, output_dir: Path, *, use_cpu: bool, max_steps: int) -> Any:
     """The ``GRPOConfig`` of a run spec (TRL names map one to one; a step's
-    ``prompts_per_step x num_generations`` sequences are one generation batch, trained in
-    ``gradient_accumulation_steps`` micro-batches of ``per_device_train_batch_size``)."""
+    ``prompts_per_step x num_generations`` sequences are one generation batch of
+    ``steps_per_generation`` micro-batches of ``per_device_train_batch_size``, trained in
+    optimizer steps of ``gradient_accumulation_steps`` micro-batches; unset, TRL's default
+    ``steps_per_generation = gradient_accumulation_steps``: one optimizer step per generation)."""
     from trl import GRPOConfig
 
     return GRPOConfig(
         output_dir=str(output_dir), use_cpu=use_cpu, bf16=False, fp16=False,
-        # one generation per optimizer step, split into gradient_accumulation_steps micro-batches
+        # a generation of steps_per_generation micro-batches, gradient_accumulation_steps per optimizer step
         per_device_train_batch_size=cfg.micro_batch_size, gradient_accumulation_steps=cfg.accumulation_steps,
-        steps_per_generation=cfg.accumulation_steps,
+        steps_per_generation=cfg.generation_steps,
         num_generations=cfg.num_generations, max_completion_length=cfg.max_completion_length,
         temperature=cfg.temperature, learning_rate=cfg.learning_rate, beta=cfg.beta,
         num_iterations=cfg.num_iterations, epsilon=cfg.epsilon, epsilon_high=cfg.epsilon_high,

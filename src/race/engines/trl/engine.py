@@ -1,9 +1,11 @@
 """RACE's TRL engine: a run spec trained by TRL's ``GRPOTrainer``, charged to RACE's ledger.
 
 The ``RunConfig`` maps onto ``GRPOConfig`` field by field (the names are TRL's already):
-one generation of ``prompts_per_step * num_generations`` sequences per optimizer step, in
-``gradient_accumulation_steps`` micro-batches of ``per_device_train_batch_size`` (default
-one micro-batch: ``steps_per_generation = gradient_accumulation_steps``), LoRA through
+one generation of ``prompts_per_step * num_generations`` sequences per batch, in
+``steps_per_generation`` micro-batches of ``per_device_train_batch_size``, trained in
+optimizer steps of ``gradient_accumulation_steps`` micro-batches (default TRL's:
+``steps_per_generation = gradient_accumulation_steps``, one optimizer step per generation;
+``RunConfig.generation_steps``), LoRA through
 ``peft_config``, ``gradient_checkpointing`` from the config, no reporting, no hub. The
 task's training problems become a ``datasets.Dataset`` of prompts (batch b holds the
 problems the built-in engine draws for its step b) and the reward is a TRL reward function
@@ -16,7 +18,7 @@ Where TRL and the built-in engine differ (see ``race.accounting.trl_step``): TRL
 runs its log-prob and update passes over each row (no shared prompt prefix), runs its fused head at every position but the last of each
 row on CPU, recomputes logits (and, with checkpointing, the layers) in the backward, keeps
 zero-variance groups in the update, and counts a step per optimizer step (a batch spans
-``num_iterations`` steps). The report card's ``extra`` says so, with the FLOPs the built-in
+``num_iterations x steps_per_generation / gradient_accumulation_steps`` steps). The report card's ``extra`` says so, with the FLOPs the built-in
 engine would have charged for the same batches.
 
 Resume: TRL checkpoints (``trl/checkpoint-N``) every ``checkpoint_every`` optimizer steps;
@@ -135,7 +137,7 @@ class TrlEngine:
                                      target_modules=list(cfg.lora.target_modules), task_type="CAUSAL_LM", bias="none")
         plan = TrlStepPlan(per_device_train_batch_size=cfg.micro_batch_size,
                                 gradient_accumulation_steps=cfg.accumulation_steps,
-                                steps_per_generation=cfg.accumulation_steps, num_generations=cfg.num_generations,
+                                steps_per_generation=cfg.generation_steps, num_generations=cfg.num_generations,
                                 num_iterations=cfg.num_iterations, beta=cfg.beta, compact_head=compact_head(model))
         task = make_task(cfg)
         reward = make_reward(cfg.reward, seed=cfg.seed, device=str(device), conventions=cfg.conventions,
@@ -151,7 +153,7 @@ class TrlEngine:
         eos_ids.add(int(tok.pad_token_id))
         reward_fn = RaceReward(reward, problems, cfg.num_generations, flops.charge, eos_ids)
         total_steps = self._schedule_steps(shape, plan, lora, reward, max_prompt, problems)
-        mu = cfg.num_iterations
+        mu = cfg.num_iterations * cfg.optimizer_steps_per_generation  # optimizer steps per batch
         args = grpo_args(cfg, self.run_dir / "trl", use_cpu=device.type == "cpu",
                          max_steps=cfg.max_steps * mu if cfg.max_steps else 10 ** 9)
         total, warm, sched, base = total_steps, cfg.warmup_steps, cfg.lr_scheduler_type, cfg.learning_rate
@@ -237,7 +239,7 @@ class TrlEngine:
         gens = st.flops.tracker.generations
         same = builtin_same_shapes(st.shape, gens, num_generations=cfg.num_generations,
                                    num_iterations=cfg.num_iterations, beta=cfg.beta, lora=st.lora,
-                                   conventions=cfg.conventions)
+                                   conventions=cfg.conventions, needs_old_logprobs=cfg.needs_old_logprobs)
         trl_phases = led.totals_by_phase()
         vs = {p: {"trl": int(trl_phases.get(p, 0)), "builtin_same_shapes": int(same.get(p, 0))}
               for p in (*(q for q in PHASES if q != "reward"), "recompute")}
