@@ -898,8 +898,18 @@ def test_the_budget_ask_scan_catches_a_fits_decision_and_a_hand_made_bound(tmp_p
 
 
 # -- s4-23r: a reward spec is parsed once after the store; readers read its typed columns ----------
-#: The words of the reward grammar a reader would test a spec string against.
-REWARD_WORDS = {"prm", "orm", "rule", "random", "judge", "math", "prm:", "orm:", "rule:", "judge:"}
+def _reward_words() -> set[str]:
+    """The words of the reward grammar a reader would test a spec string against: every
+    kind of the reward-kind table, and ``KIND:`` for the kinds that take an argument."""
+    sys.path.insert(0, str(SRC))
+    try:
+        from race.accounting.reward_kinds import REWARD_KINDS
+    finally:
+        sys.path.remove(str(SRC))
+    return {*REWARD_KINDS, *(k + ":" for k, row in REWARD_KINDS.items() if row.argument != "none")}
+
+
+REWARD_WORDS = _reward_words()
 REWARD_PREFIXES = {w for w in REWARD_WORDS if w.endswith(":")}
 #: The grammar's entry points (race.spec.reward): calling (or importing) them parses a spec.
 GRAMMAR = {"parse_reward", "parse_learned", "reward_columns"}
@@ -909,10 +919,8 @@ GRAMMAR_HOMES = ("race.spec", "race.grid.tables")
 GRAMMAR_CALLERS = {
     "race.analysis.tables": "with_reward_columns: the typed columns of a table passed in by hand (never stored), "
                             "derived as the grid derives them",
-    "race.rewards.registry": "make_reward: an entry point that takes a user's spec string (RunConfig.reward, "
-                             "parsed already, passes through)",
-    "race.rewards.systems": "reward_system: the same, for planning (race estimate --rewards)",
-    "race.builds.demand": "ensure_reward: the same, for building what a spec loads",
+    "race.rewards.systems": "resolve_reward: a spec resolved once (its row, model and cost) for the builder, "
+                            "planning and build on demand (RunConfig.reward, parsed already, passes through)",
 }
 
 

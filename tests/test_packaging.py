@@ -172,7 +172,7 @@ import json
 from race.builds.rm_report import packaged_rms
 from race.builds.rm_training import build_rm
 from race.rewards.learned import build_learned
-from race.spec.reward import parse_reward
+from race.rewards.systems import resolve_reward
 from race.tasks import ArithTask, solution_text
 names = packaged_rms()
 assert {"prm-xs", "prm-s", "prm-m"} <= set(names), names
@@ -180,7 +180,7 @@ problems = ArithTask().problems("test", 20, seed=99)
 for name in names:
     info = build_rm(name)
     assert info.reused and info.train_flops > 0, name
-    reward = build_learned(parse_reward(f"prm:{name}:min"), device="cpu")
+    reward = build_learned(resolve_reward(f"prm:{name}:min"), device="cpu")
     refs = [solution_text(p) for p in problems]
     slips = [r.replace("=" + str(p.steps[0][3]) + ";", "=" + str(p.steps[0][3] + 1) + ";", 1)
              for p, r in zip(problems, refs)]

@@ -21,10 +21,10 @@ def step_for(q: FlopsQuery) -> tuple[ModelShape, PhaseFlops]:
     reward = reward_system(q.reward)
     n = q.prompts * q.group
     kwargs: dict[str, Any] = {}
-    if reward.kind == "judge":
+    if reward.row.head == "decode":  # a generative judge writes its verdict
         kwargs["judge_completion_lens"] = [q.reward_completion_len] * n
-    if reward.kind == "prm":
-        kwargs["reward_head_positions"] = "all"
+    elif reward.row.planned_head:  # the kind's head rule at its bound (a PRM's markers: every position)
+        kwargs["reward_head_positions"] = reward.row.planned_head
     plan = StepPlan(shape, q.group, lora=lora, num_iterations=q.iterations, beta=q.beta, reward=reward,
                     share_prompt=q.share_prompt, recompute=q.recompute, conventions=q.conventions)
     return shape, plan.uniform(q.prompts, q.prompt_len, q.completion_len, **kwargs)
@@ -98,9 +98,10 @@ def run_step_flops(cfg: RunConfig) -> PhaseFlops:
     rollout and, without gradient checkpointing, in the learning passes too (for the
     Qwen2/Llama-style models its functional forward runs; another architecture runs
     unshared and costs more)."""
-    judge = cfg.reward.kind == "judge"
+    reward = reward_system(cfg.reward)
+    judge = reward.row.head == "decode"
     n = cfg.prompts_per_step * cfg.num_generations
-    plan = run_step_plan(cfg, resolve_shape(cfg.model), reward=reward_system(cfg.reward))
+    plan = run_step_plan(cfg, resolve_shape(cfg.model), reward=reward)
     return plan.step([cfg.max_prompt_length] * n, [cfg.max_completion_length] * n,
                      judge_completion_lens=[cfg.max_completion_length] * n if judge else None)
 

@@ -92,11 +92,11 @@ def test_a_hub_name_reward_model_is_not_loaded_as_a_path(tmp_path, monkeypatch):
     tries the hub cache; a ``./`` path is loaded as a path and refused as missing."""
     from race.models.loading import resolve_source
     from race.rewards.learned import build_learned
-    from race.spec.reward import parse_reward
+    from race.rewards.systems import resolve_reward
 
     monkeypatch.chdir(tmp_path)
     with pytest.raises(ValueError, match="unknown reward model 'Qwen/Qwen2.5-0.5B'"):
-        build_learned(parse_reward("prm:Qwen/Qwen2.5-0.5B"), device="cpu")
+        build_learned(resolve_reward("prm:Qwen/Qwen2.5-0.5B"), device="cpu")
     assert resolve_source("Qwen/Qwen2.5-0.5B") == ("Qwen/Qwen2.5-0.5B", {"local_files_only": True})
     with pytest.raises(FileNotFoundError, match="cannot load policy from './x'"):
         resolve_source("./x")

@@ -50,13 +50,28 @@ def problems():
     return [arith, text, frac]
 
 
-RULES = [(spec, kind) for spec in ("rule", "rule:partial", "rule:outcome+format", "math") for kind in ("arith", "text")]
+RULES = [(spec, kind) for spec in ("rule", "rule:partial", "rule:format", "rule:outcome+format", "math")
+         for kind in ("arith", "text")]
+#: The weight of the ``format`` term in each rule spec above.
+FORMAT_WEIGHT = {"rule:format": 1.0, "rule:outcome+format": 0.5}
+
+
+def states_an_answer(name: str, text) -> bool:
+    """Whether payload ``name`` states an answer in a question/answer layout (``#### X`` on
+    its line, ``#N.``, ``\\boxed{X}`` with at most one level of braces): ``format`` credits
+    the layout whatever the value. ``exec_boxed`` holds the test's own path, so its length
+    (and whether it fits the 64-character box) is computed from it."""
+    if name == "exec_boxed":
+        return len(text[len("\\boxed{"):-1]) <= 64
+    return name in ("python_power", "factorial", "surrogates", "nul_and_controls")
 
 
 @pytest.mark.parametrize("spec, kind", RULES)
 def test_rules_are_bounded_run_nothing_and_score_zero(spec, kind, problems, tmp_path, monkeypatch):
     """Whatever the payload, math-verify only ever sees at most MATH_MAX_CHARS characters and
-    runs under its timer (MATH_TIMEOUT_S); the rule parser reads at most MAX_CHARS."""
+    runs under its timer (MATH_TIMEOUT_S); the rule parser reads at most MAX_CHARS. Every
+    rule scores 0 and verifies nothing, except ``format`` on question/answer problems, which
+    credits a payload that states an answer in the answer layout (its value is wrong)."""
     from race.rewards import mathverify
     from race.tasks.verify import MAX_CHARS, verify
 
@@ -72,11 +87,14 @@ def test_rules_are_bounded_run_nothing_and_score_zero(spec, kind, problems, tmp_
     for name, text in payloads(tmp_path).items():
         for p in (problems[:1] if kind == "arith" else problems[1:]):
             out = reward.score([p], [text])
-            assert out.rewards == [0.0] and out.verified == [0.0], (spec, name, type(p).__name__)
+            fmt = FORMAT_WEIGHT.get(spec, 0.0) if kind == "text" and states_an_answer(name, text) else 0.0
+            assert out.rewards == [fmt] and out.verified == [0.0], (spec, name, type(p).__name__)
             assert out.flops == 0
             if kind == "arith" and isinstance(text, str) and len(text) > MAX_CHARS:  # only the head is read
                 a, b = verify(p, text), verify(p, text[:MAX_CHARS])
                 assert (a.correct, a.answer, a.step_correct) == (b.correct, b.answer, b.step_correct)
+            if isinstance(text, str) and len(text) > MAX_CHARS:  # format reads the head only too
+                assert reward.score([p], [text[:MAX_CHARS]]).rewards == out.rewards, (spec, name)
     assert all(n <= mathverify.MATH_MAX_CHARS and t == mathverify.MATH_TIMEOUT_S for n, t in seen), seen
     assert not list(tmp_path.iterdir()), "a payload created a file"
 

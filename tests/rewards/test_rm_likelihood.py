@@ -90,9 +90,9 @@ def test_reduced_likelihood_recipe_builds_records_its_costs_and_loads(fast_recip
 
 def test_the_rm_reward_charges_the_lm_head_at_every_position(fast_recipes, prob):
     from race.rewards.learned import build_learned
-    from race.spec.reward import parse_reward
+    from race.rewards.systems import resolve_reward
 
-    reward = build_learned(parse_reward("prm:prm-s:min+outcome"), device="cpu")
+    reward = build_learned(resolve_reward("prm:prm-s:min+outcome"), device="cpu")
     comps = [solution_text(prob), "23+5=29;29-7=22;#22.", "23+5"]
     out = reward.score([prob] * 3, comps)
     L = len(prob.prompt) + max(len(c) for c in comps)
@@ -124,7 +124,7 @@ def test_the_outcome_variant_reads_the_whole_completion_at_its_last_token(fast_r
     import torch
 
     from race.rewards.learned import build_learned, load_race_rm
-    from race.spec.reward import parse_reward
+    from race.rewards.systems import resolve_reward
 
     info = T.build_rm("orm-m")  # the fast recipe: calibrated on 8 tiny-s samples
     assert info.kind == "orm" and {"outcome_auc", "wrong_outcome_recall"} <= set(info.data["heldout"])
@@ -142,6 +142,6 @@ def test_the_outcome_variant_reads_the_whole_completion_at_its_last_token(fast_r
     toks = [float(lp[0, q - 1, row[q]]) for q in range(len(prob.prompt), len(row))]  # every completion token
     assert math.isclose(float(f[0, -1, 0]), sum(toks), rel_tol=1e-4, abs_tol=1e-4)
     assert math.isclose(float(g[0, -1, 1]), min(toks), rel_tol=1e-4, abs_tol=1e-4)
-    reward = build_learned(parse_reward("orm:orm-m:rm+outcome"), device="cpu")
+    reward = build_learned(resolve_reward("orm:orm-m:rm+outcome"), device="cpu")
     out = reward.score([prob], [ref])
     assert out.components == reward_model_flops(reward.system, [b["input_ids"].shape[1]], head_positions="all")

@@ -85,6 +85,11 @@ class RewardKind:
         return {"last": "last", "markers": "all", "all": "all"}.get(self.head)
 
     @property
+    def per_step(self) -> bool:
+        """Whether the model scores each step (its head at the step markers)."""
+        return self.head == "markers"
+
+    @property
     def classifier(self) -> "Literal['sequence', 'token'] | None":
         """The classifier a trained RM of this kind is: one score per sequence (head at the
         last token) or per token (at the step markers); None for other kinds."""
@@ -103,8 +108,18 @@ class RuleTerm:
     summary: str
 
 
+RULE_TERMS: dict[str, RuleTerm] = {t.name: t for t in (
+    RuleTerm("outcome", "race.rewards.rule_terms:outcome", True, "0/1 final answer"),
+    RuleTerm("partial", "race.rewards.rule_terms:partial", True,
+             "(valid steps + correct answer) / (operations + 1)"),
+    RuleTerm("format", "race.rewards.rule_terms:answer_format", True,
+             "1 when the completion follows the task's answer format, whatever its values"),
+    RuleTerm("math", "race.rewards.mathverify:math_score", False, "math-verify final answer (0/1)"),
+)}
+
 REWARD_KINDS: dict[str, RewardKind] = {k.name: k for k in (
-    RewardKind("rule", False, "none", ("outcome", "partial", "format"), "race.rewards.rule:build_rule", "terms",
+    RewardKind("rule", False, "none", tuple(t.name for t in RULE_TERMS.values() if t.in_rule),
+               "race.rewards.rule:build_rule", "terms",
                "rule:partial", summary="rule terms joined by '+', equal weights (default outcome)"),
     RewardKind("random", False, "none", (), "race.rewards.rule:build_random", "none", "random",
                summary="random-reward control: coin flips"),
@@ -118,14 +133,12 @@ REWARD_KINDS: dict[str, RewardKind] = {k.name: k for k in (
                summary="generative judge: decodes a verdict"),
 )}
 
-RULE_TERMS: dict[str, RuleTerm] = {t.name: t for t in (
-    RuleTerm("outcome", "race.rewards.rule_terms:outcome", True, "0/1 final answer"),
-    RuleTerm("partial", "race.rewards.rule_terms:partial", True,
-             "(valid steps + correct answer) / (operations + 1)"),
-    RuleTerm("format", "race.rewards.rule_terms:answer_format", True,
-             "1 when the completion follows the task's answer format, whatever its values"),
-    RuleTerm("math", "race.rewards.mathverify:math_score", False, "math-verify final answer (0/1)"),
-)}
+
+
+def entry_point(ref: str) -> tuple[str, str]:
+    """``(module, function)`` of a row's ``"module:function"`` (a builder or a scorer)."""
+    module, _, func = ref.partition(":")
+    return module, func
 
 
 def reward_kind(name: str) -> RewardKind:
@@ -174,4 +187,4 @@ class RewardSystem:
 RULE = RewardSystem("rule")
 
 __all__ = ["ARGUMENTS", "HEADS", "REWARD_KINDS", "RULE", "RULE_TERMS", "RewardKind", "RewardSystem", "RuleTerm",
-           "classifier_kinds", "model_kinds", "reward_kind"]
+           "classifier_kinds", "entry_point", "model_kinds", "reward_kind"]

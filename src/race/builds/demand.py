@@ -10,8 +10,8 @@ prebuild stage (``race.grid.prebuild``) and the CLI (``race base build``, ``race
 
     ensure_base(model)     the warm start of a tiny size (nothing for a path or hub name)
     ensure_rm(name)        a RACE reward model (and the warm starts it starts from)
-    ensure_reward(spec)    what a reward spec loads: the RACE RM of ``prm:``/``orm:``, the
-                           warm start of ``judge:`` on a tiny size
+    ensure_reward(spec)    what a (resolved) reward spec loads: the RACE RM of ``prm:``/``orm:``,
+                           the warm start of ``judge:`` on a tiny size
     ensure_run(cfg)        the run's policy and reward
 
 Each returns the artefact's info (``BaseInfo`` / ``RMInfo``; ``reused`` when it was
@@ -46,20 +46,20 @@ def ensure_rm(name: str, *, cache_dir: CacheDir = None) -> Any:
 
 
 def ensure_reward(spec: Any, *, cache_dir: CacheDir = None) -> Any:
-    """What reward ``spec`` (a string or a parsed ``RewardSpec``) loads, built when missing:
-    the RACE RM of ``prm:NAME``/``orm:NAME``, the warm start of ``judge:TINY-SIZE``. A spec
-    that names a path or an unknown RM builds nothing (``make_reward`` then loads it or says
-    what to write); one that names a RACE RM of the other kind (``prm:orm-xs``) raises the
-    ``ValueError`` of ``race.rewards.rm_recipes.learned_target``, which says what to write."""
-    from race.rewards.rm_recipes import learned_target
-    from race.spec.reward import parse_reward
+    """What reward ``spec`` (a string, a parsed ``RewardSpec`` or a resolved one:
+    ``race.rewards.systems.resolve_reward``) loads, built when missing: the RACE RM a
+    classifier kind names (``prm:NAME``/``orm:NAME``), the warm start a generative kind
+    names on a tiny size (``judge:TINY-SIZE``). A spec that names a path or an unknown RM
+    builds nothing (``make_reward`` then loads it or says what to write); one that names a
+    RACE RM of the other kind (``prm:orm-xs``) raises the ``ValueError`` of
+    ``race.rewards.rm_recipes.learned_target``, which says what to write."""
+    from race.rewards.systems import resolve_reward
 
-    parsed = parse_reward(spec)
-    if parsed.kind in ("prm", "orm"):
-        if learned_target(parsed.kind, parsed.target).source == "recipe":  # ValueError: an RM of the other kind
-            return ensure_rm(parsed.target, cache_dir=cache_dir)
-    elif parsed.kind == "judge":
-        return ensure_base(parsed.target, cache_dir=cache_dir)
+    reward = resolve_reward(spec)
+    if reward.race_rm is not None:
+        return ensure_rm(reward.race_rm, cache_dir=cache_dir)
+    if reward.kind.head == "decode":
+        return ensure_base(reward.spec.target, cache_dir=cache_dir)
     return None
 
 

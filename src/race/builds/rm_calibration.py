@@ -9,6 +9,8 @@ scoring model itself, its features and its loader are ``race.rewards.rm_likeliho
 
 from __future__ import annotations
 
+from race.accounting.reward_kinds import reward_kind
+
 from typing import Any
 
 from race.rewards.rm_likelihood import N_FEATURES, boundary_ids, likelihood_model, set_calibration
@@ -74,7 +76,7 @@ def fit_likelihood(recipe: Any, pool: Any, *, cache_dir: Any = None, batch_size:
                                  position_ids=batch["position_ids"]).last_hidden_state
             feats.append(f[batch["rows"], batch["cols"]])
             for (p, c), k in zip(chunk, batch["counts"]):
-                lab = marker_labels(p, c) if recipe.kind == "prm" else [int(verify(p, c).correct)]
+                lab = marker_labels(p, c) if reward_kind(recipe.kind).per_step else [int(verify(p, c).correct)]
                 labels.extend((lab + [0] * k)[:k])
             B, L = batch["input_ids"].shape
             stats["tokens_processed"] += B * L

@@ -24,6 +24,8 @@ tokens of those padded batches.
 
 from __future__ import annotations
 
+from race.accounting.reward_kinds import reward_kind
+
 import bisect
 from collections.abc import Sequence
 from typing import Any
@@ -94,7 +96,8 @@ def score_rows(scorer: Any, kind: str, pairs: Sequence[tuple[Problem, str]], bat
                            max_length=scorer.max_length, markers=scorer.markers)
             probs = positive_prob(head_logits(scorer.model, batch)).tolist()
             B, L = batch["input_ids"].shape
-            head = getattr(scorer, "head_positions", None) or (list(batch["counts"]) if kind == "prm" else "last")
+            head = getattr(scorer, "head_positions", None) or (
+                list(batch["counts"]) if reward_kind(kind).per_step else "last")
             flops += sum(reward_model_flops(system, [L] * B, head_positions=head).values())
             tokens += B * L
             at = 0
@@ -112,7 +115,7 @@ def labelled(kind: str, pairs: Sequence[tuple[Problem, str]], rows: Sequence[Seq
     outcomes: list[tuple[float, int]] = []
     for (p, c), row in zip(pairs, rows):
         correct = int(verify(p, c).correct)
-        if kind == "prm":
+        if reward_kind(kind).per_step:
             hash_at = c.find(FINAL_MARK)
             n_steps = sum(1 for j, ch in enumerate(c) if ch == STEP_SEP and (hash_at < 0 or j < hash_at))
             labs = marker_labels(p, c)[: len(row)]
@@ -143,7 +146,7 @@ def quality_of_rows(kind: str, val: Sequence[tuple[Problem, str]], val_rows: Seq
     v_steps, v_out = labelled(kind, val, val_rows)
     steps, outcomes = labelled(kind, heldout, rows)
     by_group: dict[str, Any] = {}
-    if groups is not None and kind == "prm":
+    if groups is not None and reward_kind(kind).per_step:
         t = youden_threshold(v_steps)
         for g in dict.fromkeys(groups):
             idx = [i for i, x in enumerate(groups) if x == g]
@@ -152,7 +155,7 @@ def quality_of_rows(kind: str, val: Sequence[tuple[Problem, str]], val_rows: Seq
                                n_steps=len(g_steps), n_bad_steps=sum(1 for _, y in g_steps if not y))
     res: dict[str, Any] = dict(n_samples=len(heldout), outcome_auc=auc(outcomes),
                                n_correct=sum(y for _, y in outcomes))
-    if kind == "prm":
+    if reward_kind(kind).per_step:
         t = youden_threshold(v_steps)
         r_bad, r_good = recall_below(steps, t)
         res.update(step_auc=auc(steps), threshold=t, bad_step_recall=r_bad, good_step_recall=r_good,

@@ -54,6 +54,8 @@ run's budget, and its held-out step-level and outcome accuracy.
 
 from __future__ import annotations
 
+from race.accounting.reward_kinds import reward_kind
+
 import dataclasses
 import os
 import time
@@ -82,7 +84,8 @@ def rm_config(recipe: RMRecipe, attn_implementation: str = "eager") -> Any:
     from transformers import Qwen2Config
 
     cfg = Qwen2Config(**tiny_config_kwargs(recipe.backbone), num_labels=recipe.num_labels)
-    cfg.architectures = ["Qwen2ForTokenClassification" if recipe.kind == "prm" else "Qwen2ForSequenceClassification"]
+    token = reward_kind(recipe.kind).classifier == "token"
+    cfg.architectures = ["Qwen2ForTokenClassification" if token else "Qwen2ForSequenceClassification"]
     cfg.classifier_dropout = 0.0
     cfg._attn_implementation = attn_implementation
     return cfg
@@ -97,7 +100,8 @@ def build_rm_model(recipe: RMRecipe, attn_implementation: str = "eager", *,
     import torch
     from transformers import Qwen2ForSequenceClassification, Qwen2ForTokenClassification
 
-    cls = Qwen2ForTokenClassification if recipe.kind == "prm" else Qwen2ForSequenceClassification
+    token = reward_kind(recipe.kind).classifier == "token"
+    cls = Qwen2ForTokenClassification if token else Qwen2ForSequenceClassification
     state = torch.random.get_rng_state()
     try:
         torch.manual_seed(recipe.seed)
@@ -133,7 +137,7 @@ def _loss(recipe: RMRecipe, logits: Any, labels: Any) -> Any:
     if recipe.balance:
         n, n_pos = len(labels), int(labels.sum())
         weight = torch.where(labels == 1, n / (2 * max(1, n_pos)), n / (2 * max(1, n - n_pos)))
-    if recipe.kind == "prm":
+    if reward_kind(recipe.kind).per_step:
         per = F.cross_entropy(logits, labels, reduction="none")
     else:
         per = F.binary_cross_entropy_with_logits(logits[:, 0], labels.float(), reduction="none")
@@ -160,7 +164,7 @@ def _labels(recipe: RMRecipe, batch: dict[str, Any], pairs: Sequence[tuple[Probl
 
     out: list[int] = []
     for (p, c), k in zip(pairs, batch["counts"]):
-        lab = marker_labels(p, c) if recipe.kind == "prm" else [int(verify(p, c).correct)]
+        lab = marker_labels(p, c) if reward_kind(recipe.kind).per_step else [int(verify(p, c).correct)]
         # markers cut by truncation of a long input are dropped from the end
         out.extend((lab + [0] * k)[:k])
     return torch.tensor(out, dtype=torch.long)
@@ -213,7 +217,7 @@ def evaluate_rm(model: Any, tok: Any, recipe: RMRecipe, n: int | None = None, *,
             for (p, c), k in zip(chunk, batch["counts"]):
                 row, at = probs[at: at + k], at + k
                 correct = verify(p, c).correct
-                if recipe.kind == "prm":
+                if reward_kind(recipe.kind).per_step:
                     labs = marker_labels(p, c)[:k]
                     hash_at = c.find(FINAL_MARK)
                     n_steps = sum(1 for j, ch in enumerate(c) if ch == STEP_SEP and (hash_at < 0 or j < hash_at))
@@ -232,7 +236,7 @@ def evaluate_rm(model: Any, tok: Any, recipe: RMRecipe, n: int | None = None, *,
                 out_hits += int((score >= 0.5) == correct)
                 out_pairs.append((score, int(correct)))
     res = dict(outcome_accuracy=out_hits / max(1, len(data)), outcome_auc=auc(out_pairs), n_eval=len(data))
-    if recipe.kind == "prm":
+    if reward_kind(recipe.kind).per_step:
         res.update(step_accuracy=step_hits / max(1, step_n), bad_step_recall=bad_hits / max(1, bad_n),
                    step_auc=auc(step_pairs), n_steps=step_n)
     return res

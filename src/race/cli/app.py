@@ -215,17 +215,22 @@ def _print_plan(budget: float, allocs: list, skipped: list, hold: str, prompts: 
     held = (f"sequences per step held at {prompts * gmax} ({prompts} prompts x G={gmax}): a larger G means fewer "
             "prompts, so FLOPs per step barely change with G" if hold == "sequences"
             else f"prompts per step held at {prompts}: a larger G means more sequences and a dearer step")
+    cells = [a.row() for a in allocs]
+    knobs = any((r["num_iterations"], r["steps_per_generation"]) != (1, 1) for r in cells)  # shown when asked for
     t = Table(title=f"Allocations within {fmt_flops(budget)} (sorted by steps bought)",
-              caption=f"{held}; it = num_iterations, spg = optimizer steps per generation (a step is one generation); "
-                      "split = % of FLOPs in search (rollout), learning (the update share p), feedback (reward)")
-    for col in ("model", "G", "reward", "it", "spg", "prompts", "seqs", "FLOPs/step", "steps", "opt steps",
-                "split % S L F"):
+              caption=f"{held}; " + ("it = num_iterations, spg = optimizer steps per generation (a step is one "
+                                     "generation); " if knobs else "")
+              + "split = % of FLOPs in search (rollout), learning (the update share p), feedback (reward)")
+    cols = ("model", "G", "reward", *(("it", "spg") if knobs else ()), "prompts", "seqs", "FLOPs/step", "steps",
+            *(("opt steps",) if knobs else ()), "split % S L F")
+    for col in cols:
         t.add_column(col, justify="right" if col not in ("model", "reward") else "left")
-    for r in (a.row() for a in allocs):
+    for r in cells:
         split = " ".join(f"{100 * float(r[k]):.0f}" for k in SPLIT)  # type: ignore[arg-type]
-        t.add_row(str(r["model"]), str(r["num_generations"]), str(r["reward"]), str(r["num_iterations"]),
-                  str(r["steps_per_generation"]), str(r["prompts"]), str(r["sequences"]), fmt_flops(r["step_flops"]),
-                  str(r["steps"]), str(r["optimizer_steps"]), split)
+        knob = (str(r["num_iterations"]), str(r["steps_per_generation"])) if knobs else ()
+        t.add_row(str(r["model"]), str(r["num_generations"]), str(r["reward"]), *knob, str(r["prompts"]),
+                  str(r["sequences"]), fmt_flops(r["step_flops"]), str(r["steps"]),
+                  *((str(r["optimizer_steps"]),) if knobs else ()), split)
     c = _console()
     print_table(c, t)
     by: dict[tuple[str, str], list] = {}

@@ -39,14 +39,18 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from race.accounting import ModelShape, RewardSystem, reward_model_flops
+from race.accounting.reward_kinds import reward_kind
 from race.models.loading import load_policy, load_tokenizer, resolve_device, resolve_dtype
 from race.models.tokenizer import check_vocab_fits
 from race.rewards.base import RewardOutput
 from race.rewards.rm_encoding import Scorer
-from race.rewards.terms import rule_terms, weighted
+from race.rewards.rule_terms import rule_terms
+from race.rewards.terms import weighted
 from race.rewards.text import prompt_of, question_of, sanitize
 
-SUPPORTED = {"orm": ("ForSequenceClassification",), "prm": ("ForTokenClassification", "Qwen2ForProcessRewardModel")}
+#: The architectures a classifier RM may have, by its kind's classifier (``RewardKind.classifier``).
+SUPPORTED = {"sequence": ("ForSequenceClassification",),
+             "token": ("ForTokenClassification", "Qwen2ForProcessRewardModel")}
 QWEN_PRM_SYSTEM = "Please reason step by step, and put your final answer within \\boxed{}."
 JUDGE_TEMPLATE = "{prompt}{completion}\nCorrect? (Y/N):"
 
@@ -157,13 +161,16 @@ def _load_model(path: Path, kind: str, config: dict[str, Any], device: Any) -> A
 
     dtype = resolve_dtype("auto", device)  # float32 on CPU, bfloat16 on CUDA
     archs = config.get("architectures") or []
-    if kind == "prm" and "Qwen2ForProcessRewardModel" in archs:
+    classifier = reward_kind(kind).classifier
+    if classifier == "token" and "Qwen2ForProcessRewardModel" in archs:
         return _ProcessRewardModel.load(path, config, dtype, device)
-    want = SUPPORTED[kind][0]
+    if classifier is None:
+        raise ValueError(f"{kind} is no classifier reward kind: a local directory serves orm: or prm:")
+    want = SUPPORTED[classifier][0]
     if not any(a.endswith(want) for a in archs):
         raise ValueError(f"{path}: architectures {archs} cannot serve as {article(kind)}; {article(kind)} "
-                         f"needs one of {', '.join('*' + s if s.startswith('For') else s for s in SUPPORTED[kind])}")
-    cls = AutoModelForSequenceClassification if kind == "orm" else AutoModelForTokenClassification
+                         f"needs one of {', '.join('*' + s if s.startswith('For') else s for s in SUPPORTED[classifier])}")
+    cls = AutoModelForSequenceClassification if classifier == "sequence" else AutoModelForTokenClassification
     model = cls.from_pretrained(path, use_safetensors=True, trust_remote_code=False, dtype=dtype,
                                 attn_implementation="eager")
     return model.to(device).eval()
@@ -187,7 +194,7 @@ def rm_renderer(kind: str, tok: Any, settings: dict[str, Any]) -> tuple[Any, fro
 
     final = settings.get("final_marker")
     final_id = tok_id(final) if final else None
-    if kind == "orm":
+    if not reward_kind(kind).per_step:  # one score at the last token
         if use_chat:
             return (lambda p, c: chat(question_of(p), c, settings.get("system"))), None, None
         return (lambda p, c: (prompt_of(p), c)), None, None
@@ -222,7 +229,7 @@ def load_hf_scorer(path: str | Path, kind: str, *, device: Any = "auto", name: s
     max_len = int(settings.get("max_length") or min(int(getattr(model.config, "max_position_embeddings", 4096)), 4096))
     return Scorer(model=model, tokenizer=tok, shape=scorer_shape(model, name or p.name), render=render,
                   markers=markers, max_length=max_len, final_marker=final_id,
-                  inserts_markers=kind == "prm" and not settings.get("markers"))
+                  inserts_markers=reward_kind(kind).per_step and not settings.get("markers"))
 
 
 # -- generative judge ------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """Learned reward systems as ``RewardFunction``s: ORMs and PRMs (RACE's own, loaded from
-the cache, or a local HF directory) and the generative judge, built from a parsed
-:class:`race.spec.reward.RewardSpec`. Loading never trains: a RACE RM that is not built
+the cache, or a local HF directory) and the generative judge, built from a resolved
+spec (:class:`race.rewards.systems.ResolvedReward`). Loading never trains: a RACE RM that is not built
 raises :class:`~race.artefacts.cache.NotBuiltError` naming ``race rm build``; a run builds
 the RM it names before it constructs its reward (``race.builds.demand``).
 
@@ -28,23 +28,29 @@ import time
 from typing import Any, Sequence
 
 from race.accounting import RewardSystem, reward_model_flops
+from race.accounting.reward_kinds import reward_kind
 from race.rewards.base import RewardOutput
 from race.rewards.hf import JudgeReward, load_hf_scorer
 from race.rewards.rm_encoding import MAX_MARKERS, Scorer, encode, head_logits, positive_prob
-from race.rewards.rm_recipes import known_rms, learned_target, recipe_for, rm_path
-from race.rewards.terms import aggregate, rule_terms, weighted
+from race.rewards.rm_recipes import known_rms, recipe_for, rm_path
+from race.rewards.rule_terms import rule_terms
+from race.rewards.terms import aggregate, weighted
 from race.rewards.text import sanitize
 from race.spec.reward import RewardSpec
 
 
 class LearnedReward:
-    """An ORM or PRM as a ``RewardFunction`` (see module docstring)."""
+    """An ORM or PRM as a ``RewardFunction`` (see module docstring). Its head rule is its
+    kind's row (``race.accounting.reward_kinds``): the head at the step markers (a PRM's
+    ``markers``: one score per marker, aggregated by the spec's ``agg``) or at the last
+    token (an ORM's ``last``: one score)."""
 
     def __init__(self, name: str, kind: str, scorer: Scorer, spec: RewardSpec, *,
                  conventions: Any = None, tokens_per_policy_token: int | None = None) -> None:
         self.name, self.kind, self.scorer, self.spec = name, kind, scorer, spec
+        self.per_step = reward_kind(kind).head == "markers"
         self.conventions = conventions
-        self.system = RewardSystem(kind, scorer.shape, name)  # type: ignore[arg-type]
+        self.system = RewardSystem(kind, scorer.shape, name)  # the executed model's shape: what the ledger charges
         self.k = tokens_per_policy_token
         self._read_cache: tuple[Any, int, int, int] | None = None  # (problems, len, T, RM tokens), the last call
 
@@ -63,7 +69,7 @@ class LearnedReward:
         ids = batch["input_ids"].tolist()
         for i, k in enumerate(batch["counts"]):
             row = probs[at: at + k]
-            if self.kind == "prm" and sc.final_marker is not None:
+            if self.per_step and sc.final_marker is not None:
                 cols = batch["cols"][at: at + k].tolist()
                 if not any(ids[i][c] == sc.final_marker for c in cols):
                     row = row + [0.0]
@@ -77,12 +83,12 @@ class LearnedReward:
             return RewardOutput([], [])
         steps, batch = self._scores(problems, completions)
         B, L = batch["input_ids"].shape
-        head = getattr(self.scorer, "head_positions", None) or (list(batch["counts"]) if self.kind == "prm" else "last")
+        head = getattr(self.scorer, "head_positions", None) or (list(batch["counts"]) if self.per_step else "last")
         comps = reward_model_flops(self.system, [L] * B, head_positions=head, conventions=self.conventions)
         needed = [t for t in self.spec.weights if t != "rm"]
         rewards, verified, rm_scores = [], [], []
         for p, c, s in zip(problems, completions, steps):
-            rm = aggregate(s, self.spec.agg) if self.kind == "prm" else (s[0] if s else 0.0)
+            rm = aggregate(s, self.spec.agg) if self.per_step else (s[0] if s else 0.0)
             terms = rule_terms(p, sanitize(c), needed)
             terms["rm"] = rm
             rewards.append(weighted(self.spec.weights, terms))
@@ -120,7 +126,7 @@ class LearnedReward:
                 L = min(L, self.k * (max_prompt_len + max_completion_len))
         L = max(1, L)
         head = getattr(self.scorer, "head_positions", None) or (
-            [min(L, MAX_MARKERS)] * n_sequences if self.kind == "prm" else "last")
+            [min(L, MAX_MARKERS)] * n_sequences if self.per_step else "last")
         return sum(reward_model_flops(self.system, [L] * n_sequences, head_positions=head,
                                       conventions=self.conventions).values())
 
@@ -157,11 +163,12 @@ def load_race_rm(name: str, *, device: Any = "auto", cache_dir: Any = None) -> S
     return load_hf_scorer(path, recipe_for(name).kind, device=device, name=name)
 
 
-def build_learned(spec: RewardSpec, *, device: Any = "auto", conventions: Any = None, cache_dir: Any = None,
+def build_learned(reward: Any, *, device: Any = "auto", conventions: Any = None, cache_dir: Any = None,
                   tokenizer: Any = None, **_: Any) -> LearnedReward:
-    """An ORM or PRM from its parsed spec: a local HF directory or one RACE built."""
+    """An ORM or PRM from its resolved spec (``race.rewards.systems.ResolvedReward``: which
+    model its target names was decided there, once): a local HF directory or one RACE built."""
+    spec, named = reward.spec, reward.target
     kind = spec.kind
-    named = learned_target(kind, spec.target)  # ValueError for an RM of the other kind
     if named.source == "path":
         scorer = load_hf_scorer(spec.target, kind, device=device)
     elif named.source == "recipe":
@@ -170,12 +177,11 @@ def build_learned(spec: RewardSpec, *, device: Any = "auto", conventions: Any = 
         raise ValueError(f"unknown reward model {spec.target!r} for {kind}; RACE builds: "
                          f"{', '.join(n for n in known_rms() if n.startswith(kind))} "
                          f"(or give a local HF directory: {kind}:/path/to/model)")
-    name = named.name
     k = tokens_per_policy_token(tokenizer, scorer.tokenizer)
-    return LearnedReward(name, kind, scorer, spec, conventions=conventions, tokens_per_policy_token=k)
+    return LearnedReward(named.name, kind, scorer, spec, conventions=conventions, tokens_per_policy_token=k)
 
 
-def build_judge(spec: RewardSpec, *, device: Any = "auto", conventions: Any = None, cache_dir: Any = None,
+def build_judge(reward: Any, *, device: Any = "auto", conventions: Any = None, cache_dir: Any = None,
                 **_: Any) -> Any:
-    """A generative judge (``race.rewards.hf.JudgeReward``) from its parsed spec."""
-    return JudgeReward.load(spec, device=device, conventions=conventions, cache_dir=cache_dir)
+    """A generative judge (``race.rewards.hf.JudgeReward``) from its resolved spec."""
+    return JudgeReward.load(reward.spec, device=device, conventions=conventions, cache_dir=cache_dir)

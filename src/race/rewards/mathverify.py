@@ -8,7 +8,8 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from race.rewards.base import RewardOutput
-from race.rewards.text import sanitize, verify_terms
+from race.rewards.rule_terms import outcome
+from race.rewards.text import sanitize
 from race.tasks.files import TextProblem
 
 
@@ -95,7 +96,7 @@ def math_correct(problem: Any, completion: Any, *, max_chars: int = MATH_MAX_CHA
     if not isinstance(completion, str):
         return False
     text = sanitize(completion, max_chars)
-    if verify_terms(problem, text)[0] == 1.0:
+    if outcome(problem, text) == 1.0:
         return True
     if not isinstance(problem, TextProblem):
         return False  # the built-in task: the exact parse decides (math-verify would read a step)
@@ -116,7 +117,7 @@ class MathReward:
     def score(self, problems: Sequence[Any], completions: Sequence[str]) -> RewardOutput:
         t0 = time.perf_counter()
         rewards = [1.0 if math_correct(p, c) else 0.0 for p, c in zip(problems, completions, strict=True)]
-        verified = [verify_terms(p, sanitize(c))[0] for p, c in zip(problems, completions)]
+        verified = [outcome(p, sanitize(c)) for p, c in zip(problems, completions)]
         return RewardOutput(rewards, verified, seconds=time.perf_counter() - t0)
 
     def step_bound(self, n_sequences: int, max_prompt_len: int, max_completion_len: int, *,
@@ -124,6 +125,13 @@ class MathReward:
         return 0
 
 
-def build_math(spec: Any, **_: Any) -> MathReward:
-    """The registry's builder for ``math`` (the grammar refuses an argument)."""
+def math_score(problem: Any, completion: Any) -> float:
+    """The ``math`` rule term (``race.accounting.reward_kinds.RULE_TERMS``): 1 when
+    :func:`math_correct`, else 0."""
+    return 1.0 if math_correct(problem, completion) else 0.0
+
+
+def build_math(reward: Any, **_: Any) -> MathReward:
+    """The builder of kind ``math`` (its row in ``race.accounting.reward_kinds``; the
+    grammar refuses an argument)."""
     return MathReward()

@@ -1,10 +1,12 @@
 """Reward systems by name (verl-style registry).
 
-The spec string is parsed once, by the grammar in :mod:`race.spec.reward` (``rule``,
-``rule:partial``, ``rule:outcome+format``, ``random``, ``math``, ``orm:NAME``,
-``prm:NAME[:TERMS]``, ``judge:NAME``); a builder per kind turns the parsed
-:class:`~race.spec.reward.RewardSpec` into a ``RewardFunction``. The learned kinds' modules
-(torch, transformers) load only when one of them is built.
+A spec string is parsed once (the grammar in :mod:`race.spec.reward`) and resolved once
+(:func:`race.rewards.systems.resolve_reward`: its row, its model, its cost); the builder its
+row names in the reward-kind table (``race.accounting.reward_kinds``: ``"module:function"``,
+imported on first use, so the learned kinds' torch and transformers load only when one is
+built) turns the :class:`~race.rewards.systems.ResolvedReward` into a ``RewardFunction``.
+Adding a kind is its row and its builder; :func:`register` replaces a row's builder (a
+plugin, a test).
 """
 
 from __future__ import annotations
@@ -12,19 +14,18 @@ from __future__ import annotations
 import importlib
 from typing import Any, Callable
 
+from race.accounting.reward_kinds import REWARD_KINDS, entry_point
 from race.rewards.base import RewardFunction
-from race.rewards.rule import RandomReward, RuleReward
-from race.spec.reward import RewardSpec, parse_reward
+from race.rewards.systems import ResolvedReward, resolve_reward
+from race.spec.reward import RewardSpec
 
-Builder = Callable[..., RewardFunction]  # (RewardSpec, **kwargs) -> RewardFunction
+Builder = Callable[..., RewardFunction]  # (ResolvedReward, **kwargs) -> RewardFunction
 _BUILDERS: dict[str, Builder] = {}
-#: Kinds whose builders live in modules loaded on first use ("module:function").
-_LAZY = {"math": "race.rewards.mathverify:build_math", "orm": "race.rewards.learned:build_learned",
-         "prm": "race.rewards.learned:build_learned", "judge": "race.rewards.learned:build_judge"}
 
 
 def register(kind: str) -> Callable[[Builder], Builder]:
-    """Register ``fn(spec: RewardSpec, **kwargs)`` as the builder of ``kind``."""
+    """Register ``fn(reward: ResolvedReward, **kwargs)`` as the builder of ``kind`` (in
+    place of the one its row names)."""
     def deco(fn: Builder) -> Builder:
         _BUILDERS[kind] = fn
         return fn
@@ -32,29 +33,20 @@ def register(kind: str) -> Callable[[Builder], Builder]:
     return deco
 
 
-@register("rule")
-def _rule(spec: RewardSpec, **_: Any) -> RewardFunction:
-    return RuleReward(dict(spec.weights), name="rule" + (f":{spec.rule_arg}" if spec.rule_arg else ""))
-
-
-@register("random")
-def _random(spec: RewardSpec, *, seed: int = 0, **_: Any) -> RewardFunction:
-    return RandomReward(seed=seed)
-
-
 def builder(kind: str) -> Builder:
-    """The builder registered for ``kind`` (loading its module on first use)."""
-    if kind not in _BUILDERS and kind in _LAZY:
-        module, func = _LAZY[kind].split(":")
+    """The builder of ``kind``: registered, else its row's (imported on first use)."""
+    if kind not in _BUILDERS and kind in REWARD_KINDS:
+        module, func = entry_point(REWARD_KINDS[kind].builder)
         _BUILDERS[kind] = getattr(importlib.import_module(module), func)
     if kind not in _BUILDERS:
-        raise ValueError(f"no reward builder for kind {kind!r}; kinds: {', '.join(sorted(set(_BUILDERS) | set(_LAZY)))}")
+        kinds = ", ".join(sorted(set(_BUILDERS) | set(REWARD_KINDS)))
+        raise ValueError(f"no reward builder for kind {kind!r}; kinds: {kinds}")
     return _BUILDERS[kind]
 
 
-def make_reward(spec: str | RewardSpec, **kwargs: Any) -> RewardFunction:
+def make_reward(spec: "str | RewardSpec | ResolvedReward", **kwargs: Any) -> RewardFunction:
     """Build the reward system named by ``spec`` (a string in the grammar of
-    :mod:`race.spec.reward`, or its parsed form). ``kwargs`` go to the builder (seed,
-    device, dtype, conventions, cache_dir, tokenizer, ...)."""
-    parsed = parse_reward(spec)  # a parsed spec (RunConfig.reward) passes through as it is
-    return builder(parsed.kind)(parsed, **kwargs)
+    :mod:`race.spec.reward`, its parsed form, or its resolved form, which passes through).
+    ``kwargs`` go to the builder (seed, device, dtype, conventions, cache_dir, tokenizer, ...)."""
+    reward = resolve_reward(spec)
+    return builder(reward.spec.kind)(reward, **kwargs)

@@ -98,9 +98,13 @@ def rm_card(kind: str, model: str | None, *, cache_dir: str | os.PathLike[str] |
     """Quality and cost of the learned model behind a reward of system ``kind`` (its
     ``reward_system``) whose model is ``model`` (its ``reward_model``: ``prm-m``, a path), or
     ``None`` when the reward has none (module docstring)."""
-    if kind not in ("prm", "orm"):
-        return None if kind != "judge" else dict(name=model, kind="judge", found=False,
-                                                 note="a generative judge records no quality")
+    from race.accounting.reward_kinds import REWARD_KINDS
+
+    row = REWARD_KINDS.get(kind)
+    if row is None or not row.model:
+        return None
+    if not row.classifier:  # a generative model kind (the judge)
+        return dict(name=model, kind=kind, found=False, note=f"a generative {kind} records no quality")
     target = str(model or "")
     from race.rewards.rm_recipes import learned_target
 

@@ -41,14 +41,18 @@ def encode(tok: Any, prompts: Sequence[str], completions: Sequence[str], kind: s
            markers: Sequence[int] | None = None) -> dict[str, Any]:
     """Left-padded batch of ``prompt + completion`` in the RM's tokenisation, cut to
     ``max_length`` tokens (the prompt end and the completion start are kept), and the
-    positions the head reads: the marker tokens of the completion (``prm``, at most
-    :data:`MAX_MARKERS` per row) or the last token (``orm``).
+    positions the head reads, by ``kind``'s head rule (``race.accounting.reward_kinds``): the
+    marker tokens of the completion (``markers``, a PRM's: at most :data:`MAX_MARKERS` per
+    row) or the last token (``last``, an ORM's).
 
     Returns ``input_ids``/``attention_mask`` [B, L], ``position_ids`` [B, L] (counting
     real tokens only, so left padding does not shift positions), ``rows``/``cols`` [K]
     (the head positions), ``counts`` (head positions per row) and ``completion_start``."""
     import torch
 
+    from race.accounting.reward_kinds import reward_kind
+
+    per_step = reward_kind(kind).per_step
     p_ids = tok(list(prompts), add_special_tokens=False)["input_ids"]
     c_ids = tok(list(completions), add_special_tokens=False)["input_ids"]
     seqs, starts = [], []
@@ -68,7 +72,7 @@ def encode(tok: Any, prompts: Sequence[str], completions: Sequence[str], kind: s
         off = width - len(s)
         ids[i, off:] = torch.tensor(s)
         mask[i, off:] = 1
-        if kind == "prm":
+        if per_step:
             pos = [off + j for j in range(starts[i], len(s)) if s[j] in mset][:MAX_MARKERS]
         else:
             pos = [width - 1]

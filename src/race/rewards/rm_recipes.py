@@ -10,6 +10,8 @@ without building anything; a loader asks :func:`rm_path` (a missing RM raises
 
 from __future__ import annotations
 
+from race.accounting.reward_kinds import classifier_kinds, reward_kind
+
 import dataclasses
 import os
 from dataclasses import dataclass, field
@@ -61,8 +63,8 @@ class RMRecipe(RecipeSchedule):
     n_val_problems: int = 0  # problems per policy of the validation set (the recall threshold is chosen there)
 
     def __post_init__(self) -> None:
-        if self.kind not in ("prm", "orm"):
-            raise ValueError(f"RMRecipe.kind must be 'prm' or 'orm', got {self.kind!r}")
+        if self.kind not in classifier_kinds():
+            raise ValueError(f"RMRecipe.kind must be one of {', '.join(classifier_kinds())}, got {self.kind!r}")
         if self.init not in ("base", "scratch"):
             raise ValueError(f"RMRecipe.init must be 'base' or 'scratch', got {self.init!r}")
         tiny_config_kwargs(self.backbone)  # raises KeyError naming the family
@@ -95,7 +97,7 @@ class RMRecipe(RecipeSchedule):
 
     @property
     def num_labels(self) -> int:
-        return 2 if self.kind == "prm" else 1
+        return reward_kind(self.kind).labels
 
 
 #: Policy samples the likelihood PRMs are calibrated on: the three warm starts GRPO starts
@@ -205,7 +207,7 @@ def shape_of_rm(name: str) -> Any:
     base = ModelShape.from_hf_config(dict(tiny_config_kwargs(recipe.backbone), model_type="qwen2"), name=name)
     if recipe.scoring == "likelihood":
         return base  # the warm start's causal LM, lm_head as its head (race.rewards.rm_likelihood)
-    return replace(base, head=((base.hidden, recipe.num_labels),), head_bias=recipe.kind == "prm",
+    return replace(base, head=((base.hidden, recipe.num_labels),), head_bias=reward_kind(recipe.kind).per_step,
                    tie_embeddings=False)
 
 
@@ -214,7 +216,7 @@ def rm_settings(recipe: RMRecipe, max_length: int = MAX_LENGTH) -> dict[str, Any
     d: dict[str, Any] = dict(kind=recipe.kind, chat_template=False, max_length=max_length)
     if recipe.scoring == "likelihood":
         d["scoring"] = "likelihood"
-    if recipe.kind == "prm":
+    if reward_kind(recipe.kind).per_step:
         d.update(markers=list(MARKERS), final_marker=END_MARK)
     return d
 

@@ -11,32 +11,35 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
+from race.accounting.reward_kinds import RULE_TERMS
 from race.rewards.base import RewardOutput
-from race.rewards.text import verify_terms as _verify
+from race.rewards.rule_terms import outcome, rule_terms
 
 
 @dataclass
 class RuleReward:
-    """Weighted sum of rule-based terms: ``outcome`` (0/1 final answer), ``partial``
-    ((valid steps + correct answer) / (ops + 1)) and ``format`` (exact layout)."""
+    """Weighted sum of rule terms (``race.accounting.reward_kinds.RULE_TERMS``, each scored
+    by its row's scorer in ``race.rewards.rule_terms``): ``outcome`` (0/1 final answer),
+    ``partial`` ((valid steps + correct answer) / (ops + 1)), ``format`` (the answer
+    format, whatever its values)."""
 
     weights: dict[str, float] = field(default_factory=lambda: {"outcome": 1.0})
     name: str = "rule"
     kind: str = "rule"
 
     def __post_init__(self) -> None:
-        bad = set(self.weights) - {"outcome", "partial", "format"}
+        terms = [t for t, row in RULE_TERMS.items() if row.in_rule]
+        bad = set(self.weights) - set(terms)
         if bad:
-            raise ValueError(f"rule reward terms {sorted(bad)} unknown; use outcome, partial, format")
+            raise ValueError(f"rule reward terms {sorted(bad)} unknown; use {', '.join(terms)}")
 
     def score(self, problems: Sequence[Any], completions: Sequence[str]) -> RewardOutput:
         t0 = time.perf_counter()
         rewards, verified = [], []
         for p, c in zip(problems, completions, strict=True):
-            outcome, partial, fmt = _verify(p, c)
-            terms = {"outcome": outcome, "partial": partial, "format": fmt}
+            terms = rule_terms(p, c, list(self.weights))
             rewards.append(sum(w * terms[k] for k, w in self.weights.items()))
-            verified.append(outcome)
+            verified.append(terms["outcome"])
         return RewardOutput(rewards, verified, seconds=time.perf_counter() - t0)
 
     def step_bound(self, n_sequences: int, max_prompt_len: int, max_completion_len: int, *,
@@ -60,7 +63,7 @@ class RandomReward:
         rng = random.Random(f"{self.seed}:{self._calls}")
         self._calls += 1
         rewards = [1.0 if rng.random() < self.p else 0.0 for _ in completions]
-        verified = [_verify(p, c)[0] for p, c in zip(problems, completions, strict=True)]
+        verified = [outcome(p, c) for p, c in zip(problems, completions, strict=True)]
         return RewardOutput(rewards, verified)
 
     @property
@@ -75,3 +78,15 @@ class RandomReward:
     def step_bound(self, n_sequences: int, max_prompt_len: int, max_completion_len: int, *,
                    problems: Sequence[Any] | None = None) -> int:
         return 0
+
+
+def build_rule(reward: Any, **_: Any) -> RuleReward:
+    """The builder of kind ``rule`` from a resolved reward (``race.rewards.systems``): its
+    spec's terms and weights."""
+    spec = reward.spec
+    return RuleReward(dict(spec.weights), name="rule" + (f":{spec.rule_arg}" if spec.rule_arg else ""))
+
+
+def build_random(reward: Any, *, seed: int = 0, **_: Any) -> RandomReward:
+    """The builder of kind ``random``: coin flips seeded by the run's seed."""
+    return RandomReward(seed=seed)

@@ -1,13 +1,12 @@
 """How a learned reward mixes its model score with rule terms (``race.spec.reward``
-weights): the aggregation of a PRM's step scores and the rule terms of a completion."""
+weights): the aggregation of a PRM's step scores and the weighted sum (the rule terms
+themselves: ``race.rewards.rule_terms``)."""
 
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from typing import Sequence
 
-from race.rewards.mathverify import math_correct
-from race.rewards.text import verify_terms
 from race.spec.reward import AGGREGATIONS
 
 
@@ -24,15 +23,6 @@ def aggregate(scores: Sequence[float], how: str) -> float:
     if how == "prod":
         return float(math.prod(scores))
     raise ValueError(f"unknown aggregation {how!r}; choose one of {', '.join(AGGREGATIONS)}")
-
-
-def rule_terms(problem: Any, completion: str, needed: Sequence[str]) -> dict[str, float]:
-    """The rule-based terms ``needed`` for one completion (0 FLOPs)."""
-    outcome, partial, fmt = verify_terms(problem, completion)
-    out = {"outcome": outcome, "partial": partial, "format": fmt}
-    if "math" in needed:
-        out["math"] = 1.0 if math_correct(problem, completion) else 0.0
-    return out
 
 
 def weighted(weights: dict[str, float], terms: dict[str, float]) -> float:

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from race.tasks import partial_credit, verify, verify_final_answer
-from race.tasks.files import TextProblem
 
 #: Characters of a completion a reward model reads at most (before tokenising).
 MAX_TEXT_CHARS = 16_384
@@ -33,10 +31,8 @@ def question_of(problem: Any) -> str:
 
 
 def verify_terms(problem: Any, completion: Any) -> tuple[float, float, float]:
-    """(outcome 0/1, partial credit, format 0/1) of one completion: ``race.tasks.verify``
-    for the built-in task, ``verify_final_answer`` for question/answer problems."""
-    if isinstance(problem, TextProblem):
-        ok = 1.0 if verify_final_answer(problem, completion).correct else 0.0
-        return ok, ok, ok
-    v = verify(problem, completion)
-    return (1.0 if v.correct else 0.0), partial_credit(v), (1.0 if v.format_ok else 0.0)
+    """(outcome 0/1, partial credit, format 0/1) of one completion: the rule terms' scorers
+    (``race.rewards.rule_terms``)."""
+    from race.rewards.rule_terms import answer_format, outcome, partial
+
+    return outcome(problem, completion), partial(problem, completion), answer_format(problem, completion)

@@ -24,8 +24,10 @@ score + 0.5 x outcome), ``prm:prm-xs:prod+3*outcome`` (0.25 / 0.75), ``orm:orm-s
 
 Parsing is all this module does (stdlib only): a run config holds the parsed
 :class:`RewardSpec` (``RunConfig.reward``; it writes back as the string it was given, so
-run ids and files are unchanged), ``race.rewards`` builds reward systems from it and
-``race.rewards.systems`` bounds their FLOPs for planning.
+run ids and files are unchanged), ``race.rewards.systems`` resolves it once (its model, its
+cost) and ``race.rewards`` builds the reward system from that. Which kinds and terms parse
+is the reward-kind table's (``race.accounting.reward_kinds``): a new row parses here with
+no edit.
 """
 
 from __future__ import annotations
@@ -33,15 +35,34 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 
-KINDS = ("rule", "random", "math", "orm", "prm", "judge")
-LEARNED_KINDS = ("orm", "prm", "judge")
-AGGREGATIONS = ("min", "last", "mean", "prod")
+from race.accounting.reward_kinds import REWARD_KINDS, RULE_TERMS as _TERM_ROWS, model_kinds
+
+# The table's words as tuples (a snapshot for importers; the parser reads the table itself).
+KINDS = tuple(REWARD_KINDS)
+LEARNED_KINDS = model_kinds()
+AGGREGATIONS = REWARD_KINDS["prm"].terms
 #: Terms a ``rule:`` reward combines (0 FLOPs each).
-RULE_REWARD_TERMS = ("outcome", "partial", "format")
+RULE_REWARD_TERMS = tuple(t for t, row in _TERM_ROWS.items() if row.in_rule)
 #: Rule terms a learned reward may mix into its score.
-RULE_TERMS = ("outcome", "partial", "format", "math")
-MODEL_TERMS = {"prm": AGGREGATIONS, "orm": ("rm",), "judge": ("rm",)}
-EXAMPLE_MODEL = {"prm": "prm-s", "orm": "orm-s", "judge": "tiny-s"}
+RULE_TERMS = tuple(_TERM_ROWS)
+
+
+def _kinds_text() -> str:
+    """How to write each kind, for messages: ``rule, random, math, orm:NAME, ... or judge:NAME``."""
+    forms = [k.name + (":NAME" if k.argument == "model" else "") for k in REWARD_KINDS.values()]
+    return ", ".join(forms[:-1]) + " or " + forms[-1]
+
+
+def _model_terms(kind: str) -> tuple[str, ...]:
+    """A model kind's own score terms (its row's; the first is the default)."""
+    if kind not in REWARD_KINDS or not REWARD_KINDS[kind].model:
+        raise ValueError(f"parse_learned handles {', '.join(model_kinds())}, got {kind!r}")
+    return REWARD_KINDS[kind].terms
+
+
+def _rule_terms(in_rule: bool = False) -> tuple[str, ...]:
+    """The rule terms (those ``rule:`` may list, with ``in_rule``)."""
+    return tuple(t for t, row in _TERM_ROWS.items() if row.in_rule or not in_rule)
 
 
 @dataclass(frozen=True)
@@ -62,16 +83,17 @@ class RewardSpec:
 
     @property
     def learned(self) -> bool:
-        return self.kind in LEARNED_KINDS
+        """Whether a learned model scores (its kind's row: ``model``)."""
+        return REWARD_KINDS[self.kind].model
 
     @property
     def rule_arg(self) -> str:
         """What follows ``rule:`` (empty for plain ``rule``)."""
-        return self.text.partition(":")[2] if self.kind == "rule" else ""
+        return self.text.partition(":")[2] if REWARD_KINDS[self.kind].argument == "terms" else ""
 
 
 def _parse_terms(kind: str, text: str) -> tuple[str, dict[str, float]]:
-    model_terms = MODEL_TERMS[kind]
+    model_terms, rule_terms = _model_terms(kind), _rule_terms()
     agg, raw = "", {}
     for item in text.split("+"):
         w_txt, star, term = item.strip().rpartition("*")
@@ -87,9 +109,9 @@ def _parse_terms(kind: str, text: str) -> tuple[str, dict[str, float]]:
             if agg:
                 raise ValueError(f"only one model term allowed, got {agg!r} and {term!r}")
             agg, key = (term if term != "rm" else model_terms[0]), "rm"
-        elif term not in RULE_TERMS:
+        elif term not in rule_terms:
             raise ValueError(f"unknown term {term!r}; {kind} terms: {', '.join(model_terms)}"
-                             f"{', rm' if kind == 'prm' else ''}; rule terms: {', '.join(RULE_TERMS)}")
+                             f"{', rm' if 'rm' not in model_terms else ''}; rule terms: {', '.join(rule_terms)}")
         raw[key] = raw.get(key, 0.0) + w
     if not agg:
         raise ValueError(f"{kind} reward needs its model term ({'/'.join(model_terms)}) in {text!r}")
@@ -102,22 +124,21 @@ def _parse_terms(kind: str, text: str) -> tuple[str, dict[str, float]]:
 def parse_learned(kind: str, arg: str) -> RewardSpec:
     """``NAME[:TERMS]`` of a learned reward. A trailing ``:...`` that does not parse as
     terms is part of the name (a path may contain ``:``)."""
-    if kind not in MODEL_TERMS:
-        raise ValueError(f"parse_learned handles prm, orm and judge, got {kind!r}")
+    model_terms = _model_terms(kind)
     arg = (arg or "").strip()
     text = f"{kind}:{arg}"
     if not arg:
-        raise ValueError(f"{kind} reward needs a model name, e.g. {kind}:{EXAMPLE_MODEL[kind]}")
+        raise ValueError(f"{kind} reward needs a model name, e.g. {REWARD_KINDS[kind].example}")
     target, sep, tail = arg.rpartition(":")
     if sep and target:
         try:
             agg, weights = _parse_terms(kind, tail)
             return RewardSpec(kind, target, agg, weights, text)
         except ValueError:
-            if not any(t.strip().rpartition("*")[2] in (*MODEL_TERMS[kind], "rm") for t in tail.split("+")):
-                return RewardSpec(kind, arg, MODEL_TERMS[kind][0], {"rm": 1.0}, text)
+            if not any(t.strip().rpartition("*")[2] in (*model_terms, "rm") for t in tail.split("+")):
+                return RewardSpec(kind, arg, model_terms[0], {"rm": 1.0}, text)
             raise
-    return RewardSpec(kind, arg, MODEL_TERMS[kind][0], {"rm": 1.0}, text)
+    return RewardSpec(kind, arg, model_terms[0], {"rm": 1.0}, text)
 
 
 def parse_reward(text: "str | RewardSpec") -> RewardSpec:
@@ -131,23 +152,25 @@ def parse_reward(text: "str | RewardSpec") -> RewardSpec:
 
 def _parse(text: str) -> RewardSpec:
     if not isinstance(text, str) or not text.strip():
-        raise ValueError("reward is empty: write rule, random, math, orm:NAME, prm:NAME or judge:NAME")
+        raise ValueError(f"reward is empty: write {_kinds_text()}")
     text = text.strip()
     kind, sep, arg = text.partition(":")
-    if kind not in KINDS:
-        raise ValueError(f"reward={text!r}: kind must be rule, random, math, orm:NAME, prm:NAME or judge:NAME")
-    if kind in LEARNED_KINDS:
+    if kind not in REWARD_KINDS:
+        raise ValueError(f"reward={text!r}: kind must be {_kinds_text()}")
+    form = REWARD_KINDS[kind].argument
+    if form == "model":
         return parse_learned(kind, arg)
-    if kind in ("random", "math"):
+    if form == "none":
         if sep:
             raise ValueError(f"reward={text!r}: {kind} takes no argument; write {kind}")
         return RewardSpec(kind, text=text)
-    terms = [t for t in (arg or "outcome").split("+") if t]
-    bad = sorted(set(terms) - set(RULE_REWARD_TERMS))
+    allowed = _rule_terms(in_rule=True)
+    terms = [t for t in (arg or allowed[0]).split("+") if t]
+    bad = sorted(set(terms) - set(allowed))
     if bad or not terms:
-        raise ValueError(f"reward={text!r}: rule terms {bad or terms} unknown; use {', '.join(RULE_REWARD_TERMS)} "
+        raise ValueError(f"reward={text!r}: rule terms {bad or terms} unknown; use {', '.join(allowed)} "
                          "joined by '+', e.g. rule:partial or rule:outcome+format")
-    return RewardSpec("rule", weights={t: 1.0 / len(terms) for t in terms}, text=text)
+    return RewardSpec(kind, weights={t: 1.0 / len(terms) for t in terms}, text=text)
 
 
 def reward_columns(text: "str | RewardSpec | None") -> dict[str, object]:
@@ -169,7 +192,7 @@ def reward_columns(text: "str | RewardSpec | None") -> dict[str, object]:
         return {"reward_system": None, "reward_rule": None, "reward_model": None, "reward_learned": None,
                 "reward_random": None}
     spec = parse_reward(text)
-    terms = sorted(t for t in spec.weights if t != "rm") if spec.kind == "rule" or spec.learned else []
+    terms = sorted(t for t in spec.weights if t != "rm")  # random, math: none
     return {"reward_system": spec.kind, "reward_rule": "rule:" + "+".join(terms) if terms else None,
             "reward_model": spec.target if spec.learned else None, "reward_learned": spec.learned,
             "reward_random": spec.kind == "random"}
