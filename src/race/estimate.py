@@ -85,7 +85,8 @@ def run_step_plan(cfg: RunConfig, shape: ModelShape, *, engine: str | None = Non
     if share_learning is None:
         share_learning = builtin and not cfg.gradient_checkpointing
     return StepPlan(shape, cfg.num_generations, lora=run_lora(cfg), num_iterations=cfg.num_iterations, beta=cfg.beta,
-                    optimizer_steps=cfg.optimizer_steps_per_generation, needs_old_logprobs=cfg.needs_old_logprobs, recompute=cfg.gradient_checkpointing,
+                    optimizer_steps=cfg.optimizer_steps_per_generation, needs_old_logprobs=cfg.needs_old_logprobs,
+                    recompute=cfg.gradient_checkpointing,
                     recompute_early_stop=recompute_early_stop, inputs_require_grad=cfg.gradient_checkpointing,
                     share_prompt=builtin, micro_batch=cfg.micro_batch_size if share_learning else None,
                     reward=reward, conventions=cfg.conventions)

@@ -33,6 +33,7 @@ else:
 Alloc, make_study = synth.Alloc, synth.make_study
 SMALL, MEDIUM, LARGE = synth.SMALL, synth.MEDIUM, synth.LARGE
 MEDIUM_G4 = dataclasses.replace(MEDIUM, num_generations=4, r0=0.04, zero_var_frac=0.35)
+MEDIUM_IT2 = dataclasses.replace(MEDIUM, num_iterations=2, r0=0.05, a=0.55)  # more learning per rollout: another p
 PRM = dataclasses.replace(SMALL, reward="prm:prm-s", r0=0.30, a=0.12, c_mid=1e14)  # verified accuracy falls
 RANDOM = dataclasses.replace(SMALL, reward="random", r0=0.05, a=0.07)
 N_BOOT, N_BOOT_FIT = 60, 10  # few replicates: the tests compare with the analysis run with the same settings
@@ -90,13 +91,16 @@ def _failed_row(runs: pd.DataFrame, al: Alloc, budget: float, seed: int = 9) -> 
 
 
 def full_study() -> dict[str, pd.DataFrame]:
-    allocs = [SMALL, MEDIUM, LARGE, MEDIUM_G4, PRM, RANDOM]
+    allocs = [SMALL, MEDIUM, LARGE, MEDIUM_G4, PRM, RANDOM, MEDIUM_IT2]
     budgets, seeds = [1e14, 1e15, 1e16], (0, 1)
     runs, ev_g = _add_target(allocs, budgets, seeds, 1, "greedy", 1.0)
     _, ev_p = _add_target(allocs, budgets, seeds, 2, "pass@k", 1.15)
     size = runs["model"].map({"s": "s", "m": "m", "l": "l"})
     runs["wall_s"] = runs["total_flops"] / size.map(FLOPS_PER_SECOND)
     runs["error"] = None
+    it2 = runs["num_iterations"] == MEDIUM_IT2.num_iterations  # a second update share p beside MEDIUM's
+    runs.loc[it2, "rollout_flops"], runs.loc[it2, "learning_flops"] = (0.55 * runs.loc[it2, "total_flops"],
+                                                                       0.4 * runs.loc[it2, "total_flops"])
     train, ledger = _train_table(runs), _ledger(runs)
     runs = pd.concat([runs, pd.DataFrame([_failed_row(runs, LARGE, 1e14)])], ignore_index=True)
     return {"runs": runs, "evals": pd.concat([ev_g, ev_p], ignore_index=True), "train": train, "ledger": ledger}

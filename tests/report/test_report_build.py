@@ -21,7 +21,7 @@ from race.report import build_report
 from race.report.fmt import fmt_score
 
 ALL_FIGURES = {"frontier", "compute_split", "isoflop", "learning_curves", "regime_heatmap", "flops_seconds",
-               "predictions"}
+               "predictions", "update_share"}
 IMG = re.compile(r'<img [^>]*data-figure="([^"]+)"[^>]*src="data:image/png;base64,([A-Za-z0-9+/=]+)"')
 
 

@@ -2,6 +2,7 @@
 
 Sections, in order: study summary, compute report card, recommendation, validation,
 frontier, compute split, feedback (reward-model quality, cost and proxy divergence),
+update share (score against p, the best p per reward system, the regime),
 isoFLOP profiles, learning curves, regimes and rank stability, diagnostics, FLOPs vs
 seconds, how to read. The study's compute report card is also written on its own as
 ``report_card.{json,md,tex}``. Each section degrades on its own: a missing
@@ -31,6 +32,7 @@ from .doc import Context, Section, finished, guarded
 from .fmt import fmt_flops, jsonable, short_labels
 from .latex import write_study_table
 from .sections_feedback import feedback_section
+from .sections_update_share import update_share_section
 from .render import render_html, render_markdown
 from .sections_decision import (
     diagnostics_section,
@@ -111,6 +113,7 @@ BUILDERS = (
     ("frontier", "Allocation frontier", frontier_section),
     ("split", "Compute split per allocation", split_section),
     ("feedback", "Feedback: what it cost and what it bought", feedback_section),
+    ("update_share", "Update share: score against p", update_share_section),
     ("isoflop", "IsoFLOP profiles", isoflop_section),
     ("curves", "Learning curves", curves_section),
     ("regimes", "Regimes and rank stability", regimes_section),

@@ -1,0 +1,272 @@
+"""The update share p = C_learning / C_total: the seed study's control variable, measured.
+
+Per run, from its ledger's counted FLOPs (the runs table's phase sums): learning = update +
+old-policy + reference log-probs, search = rollout, feedback = reward, and
+
+    p = learning / (search + learning + feedback),   p_policy = learning / (search + learning)
+
+(``p_policy`` leaves the reward model's share out: where two reward systems' best p differ
+but their best p_policy agree, the shift is the RM's own share). A nested study's prefix
+rows carry their own sums, so each budget reads the p of the run up to that budget.
+
+A *line* is the allocations that differ only in the knobs that move p at equal FLOPs
+(:data:`KNOBS`: ``num_iterations``, ``steps_per_generation`` and the batch settings that go
+with it), so one line holds one model, group size and reward system (the spec as written:
+``rule:outcome``, ``prm:prm-m:min+outcome``). Per budget and line, each allocation is a point
+(p, score): p the mean over its seeds, the score read at equal
+counted FLOPs (``final_scores(at="equal")``) with one joint bootstrap over seeds and
+problems shared by every cell (``bootstrap_cells``), so every interval and every
+difference is paired. The best p of a reward system at a budget (:func:`best_share`) is
+found as the seed study's RACE finds it:
+
+1. a local response: the quadratic ``score = c2 p^2 + c1 p + c0`` through the line's points
+   (least squares, >= 4 distinct p: three give a parabola through three points, which
+   cannot say where between them the optimum lies, as for the isoFLOP profiles), refitted
+   on every replicate; its vertex is **located** when the point fit opens downward with its
+   vertex inside the p range tried, at least 90% of the replicates have a maximum, and the
+   vertex's interval stays inside the range;
+2. otherwise the **pilot-best fallback**: the allocation with the best score; where it has
+   tried p on both sides, the best p is **bracketed between** its nearest neighbours' p,
+   not located; at the smallest or largest p tried it sits on the grid's edge.
+
+The regime, in the seed's terms (:class:`Regime`): the split at the best p (the located
+vertex's, with the search/feedback split of the nearest allocation; or the pilot best's)
+is **update-heavy** when learning takes at least half the FLOPs, else **search-heavy** or
+**feedback-heavy** by the larger of rollout and reward; **not identified** when no
+allocation of the line scores below the best one beyond the noise (every paired interval
+of best - other covers 0: the response in p is flat within the pilots' resolution).
+Regime labels are one type, :class:`Regime`, as the recommendation's labels are one type in
+``race.analysis.decision``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from .bootstrap import BootstrapResult, bootstrap_cells, difference
+from .curves import final_scores
+from .tables import allocation_key, prepare_runs, require_columns, without_controls
+
+#: p values closer than this are one p level (the same knob setting, other seeds' groups dropped).
+SAME_P = 0.005
+#: Share of bootstrap replicates that must have a maximum for the vertex to count as located.
+MIN_VALID = 0.9
+#: The knobs a line sweeps (grid axis columns; ``num_iterations`` has a column of its own).
+KNOBS = ("axis_steps_per_generation", "axis_gradient_accumulation_steps", "axis_per_device_train_batch_size")
+#: Distinct p a local fit needs (a parabola has 3 coefficients; one more measures its misfit).
+MIN_LEVELS = 4
+
+
+class Regime(str):
+    """Where the best p puts a run's FLOPs, in the seed study's words (module docstring): one
+    of the four constants below, each a ``str`` (so tables and report.json show the words)."""
+
+    __slots__ = ()
+    UPDATE_HEAVY: "Regime"
+    SEARCH_HEAVY: "Regime"
+    FEEDBACK_HEAVY: "Regime"
+    NOT_IDENTIFIED: "Regime"
+
+
+Regime.UPDATE_HEAVY = Regime("update-heavy")
+Regime.SEARCH_HEAVY = Regime("search-heavy")
+Regime.FEEDBACK_HEAVY = Regime("feedback-heavy")
+Regime.NOT_IDENTIFIED = Regime("not identified")
+#: Every regime label, in that order.
+REGIMES = (Regime.UPDATE_HEAVY, Regime.SEARCH_HEAVY, Regime.FEEDBACK_HEAVY, Regime.NOT_IDENTIFIED)
+
+
+def run_shares(runs: pd.DataFrame) -> pd.DataFrame:
+    """One row per complete run: ``run_id, budget, seed, allocation, line, reward, p, p_policy,
+    search_share, feedback_share`` from its counted FLOPs (module docstring). Runs with no
+    counted FLOPs are left out."""
+    pr = prepare_runs(runs)
+    require_columns(pr, ["rollout_flops", "learning_flops", "feedback_flops"], "runs")  # race.schema's columns
+    s, lrn, f = (pr["rollout_flops"].astype(float), pr["learning_flops"].astype(float),
+                 pr["feedback_flops"].astype(float))
+    total = s + lrn + f
+    line = allocation_key(pr.assign(num_iterations="*").drop(columns=[c for c in KNOBS if c in pr.columns]))
+    out = pr[["run_id", "budget", "seed", "allocation", "reward"]].assign(
+        line=line.to_numpy(), reward=pr["reward"].astype(str), p=lrn / total, p_policy=lrn / (s + lrn),
+        search_share=s / total,
+        feedback_share=f / total)
+    return out[total > 0].reset_index(drop=True)
+
+
+def share_table(evals: pd.DataFrame, runs: pd.DataFrame, target: str, *, n_boot: int = 1000,
+                rng: Any = 0, level: float = 0.95) -> tuple[pd.DataFrame, BootstrapResult]:
+    """Per (budget, allocation): ``line, reward, p, p_min, p_max`` (over its seeds), ``p_policy,
+    search_share, feedback_share, score, lo, hi`` (score at equal FLOPs and its interval),
+    ``n_runs``; and the joint bootstrap (cells in the same order). The random-reward control
+    is left out (its p says nothing about a reward system)."""
+    fin = without_controls(final_scores(evals, runs, target, at="equal"))
+    shares = run_shares(runs).set_index("run_id")
+    fin = fin[fin["run_id"].isin(shares.index)]
+    if fin.empty:
+        raise ValueError(f"no complete run with counted FLOPs and a {target!r} score")
+    boot = bootstrap_cells(fin, ("budget", "allocation"), n_boot=n_boot, rng=rng)
+    ivs = boot.intervals(level)
+    per = shares.loc[fin["run_id"]].assign(allocation=fin["allocation"].to_numpy(), budget=fin["budget"].to_numpy())
+    agg = per.groupby(["budget", "allocation"], sort=True).agg(
+        line=("line", "first"), reward=("reward", "first"), p=("p", "mean"), p_min=("p", "min"), p_max=("p", "max"),
+        p_policy=("p_policy", "mean"), search_share=("search_share", "mean"),
+        feedback_share=("feedback_share", "mean")).reset_index()
+    table = ivs[["budget", "allocation", "score", "lo", "hi", "n_runs"]].merge(agg, on=["budget", "allocation"])
+    cols = ["budget", "allocation", "line", "reward", "p", "p_min", "p_max", "p_policy", "search_share",
+            "feedback_share",
+            "score", "lo", "hi", "n_runs"]
+    return table[cols], boot
+
+
+@dataclass
+class BestShare:
+    """The best p of one reward system at one budget (module docstring)."""
+
+    budget: float
+    line: str  # the allocations that differ only in the knobs (module docstring)
+    reward: str
+    status: str  # "located" | "bracketed" | "edge" | "single"
+    p: float  # the located vertex, else the pilot best's p
+    lo: float | None  # the vertex's interval, or the bracket
+    hi: float | None
+    best_allocation: str  # the pilot best
+    best_score: float
+    best_p: float
+    best_p_policy: float
+    regime: Regime
+    method: str  # "local fit" | "pilot-best fallback"
+    frac_valid: float | None  # replicates with a maximum (the local fit)
+    coef: list[float] | None  # [c2, c1, c0] of the point fit
+    n_points: int
+    flat: bool  # no allocation below the best beyond the noise
+    p_policy: float = float("nan")  # the best p without the RM's share (located: at the nearest allocation's ratio)
+    worse: list[str] = field(default_factory=list)  # allocations below the best beyond the noise
+    notes: list[str] = field(default_factory=list)
+
+    def text(self) -> str:
+        """The best p in words: located with its interval, bracketed, or at the edge."""
+        if self.status == "located":
+            return f"{self.p:.2f} [{self.lo:.2f}, {self.hi:.2f}]"
+        if self.status == "bracketed":
+            return f"bracketed between {self.lo:.2f} and {self.hi:.2f} (pilot best {self.p:.2f})"
+        if self.status == "edge":
+            side = "smallest" if self.lo is None else "largest"
+            return f"at the grid's edge: the {side} p tried, {self.p:.2f} (not bracketed)"
+        return f"{self.p:.2f} (one p tried)"
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["regime"], d["text"] = str(self.regime), self.text()
+        return d
+
+
+def regime_of(p: float, search: float, feedback: float) -> Regime:
+    """Update-heavy when learning takes at least half the FLOPs, else the larger of search
+    and feedback names the regime."""
+    if p >= 0.5:
+        return Regime.UPDATE_HEAVY
+    return Regime.SEARCH_HEAVY if search >= feedback else Regime.FEEDBACK_HEAVY
+
+
+def _levels(p: np.ndarray) -> np.ndarray:
+    """The distinct p levels (values closer than :data:`SAME_P` merged), sorted."""
+    out: list[float] = []
+    for v in np.sort(p):
+        if not out or v - out[-1] > SAME_P:
+            out.append(float(v))
+    return np.asarray(out)
+
+
+def best_share(line: pd.DataFrame, boot: BootstrapResult, *, level: float = 0.95) -> BestShare:
+    """The best p of one (budget, line) of :func:`share_table` (module docstring);
+    ``boot`` the table's joint bootstrap (its replicates are refitted, paired)."""
+    line = line.sort_values(["p", "allocation"], kind="mergesort").reset_index(drop=True)
+    cols = np.array([boot.index_of(budget=b, allocation=a) for b, a in zip(line["budget"], line["allocation"])])
+    p, y, reps = line["p"].to_numpy(float), line["score"].to_numpy(float), boot.reps[:, cols]
+    ib = int(np.argmax(y))
+    best = line.iloc[ib]
+    worse = [str(line["allocation"].iloc[j]) for j in range(len(line)) if j != ib
+             and difference(y[ib], y[j], reps[:, ib], reps[:, j], level=level).lo > 0]
+    base = dict(budget=float(best["budget"]), line=str(best["line"]), reward=str(best["reward"]),
+                best_allocation=str(best["allocation"]),
+                best_score=float(y[ib]), best_p=float(p[ib]), best_p_policy=float(best["p_policy"]),
+                n_points=len(line), flat=not worse, worse=worse)
+    levels = _levels(p)
+    notes: list[str] = []
+    coef = frac = None
+    located = None
+    if len(levels) >= MIN_LEVELS:
+        c = np.polyfit(p, y, 2)
+        rc = np.polyfit(p, reps.T, 2)  # (3, n_boot)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            v = np.where(rc[0] < 0, -rc[1] / (2 * rc[0]), np.nan)
+        ok = np.isfinite(v)
+        frac, coef = float(ok.mean()), [float(x) for x in c]
+        q = (1 - level) / 2
+        if c[0] < 0 and ok.sum() >= 2:
+            xv = float(-c[1] / (2 * c[0]))
+            lo, hi = (float(x) for x in np.quantile(v[ok], [q, 1 - q]))
+            inside = levels[0] <= xv <= levels[-1] and levels[0] <= lo and hi <= levels[-1]
+            if inside and frac >= MIN_VALID:
+                located = (xv, lo, hi)
+            else:
+                notes.append(f"local fit not stable (vertex {xv:.2f}, interval [{lo:.2f}, {hi:.2f}] against the p "
+                             f"tried {levels[0]:.2f}-{levels[-1]:.2f}; {frac:.0%} of replicates with a maximum)")
+        else:
+            notes.append("the local fit has no maximum (it opens upward)")
+    else:
+        notes.append(f"{len(levels)} distinct p: a local fit needs {MIN_LEVELS} (three give a parabola through "
+                     "three points, which cannot locate the optimum)")
+    if located is not None:
+        xv, lo, hi = located
+        near = line.iloc[int(np.argmin(np.abs(p - xv)))]  # its search : feedback ratio stands for p*'s
+        ns, nf = float(near["search_share"]), float(near["feedback_share"])
+        out = BestShare(status="located", p=xv, lo=lo, hi=hi, method="local fit", frac_valid=frac, coef=coef,
+                        regime=regime_of(xv, ns, nf), p_policy=xv / (xv + (1 - xv) * ns / max(ns + nf, 1e-12)),
+                        notes=notes, **base)
+    else:
+        below, above = levels[levels < p[ib] - SAME_P], levels[levels > p[ib] + SAME_P]
+        status = "single" if len(levels) == 1 else "bracketed" if len(below) and len(above) else "edge"
+        lo = float(below[-1]) if len(below) else None
+        hi = float(above[0]) if len(above) else None
+        out = BestShare(status=status, p=float(p[ib]), lo=lo, hi=hi,
+                        regime=regime_of(float(p[ib]), float(best["search_share"]), float(best["feedback_share"])),
+                        method="pilot-best fallback", frac_valid=frac, coef=coef, notes=notes,
+                        p_policy=float(best["p_policy"]), **base)
+    if out.flat:
+        out.regime = Regime.NOT_IDENTIFIED
+        out.notes.append("no allocation scores below the best beyond the noise: the response in p is flat within "
+                         "the pilots' resolution")
+    return out
+
+
+def best_shares(table: pd.DataFrame, boot: BootstrapResult, *, level: float = 0.95) -> list[BestShare]:
+    """:func:`best_share` of every (budget, line) of :func:`share_table`, sorted."""
+    return [best_share(g, boot, level=level) for _, g in table.groupby(["budget", "line"], sort=True)]
+
+
+def share_shift(bests: list[BestShare]) -> pd.DataFrame:
+    """Per budget, each line's best p and p_policy (:class:`BestShare`) beside the first
+    line's (in sorted order): ``budget, line, reward, status, p, p_policy, d_p, d_p_policy, reference``
+    (the first line). Where ``d_p`` is large and ``d_p_policy`` small, the shift of the best p
+    is the reward model's own share."""
+    rows = []
+    by_budget: dict[float, list[BestShare]] = {}
+    for b in bests:
+        by_budget.setdefault(b.budget, []).append(b)
+    for budget, bs in sorted(by_budget.items()):
+        ref = bs[0]
+        for b in bs:
+            rows.append(dict(budget=budget, line=b.line, reward=b.reward, status=b.status, p=b.p, p_policy=b.p_policy,
+                             d_p=b.p - ref.p, d_p_policy=b.p_policy - ref.p_policy, reference=ref.line))
+    return pd.DataFrame(rows, columns=["budget", "line", "reward", "status", "p", "p_policy", "d_p", "d_p_policy",
+                                       "reference"])
+
+
+__all__ = ["BestShare", "KNOBS", "MIN_LEVELS", "MIN_VALID", "REGIMES", "Regime", "SAME_P", "best_share", "best_shares",
+           "regime_of", "run_shares",
+           "share_shift", "share_table"]
