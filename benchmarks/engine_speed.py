@@ -44,13 +44,26 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
 def make_model_dir(size: str, root: Path) -> Path:
+    """A random tiny model's directory, or an imported pretrained model's (``smollm2-135m``:
+    its real weights; ``race base import smollm2`` first)."""
     from race.models import build_char_tokenizer, build_tiny_model
+    from race.models.imported import imported_path, is_imported_name
 
+    if is_imported_name(size):
+        return imported_path(size)
     d = root / size
     if not d.exists():
         build_tiny_model(size, seed=0).save_pretrained(d, safe_serialization=True)
         build_char_tokenizer().save_pretrained(d)
     return d
+
+
+def mlp_shape(size: str) -> tuple[int, int]:
+    """(hidden, intermediate) of a tiny size or an imported model: the matmul peak's shape."""
+    from race.models.refs import resolve_shape
+
+    shape = resolve_shape(size)
+    return shape.hidden, shape.intermediate
 
 
 def grid_points(a, root: Path):
@@ -106,7 +119,11 @@ def builtin_engine(model_dir: Path, prompts: int, group: int, length: int, tmp: 
         for r in eng.books.ledger.records[n:]:
             f, sec = phases.get(r.phase, (0, 0.0))
             phases[r.phase] = (f + r.flops, sec + r.seconds)
+            if r.key == "rollout/decode":  # its tokens: the completion tokens generated
+                lengths.append(r.tokens / (prompts * group))
         return wall, phases
+
+    step.lengths = lengths = []  # mean completion length of each step
 
     return step
 
@@ -137,9 +154,15 @@ def trl_trainer(model_dir: Path, prompts: int, group: int, length: int, tmp: Pat
         def on_step_end(self, args, state, control, **kw):
             times.append(time.perf_counter() - self.t0)
 
+        def on_log(self, args, state, control, logs=None, **kw):
+            if logs and "completions/mean_length" in logs:
+                lengths.append(logs["completions/mean_length"])
+
+    lengths: list[float] = []  # mean completion length of each step
+
     args = GRPOConfig(output_dir=str(tmp / "trl"), use_cpu=True, bf16=False, per_device_train_batch_size=prompts * group,
                       num_generations=group, max_completion_length=length, learning_rate=1e-4, beta=0.0,
-                      num_iterations=1, gradient_checkpointing=checkpointing, report_to="none", logging_steps=1000,
+                      num_iterations=1, gradient_checkpointing=checkpointing, report_to="none", logging_steps=1,
                       save_strategy="no", max_steps=10_000, seed=0, dataloader_num_workers=0, disable_tqdm=True)
     trainer = GRPOTrainer(model=model, reward_funcs=reward, args=args, train_dataset=ds, processing_class=tok,
                           peft_config=LoraConfig(r=8, lora_alpha=8, target_modules="all-linear", task_type="CAUSAL_LM"),
@@ -164,6 +187,7 @@ def trl_trainer(model_dir: Path, prompts: int, group: int, length: int, tmp: Pat
         trainer.train(resume_from_checkpoint=None)
         return times[start:]
 
+    block.lengths = lengths
     return block
 
 
@@ -183,8 +207,6 @@ def _span(xs: list[float]) -> str:
 def run_grid(a) -> None:
     from engine_profile import matmul_peak
 
-    from race.models.family import TINY_FAMILY
-
     rows = []
     with tempfile.TemporaryDirectory() as td:
         root = Path(td)
@@ -198,7 +220,7 @@ def run_grid(a) -> None:
                 _suppressed(t_def, 1)
             bt, tt, dt, pk = [], [], [], []
             ph: dict[str, list[float]] = {"rollout": [0, 0.0], "update": [0, 0.0]}
-            mlp = TINY_FAMILY[size]["hidden_size"], TINY_FAMILY[size]["intermediate_size"]
+            mlp = mlp_shape(size)
             for _ in range(a.rounds):  # interleaved: peak, builtin, TRL, TRL defaults, ...
                 pk.append(matmul_peak(2048, *mlp, repeats=5))
                 for _ in range(a.steps):
@@ -215,16 +237,18 @@ def run_grid(a) -> None:
             md = statistics.median(dt) if dt else float("nan")
             peak = statistics.median(pk)  # measured in the rounds: the same load as the steps
             share = {k: (f / t / peak if t else 0.0) for k, (f, t) in ph.items()}
-            rows.append((size, g, L, mb, mt, md, mt / mb, md / mb, share["rollout"], share["update"]))
+            lens = f"{statistics.mean(b_step.lengths):.1f} / {statistics.mean(t_block.lengths):.1f}"
+            rows.append((size, g, L, mb, mt, md, mt / mb, md / mb, share["rollout"], share["update"], lens))
             print(f"  {size} G={g} L={L}: builtin {mb:.3f}s  trl {mt:.3f}s ({mt / mb:.2f}x)  "
-                  f"trl default {md:.3f}s ({md / mb:.2f}x)", flush=True)
+                  f"trl default {md:.3f}s ({md / mb:.2f}x)  completion tokens {lens}", flush=True)
     print("\n| model | G | completion | builtin s/step | TRL s/step | TRL default s/step | TRL / builtin | "
-          "TRL default / builtin | rollout % peak | update % peak |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
-    for size, g, L, mb, mt, md, r, rd, sr, su in rows:
+          "TRL default / builtin | rollout % peak | update % peak | mean completion builtin / TRL |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for size, g, L, mb, mt, md, r, rd, sr, su, lens in rows:
         print(f"| {size} | {g} | {L} | {mb:.3f} | {mt:.3f} | {md:.3f} | {r:.2f}x | {rd:.2f}x | {100 * sr:.1f}% | "
-              f"{100 * su:.1f}% |")
-    print("(% peak: the phase's FLOPs per second over the matmul peak measured in the same rounds)")
+              f"{100 * su:.1f}% | {lens} |")
+    print("(% peak: the phase's FLOPs per second over the matmul peak measured in the same rounds; a "
+          "pretrained model ends completions at EOS, so the two engines' lengths are sampled, not equal)")
     print(f"\nTRL (same settings) / builtin: {_span([r[6] for r in rows])} over {len(rows)} configurations")
     if not a.no_trl_default:
         print(f"TRL (defaults: gradient checkpointing) / builtin: {_span([r[7] for r in rows])}")
@@ -370,13 +394,17 @@ def run_levers(a) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--sizes", default="tiny-xs,tiny-s,tiny-m,tiny-l")
+    ap.add_argument("--sizes", default="tiny-xs,tiny-s,tiny-m,tiny-l",
+                    help="tiny sizes, or smollm2-135m (the imported SmolLM2-135M-Instruct: real weights, so its "
+                         "completions end where the model says EOS; --smollm2 sets its grid)")
     ap.add_argument("--groups", default="4,8,16")
     ap.add_argument("--lengths", default="16,32,64")
     ap.add_argument("--prompts", type=int, default=8)
     ap.add_argument("--steps", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--smollm2", action="store_true",
+                    help="SmolLM2-135M-Instruct x G=4,8 x completion 24,64 (race base import smollm2 first)")
     ap.add_argument("--quick", action="store_true", help="a small subset: tiny-s,tiny-m x G=8 x completion 32")
     ap.add_argument("--levers", action="store_true",
                     help="instead of TRL: the built-in step with each speed lever switched off, interleaved")
@@ -386,9 +414,9 @@ def main() -> None:
     a = ap.parse_args()
     if a.quick:
         a.sizes, a.groups, a.lengths = "tiny-s,tiny-m", "8", "32"
+    if a.smollm2:
+        a.sizes, a.groups, a.lengths = "smollm2-135m", "4,8", "24,64"
     import torch
-
-    from race.models.family import TINY_FAMILY
 
     sys.path.insert(0, str(Path(__file__).parent))
     from engine_profile import matmul_peak
@@ -403,7 +431,7 @@ def main() -> None:
           f"{', '.join(f'{x:.1f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs\n")
     peaks = {}
     for size in a.sizes.split(","):
-        h, f = TINY_FAMILY[size]["hidden_size"], TINY_FAMILY[size]["intermediate_size"]
+        h, f = mlp_shape(size)
         peaks[size] = matmul_peak(2048, h, f)
         print(f"one-thread matmul peak at {size}'s MLP shape (2048x{h})@({h}x{f}): {peaks[size] / 1e9:.1f} GFLOP/s")
     print()

@@ -283,10 +283,11 @@ def _truncated_share(trainer: Any) -> float | None:
 def check_builtin_step(ctx: Ctx) -> dict[str, Any]:
     """The built-in engine's first step at the same shapes (LoRA r=16, G groups of
     ``batch/G`` prompts, torch conventions): ledger vs FlopCounterMode, rollout and
-    learning (log-prob passes, update, recompute) apart. In float32 on every device: FLOPs
-    do not depend on the dtype, and the built-in engine's fast decoder refuses a bf16 base
-    with PEFT's fp32 adapters ("self and mat2 must have the same dtype"; found by this
-    script with --dtype bfloat16)."""
+    learning (log-prob passes, update, recompute) apart, in the run's dtype (bf16 on a GPU:
+    the base in bf16, PEFT's LoRA adapters and their AdamW state in fp32; an earlier version
+    ran float32 because the fast decoder refused that mix). FLOPs do not depend on the dtype.
+    Also reports each phase's tokens per second and FLOP/s from the ledger's seconds, and
+    its MFU where the device's peak at the dtype is known."""
     from race.accounting import FlopLedger
     from race.engines.builtin import BuiltinEngine
     from race.measure import Counter
@@ -296,7 +297,7 @@ def check_builtin_step(ctx: Ctx) -> dict[str, Any]:
     cfg = run_config_from_dict(dict(
         engine="builtin", model=str(ctx.model_dir()), budget_flops=1e21, prompts_per_step=s.batch // s.group,
         num_generations=s.group, max_completion_length=s.completion, reward="random", learning_rate=1e-5, seed=0,
-        device=ctx.device, dtype="float32", conventions="torch", lora={"r": 16}, gradient_checkpointing=True,
+        device=ctx.device, dtype=ctx.dtype, conventions="torch", lora={"r": 16}, gradient_checkpointing=True,
         drop_zero_variance_groups=False, eval={"n_problems": 2, "n_hard_problems": 0, "n_pass_problems": 0}))
     eng = BuiltinEngine(cfg, ctx.work / "builtin")
     eng.start()
@@ -325,9 +326,37 @@ def check_builtin_step(ctx: Ctx) -> dict[str, Any]:
               "learning": sum(v for k, v in keys.items() if not k.startswith(("rollout/", "reward/")))}
     rel = {k: 0.0 if ledger[k] == measured[k] else abs(ledger[k] - measured[k]) / max(measured[k], 1) for k in ledger}
     worst = max(rel.values())
+    rates = _phase_rates(eng.books.ledger.records, ctx)
+    adapters = sorted({str(p.dtype) for p in eng.state.model.parameters() if p.requires_grad})
     return {"ok": worst <= TOLERANCE and all(measured.values()), "headline": f"max rel. diff {worst:.2e} "
             f"(rollout {ledger['rollout']:.4g} vs {measured['rollout']:.4g}, learning {ledger['learning']:.4g} vs "
-            f"{measured['learning']:.4g})", "ledger": ledger, "measured": dict(measured), "rel": rel, "keys": keys}
+            f"{measured['learning']:.4g}), {ctx.dtype} base, adapters {'/'.join(adapters)}", "ledger": ledger,
+            "measured": dict(measured), "rel": rel, "keys": keys, "dtype": ctx.dtype, "adapter_dtypes": adapters,
+            "rates": rates}
+
+
+def _phase_rates(records: Any, ctx: Ctx) -> dict[str, dict[str, float | None]]:
+    """Per ledger phase: FLOPs, seconds, FLOP/s, tokens/s and MFU (FLOP/s over the device's
+    dense peak at the run's dtype; None on a CPU or an unknown device)."""
+    from gpu_check_perf import peak_flops
+
+    peak = None
+    if ctx.cuda:
+        import torch
+
+        peak = peak_flops(torch.cuda.get_device_name(), ctx.dtype)[0]
+    out: dict[str, dict[str, float | None]] = {}
+    for r in records:
+        row = out.setdefault(r.phase, {"flops": 0, "seconds": 0.0, "tokens": 0})
+        row["flops"] += r.flops
+        row["seconds"] += r.seconds
+        row["tokens"] += r.tokens or 0
+    for row in out.values():
+        sec = row["seconds"] or 0.0
+        row["flop_per_s"] = row["flops"] / sec if sec else None
+        row["tokens_per_s"] = row["tokens"] / sec if sec and row["tokens"] else None
+        row["mfu"] = row["flop_per_s"] / peak if peak and row["flop_per_s"] else None
+    return out
 
 
 def check_continuous_batching(ctx: Ctx) -> dict[str, Any]:

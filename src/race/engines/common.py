@@ -87,8 +87,9 @@ def load_run_policy(cfg: RunConfig) -> RunPolicy:
         torch.set_num_threads(threads)
     ensure_run(cfg)
     torch.manual_seed(cfg.seed)
-    model, tok = load_policy(cfg.model, device=cfg.device, dtype=cfg.dtype,
-                             attn_implementation=cfg.attn_implementation)
+    # full fine-tuning trains (and keeps AdamW's state in) the weights' dtype: "auto" keeps them float32
+    dtype = "float32" if cfg.lora is None and cfg.dtype == "auto" else cfg.dtype
+    model, tok = load_policy(cfg.model, device=cfg.device, dtype=dtype, attn_implementation=cfg.attn_implementation)
     shape = model_shape(model)
     lora = run_lora(cfg)
     if lora is not None:

@@ -22,6 +22,7 @@ from typing import Any
 from race.artefacts.cache import cache_root as cache_dir  # race.models.cache_dir: the cache root (race.artefacts)
 from race.models.base_recipes import base_path
 from race.models.family import is_tiny_name
+from race.models.imported import imported_path, is_imported_name
 from race.models.refs import looks_like_path
 from race.models.tokenizer import check_vocab_fits
 
@@ -78,7 +79,9 @@ def resolve_source(name_or_path: str | os.PathLike[str], *, cache_dir: str | os.
                    ) -> tuple[str, dict[str, Any]]:
     """Where to load ``name_or_path`` from: ``(path_or_hub_name, from_pretrained kwargs)``.
 
-    Tiny names resolve to their warm-start directory (a
+    Tiny names resolve to their warm-start directory, imported names (``smollm2-135m``) to
+    their directory (a NotBuiltError naming ``race base import`` when missing: imports
+    happen only by that command) (a
     :class:`~race.artefacts.cache.NotBuiltError` naming ``race base build`` when it is not
     built: loading never builds; a run builds its warm start first, ``race.builds.demand``);
     existing paths must be complete HF directories; anything else is
@@ -89,6 +92,8 @@ def resolve_source(name_or_path: str | os.PathLike[str], *, cache_dir: str | os.
     name = os.fspath(name_or_path)
     if is_tiny_name(name):
         return str(base_path(name, cache_dir=cache_dir)), {}
+    if is_imported_name(name):
+        return str(imported_path(name, cache_dir=cache_dir)), {}
     path = Path(name).expanduser()
     if looks_like_path(name):
         problem = _local_dir_problem(path)

@@ -1,6 +1,7 @@
 """Model references -> ``ModelShape``: the one place a model name becomes a shape.
 
-A reference is a tiny-family name (``tiny-s``), a Qwen2.5 preset (``qwen2.5-7b``), a
+A reference is a tiny-family name (``tiny-s``), an imported model (``smollm2-135m``,
+after ``race base import smollm2``), a Qwen2.5 preset (``qwen2.5-7b``), a
 ``config.json`` path, a model directory or a Hugging Face hub name (``Qwen/Qwen2.5-0.5B``)
 already in the local hub cache; :func:`resolve_shape` reads it without torch or network
 (``race flops``, ``race plan``, the grid's dry run). :func:`model_shape` reads the shape of
@@ -16,6 +17,7 @@ from typing import Any
 from race.accounting import AccountingError, ModelShape, preset_names
 from race.accounting.shapes import preset_shape
 from race.models.family import TINY_FAMILY, is_tiny_name, tiny_shape
+from race.models.imported import imported_path, is_imported_name
 
 
 def looks_like_path(ref: str) -> bool:
@@ -40,6 +42,11 @@ def resolve_shape(ref: str) -> ModelShape:
         if not is_tiny_name(ref):
             raise AccountingError(f"unknown tiny model {ref!r}; the family is {', '.join(TINY_FAMILY)}")
         return tiny_shape(ref)
+    if is_imported_name(ref):
+        try:
+            return ModelShape.from_hf_config(imported_path(ref) / "config.json", name=ref)
+        except FileNotFoundError as err:  # NotBuiltError: says which command imports it
+            raise AccountingError(str(err)) from None
     try:
         return preset_shape(ref)
     except AccountingError:

@@ -176,7 +176,9 @@ class RunConfig(_Strict):
 
     # execution
     device: str = "auto"
-    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
+        "auto", description="the base model's weights (TRL's model_init_kwargs dtype); LoRA adapters and their "
+        "optimizer state stay float32. auto: bfloat16 on CUDA with LoRA, else float32")
     torch_threads: int | None = Field(None, ge=1, description="torch intra-op threads; default: the grid "
                                       "worker's, else 1 for the tiny family (faster there), else torch's")
     gradient_checkpointing: bool = False
@@ -221,6 +223,10 @@ class RunConfig(_Strict):
             self.__dict__["drop_zero_variance_groups"] = False
         if self.epsilon_high is not None and self.epsilon_high < self.epsilon:
             raise ValueError(f"epsilon_high ({self.epsilon_high}) < epsilon ({self.epsilon}): set epsilon_high >= epsilon or null")
+        if self.lora is None and self.dtype in ("bfloat16", "float16"):
+            raise ValueError(f"dtype={self.dtype} with lora: null would train the weights themselves, and keep "
+                             f"AdamW's state, in {self.dtype} (updates below its resolution are lost): set dtype: "
+                             "float32 for full fine-tuning, or train a LoRA adapter (kept in float32)")
         self._check_batches()
         self._check_at_budgets()
         return self

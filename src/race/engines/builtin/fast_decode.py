@@ -113,6 +113,12 @@ class _Proj:
         """Outputs per member for 2-D ``x``; ``add`` (one member only) is added to it."""
         y = linear_add(x, self.weight, self.bias, add)
         outs = list(y.split(self.sizes, dim=-1)) if len(self.sizes) > 1 else [y]
+        return self.add_adapters(x, outs)
+
+    def add_adapters(self, x: torch.Tensor, outs: list[torch.Tensor]) -> list[torch.Tensor]:
+        """``outs`` (the base outputs for ``x``, one per member) plus each live adapter's
+        branch, as PEFT adds it: ``x`` cast to the adapter's dtype (PEFT keeps adapters
+        fp32 over a bf16 base), the branch in that dtype, the sum cast back to the base's."""
         flat = [(i, ad) for i, ads in enumerate(self.adapters) for ad in ads]
         if not flat:
             return outs

@@ -117,13 +117,7 @@ class GangDecoder:
                 s = segs[k]
                 p = None if s.member is None else self.decs[s.member].layers[li][key]
                 if p is not None and not p.plain:
-                    flat = [(i, ad) for i, ads in enumerate(p.adapters) for ad in ads]
-                    if p.a_cat is not None:
-                        xas = F.linear(xs[k], p.a_cat).split([ad.a.shape[0] for _, ad in flat], dim=-1)
-                    else:
-                        xas = [F.linear(F.dropout(xs[k], ad.dropout) if ad.dropout else xs[k], ad.a) for _, ad in flat]
-                    for (i, ad), xa in zip(flat, xas):
-                        mine[i] = torch.addmm(mine[i], xa, (ad.b * ad.scale).t())
+                    mine = p.add_adapters(xs[k], mine)
                 out[k] = mine
         return out
 
