@@ -62,7 +62,8 @@ RUNS_COLUMNS: dict[str, str] = {
 RUNS_EXTRA: dict[str, str] = {
     "lora_r": "LoRA rank (empty for full fine-tuning)",
     "engine": "training engine ('builtin', 'trl')",
-    "allocation": "the grid's label of the cell (the analysis keys allocations itself)",
+    "label": "the grid's label of the cell, 'model=tiny-s num_generations=8' (the analysis keys allocations "
+    "itself: its 'allocation' column)",
     "attempts": "attempts the driver made",
     "error": "the last attempt's error, if any",
     "conventions": "FLOP conventions the run was counted under",
@@ -72,7 +73,11 @@ RUNS_EXTRA: dict[str, str] = {
     "reward_model": "the learned reward's model name or path ('prm-xs'); empty for rules and the random control",
     "reward_learned": "whether the reward is a learned model's (orm, prm, judge)",
     "reward_random": "whether the run is a random-reward control",
-    "prefix_of": "for a nested pilot's budget point: the run id of the longer run it is a prefix of (else empty)",
+    "prefix_of": "the run id of the longer run this one is a prefix of: a nested pilot's budget point, or a racing "
+    "run that a later rung or the target run extended (else empty)",
+    "extends": "for a racing run: the run id of the shorter run of its trajectory it continued (else empty)",
+    "own_flops": "counted FLOPs this row's run executed itself: total_flops less the run it extends; 0 for a budget "
+    "point the store read from a longer run (the FLOPs of every row sum to the study's, each counted once)",
 }
 RUNS_OPTIONAL: dict[str, str] = {
     "proxy_reward_trend": "slope of the proxy (training) reward over the run",

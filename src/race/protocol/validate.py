@@ -122,6 +122,9 @@ def validate_study(study_dir: str | Path, *, target_budget: float | None = None,
 
     sdir = Path(study_dir)
     study = load_study(sdir)
+    if study.race is not None:
+        raise ReportError(f"study {study.name} is a racing study: its target run continues the pick's pilot "
+                          "(race.protocol.target.validate_race; `race validate` chooses it)")
     target = target or study.primary_target
     pilot_evals = study.evals_of(study.pilot_runs)
     if target not in set(pilot_evals["target"].astype(str)):
@@ -157,7 +160,7 @@ def validate_study(study_dir: str | Path, *, target_budget: float | None = None,
         write_validation(sdir, {**entry, "status": "interrupted", "message": str(e)})
         raise ReportError(f"study {study.name} is being run by another driver ({e}); validate when it has "
                           "finished") from None
-    out.result, out.message = _measure(sdir, rec, n_boot, rng)
+    out.result, out.message = measure(sdir, rec, n_boot, rng)
     if out.failed or out.refused:
         out.message = "; ".join(filter(None, [f"{len(out.failed)} validation cell(s) failed" if out.failed else None,
                                               f"{len(out.refused)} refused" if out.refused else None, out.message]))
@@ -167,7 +170,8 @@ def validate_study(study_dir: str | Path, *, target_budget: float | None = None,
     return out
 
 
-def _measure(study_dir: Path, rec: Recommendation, n_boot: int, rng: int) -> tuple[ValidationResult | None, str | None]:
+def measure(study_dir: Path, rec: Recommendation, n_boot: int, rng: int) -> tuple[ValidationResult | None, str | None]:
+    """The realised regret of ``rec`` on the study's validation runs (or why it was not measured)."""
     study = load_study(study_dir)
     vruns = study.validation_runs
     try:
@@ -176,4 +180,4 @@ def _measure(study_dir: Path, rec: Recommendation, n_boot: int, rng: int) -> tup
         return None, f"realised regret not measured: {e}"
 
 
-__all__ = ["ValidationOutcome", "validate_study", "validation_grids", "choose_allocations"]
+__all__ = ["ValidationOutcome", "choose_allocations", "measure", "validate_study", "validation_grids"]
