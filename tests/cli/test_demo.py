@@ -100,3 +100,34 @@ def test_demo_builds_runs_the_grid_and_writes_the_report(tmp_path, tiny_recipes,
     r = CliRunner().invoke(app, ["demo", "--grid", str(grid_file), "--study-dir", str(study), "--quiet"])
     assert r.exit_code == 0, r.output
     assert "building" not in r.output and "16 were already" in r.output.replace("\n", " ")
+
+
+def test_demo_races_a_racing_grid_and_continues_the_pick(tmp_path, tiny_recipes, monkeypatch):
+    """``race demo`` on a ``protocol: race`` grid (fake engine cells, the real racing rule):
+    the rungs run and are decided, the target run continues the pick's pilot, the report
+    shows the race."""
+    from race.cli.app import app
+
+    monkeypatch.setenv("RACE_CACHE", str(tmp_path / "cache"))
+    grid = {
+        "study": "mini-race", "protocol": "race", "budgets": [2e9], "seeds": [0, 1], "require_budget_span": False,
+        "race": {"target_budget": 9.6e10, "rungs": ["1/16", "1/3"]},
+        "base": {"prompts_per_step": 4, "max_prompt_length": 24, "max_completion_length": 16,
+                 "eval": {"n_problems": 16, "n_pass_problems": 8, "targets": ["greedy", "pass@k"], "num_points": 1}},
+        "axes": {"model": ["tiny-xs", "tiny-s"], "num_generations": [4, 8]},
+        "min_steps": 0, "cell_fn": FAKE_CELL_FN,
+        "runner": {"kind": "local", "workers": 2, "threads_per_worker": 1, "preload_torch": False},
+    }
+    grid_file = tmp_path / "race.yaml"
+    grid_file.write_text(yaml.safe_dump(grid))
+    study = tmp_path / "study"
+    r = CliRunner().invoke(app, ["demo", "--grid", str(grid_file), "--study-dir", str(study), "--quiet"])
+    assert r.exit_code == 0, r.output
+    out = r.output.replace("\n", " ")
+    assert "2/4 pilot race" in out and "rung 0 (" in out and "rung 1 (" in out and "3/4 target run" in out
+    [val] = json.loads((study / "validation.json").read_text())["validations"]
+    assert val["protocol"] == "race" and val["target_budget"] == pytest.approx(9.6e10)
+    pick = val["allocations"][0]
+    assert all(val["continued"].values())  # every target run continued a pilot
+    md = (study / "report" / "report.md").read_text()
+    assert "Racing: rungs toward the target" in md and "continued pilot" in md and pick.split("|")[0] in md

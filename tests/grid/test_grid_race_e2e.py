@@ -62,4 +62,8 @@ def test_a_race_with_the_real_rule_ends_in_the_target_run_continuing_the_pick(ti
     assert race["pilot_flops"] == pytest.approx(pilot_rows["own_flops"].sum())
     # the study's total counts every FLOP once: the pilots plus what the target runs added
     assert paths.total_flops == pytest.approx(t["own_flops"].sum())
-    assert "continued pilot" in paths.markdown.read_text()
+    md = paths.markdown.read_text()
+    share = f"{100 * pilot['total_flops'] / target['total_flops']:.1f}%"
+    card = next(line for line in md.splitlines() if line.startswith("Pilot grid:"))
+    assert "the continued pilot was" in card and share in card  # the report card says it (the rival's is beside)
+    assert f"{share} of the target run (counted once)" in md  # and the racing section

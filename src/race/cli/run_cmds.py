@@ -143,8 +143,9 @@ def demo(
     split["grid"] = time.perf_counter() - t_grid
     t_val = time.perf_counter()
     if validate:
-        con.rule("[bold]3/4 target run[/bold] (the pick's pilot continued to the target budget, a rival's beside it; "
-                 "they never feed the forecast)")
+        con.rule("[bold]3/4 target run[/bold] (the pick's pilot continued to the target budget, a rival's beside "
+                 "it; they never feed the forecast)" if spec.racing else
+                 "[bold]3/4 validation[/bold] (new runs at the target budget; they never feed the forecast)")
         _demo_validation(con, study_dir, rivals, workers)
         split["validation"] = time.perf_counter() - t_val
         con.print(f"  ({split['validation']:.0f} s)")

@@ -104,11 +104,19 @@ def decide_rung(study_dir: Path, spec: GridSpec, rung: int, *, decide: Callable[
 def race_recommendation(evals: Any, runs: Any, target: str, target_budget: float, race: dict[str, Any], *,
                         seed: int = 0) -> Any:
     """The racing pick (``race.analysis.racing.race_pick``) of a study whose grid's
-    ``race:`` settings are ``race`` (as stored: rungs as fractions of its target budget)."""
+    ``race:`` settings are ``race`` (as stored: rungs as fractions of its target budget);
+    of a race still running, the pick after the rungs run so far."""
+    import numpy as np
+
     from race.analysis.racing import race_pick
 
     rungs = [float(f) * float(race["target_budget"]) for f in race["rungs"]]
-    return race_pick(runs, evals, target_budget=target_budget, rung_budgets=rungs, target=target,
+    ran = runs.loc[runs["status"].astype(str) == "complete", "budget"].astype(float).to_numpy()
+    reached = [b for b in rungs if np.isclose(ran, b, rtol=1e-9, atol=0.0).any()]
+    if not reached:
+        raise ReportError(f"no run of the first rung ({rungs[0]:.3g} FLOPs) has completed yet: run the race first")
+    return race_pick(runs, evals, target_budget=target_budget, rung_budgets=rungs[: rungs.index(reached[-1]) + 1],
+                     target=target,
                      rule=racing_rule(race.get("rule") or {}), seed=seed)
 
 

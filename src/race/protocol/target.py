@@ -25,12 +25,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from race.analysis.tables import jsonable
 from race.spec.cells import Cell, race_cell, rung_cells
 
 from .errors import ReportError
 from .racing import key_labels, race_recommendation
-from .study import load_study, write_validation
+from .study import load_study
 
 
 def _stored_spec(study_dir: Path) -> tuple[Any, list[dict[str, Any]]]:
@@ -75,9 +74,9 @@ def validate_race(study_dir: str | Path, *, target_budget: float | None = None, 
                   n_boot: int = 1000, rng: int = 0, on_event: Callable[[Any], None] | None = None) -> Any:
     """Run a racing study's target run (module docstring) and measure the realised regret;
     returns a ``race.protocol.validate.ValidationOutcome``."""
-    from race.grid import StudyLockedError, run_grid
+    from race.grid import run_grid
 
-    from .validate import ValidationOutcome, choose_allocations, measure
+    from .validate import ValidationOutcome, choose_allocations, run_recorded
 
     sdir = Path(study_dir)
     spec, decisions = _stored_spec(sdir)
@@ -108,23 +107,9 @@ def validate_race(study_dir: str | Path, *, target_budget: float | None = None, 
              "run_ids": out.run_ids, "seeds": out.seeds, "continued": {c.run_id: c.extends for c in cells},
              "recommendation": {k: v for k, v in rec.to_dict().items() if k != "predictions"},
              "started_at": time.time()}
-    write_validation(sdir, {**entry, "status": "running"})
-    try:
-        res = run_grid(spec, sdir, cells=cells, workers=workers, on_event=on_event, as_study_spec=False)
-    except StudyLockedError as e:
-        write_validation(sdir, {**entry, "status": "interrupted", "message": str(e)})
-        raise ReportError(f"study {spec.study} is being run by another driver ({e}); validate when it has "
-                          "finished") from None
-    out.failed += res.failed
-    out.refused += [f"{c.cell.run_id}: {c.refusal}" for c in res.refused]
-    out.result, out.message = measure(sdir, rec, n_boot, rng)
-    if out.failed or out.refused:
-        out.message = "; ".join(filter(None, [f"{len(out.failed)} target run(s) failed" if out.failed else None,
-                                              f"{len(out.refused)} refused" if out.refused else None, out.message]))
-    write_validation(sdir, {**entry, "status": out.status, "failed": out.failed, "refused": out.refused,
-                            "message": out.message,
-                            "result": jsonable(out.result.to_dict()) if out.result is not None else None})
-    return out
+    return run_recorded(sdir, spec.study, entry, out, lambda: [run_grid(spec, sdir, cells=cells, workers=workers,
+                                                                         on_event=on_event, as_study_spec=False)],
+                        n_boot=n_boot, rng=rng, what="target run(s)")
 
 
 def run_validation(study_dir: str | Path, *, rivals: int = 2, n_boot_fit: int = 200, **kw: Any) -> Any:

@@ -129,15 +129,23 @@ def nested_budgets(spec: GridLike) -> tuple[list[float], list[float]]:
     return [top], sorted(b for b in spec.budgets if b < top)
 
 
-def nested_refusal(cfg: RunConfig) -> str | None:
-    """Why a nested cell's prefixes would not be the shorter runs, or None."""
+def prefix_refusal(cfg: RunConfig, *, racing: bool = False) -> str | None:
+    """Why ``cfg``'s run would not pass through the runs of smaller budgets (a nested cell's
+    prefixes) or, ``racing``, could not be extended into the next rung's run (or the target
+    run) and stay identical to a fresh run of that budget; None when it can."""
+    undo = "protocol: flat" if racing else "nested: false to run every budget"
     if cfg.lr_scheduler_type != "constant":
-        return (f"lr_scheduler_type={cfg.lr_scheduler_type!r} decays over the steps the run's own budget buys, so a "
-                "prefix of the largest budget's run is not a run of a smaller budget (that one anneals sooner): set "
-                "lr_scheduler_type: constant, or nested: false to run every budget")
+        why = ("a rung's run is not the start of the next rung's (that one anneals later)" if racing else
+               "a prefix of the largest budget's run is not a run of a smaller budget (that one anneals sooner)")
+        return (f"lr_scheduler_type={cfg.lr_scheduler_type!r} decays over the steps the run's own budget buys, so "
+                f"{why}: set lr_scheduler_type: constant (warmup_steps are fine), or {undo}")
     if cfg.engine != "builtin":
-        return (f"engine={cfg.engine!r}: prefixes at smaller budgets (eval.at_budgets) are implemented by the "
-                "built-in engine only: set engine: builtin, or nested: false")
+        return (f"engine={cfg.engine!r}: prefixes at smaller budgets (eval.at_budgets) and extensions to larger ones "
+                f"are implemented by the built-in engine only: set engine: builtin, or {undo}")
+    if racing and cfg.eval.every_flops is None and cfg.eval.num_points != 1:
+        return (f"eval.num_points={cfg.eval.num_points} spaces evaluations by each run's own budget, so an extended "
+                "run would be evaluated where a fresh run of its budget is not: set eval.num_points: 1 (step 0, "
+                "every read and rung budget, the end) or eval.every_flops (the same spacing at every rung)")
     return None
 
 
@@ -149,23 +157,6 @@ def trajectory_key(cfg: RunConfig) -> str | None:
     if cfg.lr_scheduler_type != "constant":
         return None
     return cfg.model_copy(update={"budget_flops": 1.0, "eval": cfg.eval.model_copy(update={"at_budgets": []})}).run_id()
-
-
-def race_refusal(cfg: RunConfig) -> str | None:
-    """Why a racing cell could not be extended into the next rung's run (or the target
-    run) and stay identical to a fresh run of that budget, or None."""
-    if cfg.lr_scheduler_type != "constant":
-        return (f"lr_scheduler_type={cfg.lr_scheduler_type!r} decays over the steps the run's own budget buys, so a "
-                "rung's run is not the start of the next rung's (that one anneals later): set lr_scheduler_type: "
-                "constant (warmup_steps are fine), or protocol: flat")
-    if cfg.engine != "builtin":
-        return (f"engine={cfg.engine!r}: extending a run to a larger budget (resuming its checkpoint, reading its "
-                "prefixes) is implemented by the built-in engine only: set engine: builtin, or protocol: flat")
-    if cfg.eval.every_flops is None and cfg.eval.num_points != 1:
-        return (f"eval.num_points={cfg.eval.num_points} spaces evaluations by each run's own budget, so an extended "
-                "run would be evaluated where a fresh run of its budget is not: set eval.num_points: 1 (step 0, "
-                "every read and rung budget, the end) or eval.every_flops (the same spacing at every rung)")
-    return None
 
 
 def _leaves(d: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
@@ -195,7 +186,7 @@ def expand_cells(spec: GridLike) -> list[Cell]:
                     errors.append(str(e))
                     continue
                 racing = getattr(spec, "protocol", "flat") == "race"
-                why = race_refusal(cfg) if racing else nested_refusal(cfg) if prefixes else None
+                why = prefix_refusal(cfg, racing=racing) if racing or prefixes else None
                 if why:
                     errors.append(f"{where}: {'protocol: race' if racing else 'nested: true'}, but {why}")
                     continue
@@ -229,7 +220,7 @@ def race_cell(spec: GridLike, allocation: dict[str, Any], budget: float, seed: i
         cfg = run_config_from_dict(data, source=where)
     except ConfigError as e:
         raise GridSpecError(str(e)) from None
-    why = race_refusal(cfg)
+    why = prefix_refusal(cfg, racing=True)
     if why:
         raise GridSpecError(f"{where}: protocol: race, but {why}")
     return Cell(index=index, run_id=cfg.run_id(), config=cfg, allocation=allocation, extends=extends)

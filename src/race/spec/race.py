@@ -22,7 +22,7 @@ pick's continued run is the start of the target run (``race validate`` continues
 Refused, with what to change: rungs that are not ascending fractions in (0, 1) or whose
 last is not 2-3x below T, ``budgets`` that are neither below the first rung nor a rung's
 budget, fewer than 2 first-rung seeds, ``later_seeds`` beyond them, ``gang: true``; per
-cell (``race.spec.cells.race_refusal``): a decaying learning rate, the TRL engine, and an
+cell (``race.spec.cells.prefix_refusal``): a decaying learning rate, the TRL engine, and an
 evaluation schedule that depends on the run's own budget.
 """
 
