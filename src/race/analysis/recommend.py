@@ -221,8 +221,9 @@ def backtest_study(sm: StudyMatrix, reps: Replicates, allocations: list[str],
         idx = sm.runs.index[(sm.runs["allocation"] == a) & np.isclose(sm.runs["budget"].to_numpy(float), b)].to_numpy()
         if not len(idx):
             return None
-        v = float(np.var(logit(reps.cell_mean(end_reps, idx)), ddof=1)) if reps.n > 1 else 0.0
-        return float(np.mean(sm.end[idx])), float(np.log(np.mean(sm.runs.loc[idx, "end_flops"]))), v
+        lr = logit(reps.cell_mean(end_reps, idx))
+        v = float(np.var(lr, ddof=1)) if reps.n > 1 else 0.0
+        return float(np.mean(sm.end[idx])), float(np.log(np.mean(sm.runs.loc[idx, "end_flops"]))), v, lr
 
     joint = [a for a in allocations if families_of[a] == ("joint",)]
     joint_at = joint_fit_at(sm, joint) if joint else None
