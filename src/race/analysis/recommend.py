@@ -16,8 +16,10 @@
    power law, saturating sigmoid anchored at the measured step-0 score; unidentified fits
    excluded), read at the
    FLOPs a run at the target budget is expected to count (target budget x the pilots'
-   median spend share). Allocations that failed the gate are forecast flat (``constant``:
-   their recent level), as the gate promises.
+   median spend share). Allocations that failed the gate are not fitted by the joint model:
+   they are forecast by their recent level or their straight line in ln C, weighed on
+   held-out points (``UNGATED``), so a late riser whose gain is not yet beyond the noise
+   keeps the slope its points show instead of being forecast flat.
 5. **Extrapolation error, back-tested** (:mod:`race.analysis.backtest`): rolling-origin
    back-tests inside the study (fit on the smaller budgets, forecast the larger ones) give
    the logit-scale error per unit of log-FLOP reach and of the curve's observed slope,
@@ -64,6 +66,9 @@ from .pilot_reach import pilot_advice
 from .tables import ALLOCATION_COLUMNS, allocation_table, jsonable, without_controls
 
 METHODS = {"curve": FAMILIES, "trend": ("loglinear",), "joint": ("joint",)}
+#: families of an allocation that did not pass the gate: its recent level or its straight line in
+#: ln C, weighed on held-out points (a late riser whose gain is not yet beyond the noise keeps its slope)
+UNGATED = ("constant", "loglinear")
 __all__ = ["NO_LEARNING", "ConfidenceRules", "Recommendation", "decide", "declining", "label", "lead_not_held",
            "recommend"]
 
@@ -332,7 +337,7 @@ def recommend(evals: pd.DataFrame, runs: pd.DataFrame, target: str, target_budge
     bt, decision, gain_lo, open_above = None, "", float("nan"), False
     if gate["passed"].any():
         passed = set(gate.loc[gate["passed"], "allocation"])
-        families_of = {a: METHODS[method] if a in passed else ("constant",) for a in allocs}
+        families_of = {a: METHODS[method] if a in passed else UNGATED for a in allocs}
         info_df, rep_matrix, bt = _forecasts(sm, reps, allocs, families_of, forecast_c, gen)
         pred = summarise(allocs, info_df["point"].to_numpy(), rep_matrix, level)
         pred = pred.merge(info_df.drop(columns=["point", "x_max", "x_min"]), on="allocation")
