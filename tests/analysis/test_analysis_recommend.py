@@ -164,3 +164,19 @@ def test_an_allocation_that_failed_the_gate_keeps_the_slope_its_points_show():
             assert riser["score"] > riser["observed"] + 0.02, (s, riser["score"], riser["observed"])
         assert flat["score"] < flat["observed"] + 0.05 and not np.isnan(flat["score"])
     assert failed >= 3  # the case this test is about happens in most of these studies
+
+
+def test_p_regret_within_001_beside_p_best(crossing_study):
+    """P(regret <= 0.01) of the pick, from the same joint replicates as P(best): at least P(best)
+    (the best has regret 0), and the share of replicates where the pick is within 0.01 of the best."""
+    import numpy as np
+
+    runs, evals = crossing_study
+    rec = recommend(evals, runs, "greedy", 4e16)
+    F = rec.replicates
+    want = float(np.mean(F.max(axis=1) - F[:, 0] <= 0.01))
+    assert rec.p_near_best == pytest.approx(want, abs=1e-12)
+    assert rec.win_probability <= rec.p_near_best <= 1.0
+    assert json.loads(json.dumps(rec.to_dict()))["p_near_best"] == pytest.approx(want)
+    p = rec.predictions
+    assert (p["p_near_best"] >= p["p_best"] - 1e-12).all()

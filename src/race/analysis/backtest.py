@@ -90,6 +90,21 @@ def logit(p: np.ndarray | float) -> np.ndarray:
     return np.log(p / (1 - p))
 
 
+@dataclass(frozen=True)
+class PairRule:
+    """Which back-test pairs calibrate the intervals, and when the study's scale stands alone.
+
+    ``max_reach`` None: the pairs at the target's extrapolation ratio (reach over the fitted
+    log-FLOP range, at most 1.5x the target's: :func:`at_ratio`), for pilots 4-16x below the
+    target; a number m: the pairs whose log-FLOP reach is at most m x the target's (a racing
+    study's rungs, each forecast from the ones before, at about the target's reach: the ratio
+    rule would drop them because the rungs span a long range). ``own_pairs``: with this many
+    pairs or more the study's own scales are used without the prior (:meth:`BackTest.pooled`)."""
+
+    own_pairs: float = float("inf")
+    max_reach: float | None = None
+
+
 @dataclass
 class BackTest:
     """Back-test errors of one study and the error scale they imply."""
@@ -106,12 +121,27 @@ class BackTest:
     def available(self) -> bool:
         return self.n_pairs > 0
 
+    own_pairs: float = float("inf")  # with this many pairs or more the study's scales are used alone
+
     def pooled(self) -> tuple[float, float]:
-        """(S_shared, S_specific): the study's scales pooled with the prior (module docstring)."""
+        """(S_shared, S_specific): the study's own scales when it has ``own_pairs`` pairs or more,
+        else pooled with the prior (module docstring)."""
         n, n0 = self.n_pairs, PRIOR_PAIRS
+        if n >= self.own_pairs:
+            return float(self.s_shared), float(self.s_specific)
         sh = np.sqrt((n * self.s_shared**2 + n0 * self.prior_scale**2 / 2) / (n + n0))
         sp = np.sqrt((n * self.s_specific**2 + n0 * self.prior_scale**2 / 2) / (n + n0))
         return float(sh), float(sp)
+
+    @property
+    def calibration(self) -> str:
+        """Which error scale the intervals use: the study's own back-tests, pooled with the prior, or the prior."""
+        if self.n_pairs >= self.own_pairs:
+            return f"the study's own back-tests ({self.n_pairs} pairs at the target's reach)"
+        if self.n_pairs:
+            return (f"the study's back-tests ({self.n_pairs} pairs at the target's reach, fewer than "
+                    f"{self.own_pairs:g}) pooled with the prior (worth {PRIOR_PAIRS:g} pairs)")
+        return "the prior alone (no back-test pair)"
 
     def effective(self, ln_reach: np.ndarray | float, factor: np.ndarray | float) -> np.ndarray:
         """:func:`effective_reach` with this back-test's misfit reach: what :meth:`sd` and :meth:`noise` scale by."""
@@ -166,6 +196,16 @@ def observation_noise(u_reps: np.ndarray | None, v: np.ndarray) -> tuple[float, 
     return total / K**2, (float(np.trace(sigma)) - total / K) / (K - 1) if K >= 2 else 0.0
 
 
+def at_reach(table: pd.DataFrame, max_reach: float) -> pd.DataFrame:
+    """Back-test rows of the (origin, budget) pairs whose median log-FLOP reach is <= ``max_reach``
+    (the pair with the smallest reach when none is)."""
+    if table.empty:
+        return table
+    pair_reach = table.groupby(["origin", "budget"])["reach"].transform("median")
+    keep = pair_reach <= max_reach
+    return table[keep] if keep.any() else table[pair_reach == pair_reach.min()]
+
+
 def error_scale(table: pd.DataFrame, misfit_reach: float = 0.0,
                 obs_reps: dict[tuple[float, str], np.ndarray] | None = None) -> tuple[float, float, int]:
     """(s_shared, s_specific, pairs) from back-test rows (formulas in the module docstring).
@@ -200,7 +240,7 @@ def slope_norm(lnc: np.ndarray, scores: np.ndarray) -> float:
 
 def run_backtest(budgets: list[float], allocations: list[str], fit_at, observed_at,
                  norm_of=None, target_ratio: float | None = None, prior_scale: float = PRIOR_SCALE,
-                 misfit_reach: float = 0.0) -> BackTest:
+                 misfit_reach: float = 0.0, pairs: PairRule = PairRule(), target_reach: float | None = None) -> BackTest:
     """Rolling-origin back-test over sorted pilot ``budgets``.
 
     ``fit_at(allocation, origin, x_target) -> (forecast, x_fit_max, x_fit_min)`` or None: the
@@ -210,7 +250,9 @@ def run_backtest(budgets: list[float], allocations: list[str], fit_at, observed_
     :func:`observation_noise`); ``norm_of(allocation)``
     -> |b_k| + c0 (default: c0, i.e. no slope scaling); ``target_ratio``: the target's reach
     over its fitted log-FLOP range (None: every pair counts); ``prior_scale`` and
-    ``misfit_reach``: s0 and r_m of the error model (module docstring).
+    ``misfit_reach``: s0 and r_m of the error model (module docstring); ``pairs``: which pairs
+    count and from how many the study's scales stand alone (:class:`PairRule`), with
+    ``target_reach`` the target's log-FLOP reach past the pilots (for ``PairRule.max_reach``).
     """
     rows, obs_reps = [], {}
     for i, origin in enumerate(budgets[:-1]):
@@ -230,7 +272,10 @@ def run_backtest(budgets: list[float], allocations: list[str], fit_at, observed_
                                  ratio=(obs[1] - fc[1]) / max(fc[1] - fc[2], 1e-9)))
     table = pd.DataFrame(rows, columns=["origin", "budget", "allocation", "forecast", "observed", "reach", "error",
                                         "obs_var", "norm", "ratio"])
-    used = at_ratio(table, None if target_ratio is None else 1.5 * target_ratio)
+    if pairs.max_reach is not None and target_reach is not None:
+        used = at_reach(table, pairs.max_reach * target_reach)
+    else:
+        used = at_ratio(table, None if target_ratio is None else 1.5 * target_ratio)
     table["used"] = table.index.isin(used.index)
     s_sh, s_sp, n = error_scale(used, misfit_reach, obs_reps or None) if len(used) else (0.0, 0.0, 0)
     picked = None
@@ -240,7 +285,7 @@ def run_backtest(budgets: list[float], allocations: list[str], fit_at, observed_
             picked = bool(last.loc[last["forecast"].idxmax(), "allocation"] == last.loc[last["observed"].idxmax(),
                                                                                           "allocation"])
     return BackTest(table=table, s_shared=s_sh, s_specific=s_sp, n_pairs=n, picked_right=picked,
-                    prior_scale=prior_scale, misfit_reach=misfit_reach)
+                    prior_scale=prior_scale, misfit_reach=misfit_reach, own_pairs=pairs.own_pairs)
 
 
 def open_ends(point: float, sd: float, z: float, not_located: bool, rising: bool, ln_reach: float,
