@@ -14,11 +14,12 @@ holds them, are ignored) and only the allocations with a complete run at the run
 (the ones that went on to it); the driver calls it once the rung's runs are complete.
 
 The rule (:class:`RacingRule`): the analysis of :func:`race.analysis.recommend.recommend`
-on those runs forecasts every allocation at T with its ``level`` interval (joint
-replicates, back-tested extrapolation error); the leader is the pick there. An allocation
-goes on when the upper end of its interval at T is at least the leader's lower end: it may
-still beat the leader at T. After the last rung only the pick goes on (its pilot becomes
-the target run).
+on those runs forecasts every allocation at T on joint replicates (seeds and problems
+resampled, the back-tested extrapolation error, and the offset of the one seed that later
+rungs continue); the leader is the pick there. An allocation goes on while P(it beats the
+leader at T), paired over the replicates, is at least ``p_keep``, as many as the compute
+cap allows (the least likely stop first). After the last rung only the pick goes on (its
+pilot becomes the target run).
 """
 
 from __future__ import annotations
@@ -32,25 +33,45 @@ import pandas as pd
 from race.accounting.guard import is_budget
 
 from .joint import draw_replicates, study_matrix
-from .recommend import Recommendation, recommend, standings
+from .decision import ConfidenceRules
+from .forecast import standings
+from .recommend import Recommendation, recommend
 from .tables import allocation_key, jsonable, prepare_runs, without_controls
 
 RTOL = 1e-9  # budgets closer than this (relative) are the same rung
+#: how the allocations that may still win are ranked when the compute cap stops some of them
+RANKS = ("forecast", "observed")
 
 
 @dataclass(frozen=True)
 class RacingRule:
     """Who goes on at each rung (module docstring).
 
-    ``level``: the interval level of the forecasts at T (and of the observed standings);
-    an allocation goes on when its upper end at T reaches the leader's lower end.
-    ``n_boot``: joint bootstrap replicates. ``method``: the forecast method of
+    ``p_keep``: an allocation goes on while P(it beats the leader at T), the share of joint
+    replicates in which its forecast is above the leader's, is at least this: a cut hedged by
+    the forecast's own uncertainty (an allocation that has not passed the gate is forecast by
+    its trend, so a late riser keeps its chance). ``max_unreused``: the pilot compute that the
+    target run will not reuse (every pilot FLOP but the chosen allocation's continued run), in
+    units of T, may not exceed this; the ones with the lowest P(beats the leader) stop first
+    (None: no cap). It is checked at each rung for the next: as many go on as leave the
+    leader room to finish within the cap, so the later rungs cut harder.
+    ``rank``: who stops first when the cap binds: the lowest P(beats the leader)
+    (``forecast``) or the lowest observed score at equal FLOPs at the rung (``observed``).
+    ``later_seeds``: seeds each later rung continues (for the cap). ``own_pairs``: back-test
+    pairs at the target's reach ratio from which the study's own error scale is used without
+    the prior; ``pair_reach``: back-test pairs count whose log-FLOP reach is at most this x the
+    target's (None: by extrapolation ratio; ``race.analysis.backtest.PairRule``). ``level``, ``n_boot``, ``method``: the intervals'
+    level, the joint replicates and the forecast method of
     :func:`race.analysis.recommend.recommend`.
 
-    Provisional values (0.95, 200, joint): the defaults of ``recommend``, not yet tuned; the
-    values frozen on the tuning generator before the test generator runs are recorded here
-    when the racing benchmark has run."""
+    Provisional values until the racing benchmark freezes them on the tuning generator."""
 
+    p_keep: float = 0.05
+    rank: str = "forecast"
+    max_unreused: float | None = 0.9
+    later_seeds: int = 1
+    own_pairs: float = 3.0
+    pair_reach: float | None = 2.0
     level: float = 0.95
     n_boot: int = 200
     method: str = "joint"
@@ -60,9 +81,21 @@ class RacingRule:
             raise ValueError(f"RacingRule.level must be in (0.5, 1), got {self.level!r}")
         if int(self.n_boot) < 20:
             raise ValueError(f"RacingRule.n_boot must be >= 20 replicates, got {self.n_boot!r}")
+        if not 0 <= self.p_keep < 1:
+            raise ValueError(f"RacingRule.p_keep must be in [0, 1), got {self.p_keep!r}")
+        if self.max_unreused is not None and not self.max_unreused >= 0:
+            raise ValueError(f"RacingRule.max_unreused must be >= 0 (units of the target budget) or None, "
+                             f"got {self.max_unreused!r}")
+        if self.rank not in RANKS:
+            raise ValueError(f"RacingRule.rank must be one of {RANKS}, got {self.rank!r}")
+        if int(self.later_seeds) < 1:
+            raise ValueError(f"RacingRule.later_seeds must be >= 1, got {self.later_seeds!r}")
 
     def as_dict(self) -> dict:
-        return asdict(self)
+        return jsonable(asdict(self))
+
+    def confidence_rules(self) -> ConfidenceRules:
+        return ConfidenceRules(own_pairs=float(self.own_pairs), pair_reach=self.pair_reach)
 
 
 @dataclass
@@ -116,7 +149,16 @@ def rung_tables(runs: pd.DataFrame, evals: pd.DataFrame, budget: float, conditio
     sub = runs[runs["run_id"].isin(set(kept["run_id"]))]
     local = dict(zip(sub["run_id"], allocation_key(sub))) if len(sub) else {}
     names = {local[r]: a for r, a in zip(kept["run_id"], kept["allocation"]) if r in local}
-    return sub, evals[evals["run_id"].isin(set(sub["run_id"]))], names
+    # canonical run ids and row order: a reading is named by what it is (allocation, seed, budget), not by
+    # how the store named it (a rung's run becomes a prefix of the run that extends it), so a study resumed
+    # from its store decides exactly as before
+    canon = {r: f"{local[r]}#s{s}#b{float(b):.9e}" for r, s, b in zip(sub["run_id"], sub["seed"], sub["budget"])}
+    if len(set(canon.values())) < len(canon):  # two readings of one (allocation, seed, budget): keep them apart
+        canon = {r: f"{c}#{r}" for r, c in canon.items()}
+    sub = sub.assign(run_id=sub["run_id"].map(canon), prefix_of=None).sort_values("run_id", kind="mergesort")
+    ev = evals[evals["run_id"].isin(set(canon))]
+    ev = ev.assign(run_id=ev["run_id"].map(canon)).sort_values(["run_id", "target", "step", "flops"], kind="mergesort")
+    return sub.reset_index(drop=True), ev.reset_index(drop=True), names
 
 
 def _observed(evals: pd.DataFrame, runs: pd.DataFrame, target: str, budget: float, allocs: list[str],
@@ -138,8 +180,16 @@ def _analyse(runs: pd.DataFrame, evals: pd.DataFrame, budget: float, target_budg
         raise ValueError(f"no complete run of any allocation at the rung budget {budget:.3g} "
                          f"(condition {condition!r}): the rung has not run yet")
     rec = recommend(sub_evals, sub_runs, target, target_budget, reward_system=condition, method=rule.method,
-                    n_boot=rule.n_boot, rng=seed, level=rule.level)
+                    n_boot=rule.n_boot, rng=seed, level=rule.level, rules=rule.confidence_rules())
     return rec, names, sub_runs, sub_evals
+
+
+def spent_flops(runs: pd.DataFrame, budget: float) -> float:
+    """Pilot FLOPs spent up to a rung of ``budget``: per (allocation, seed) trajectory the largest
+    budget its runs reached there (a continued run costs its final budget once)."""
+    r = prepare_runs(runs)
+    r = r[r["budget"].to_numpy(float) <= budget * (1 + RTOL)]
+    return float(r.groupby(["allocation", "seed"], dropna=False)["budget"].max().sum())
 
 
 def rung_decision(runs: pd.DataFrame, evals: pd.DataFrame, *, target_budget: float, rung_budgets: Sequence[float],
@@ -151,33 +201,49 @@ def rung_decision(runs: pd.DataFrame, evals: pd.DataFrame, *, target_budget: flo
     rec, names, sub_runs, sub_evals = _analyse(runs, evals, budget, target_budget, target, condition, rule, seed)
     pred = rec.predictions
     allocs = [str(a) for a in pred["allocation"]]
+    leader, last = rec.allocation, rung == len(budgets) - 1
+    F = rec.replicates
+    lead_i = allocs.index(leader)
+    beats = {a: float(np.mean(F[:, i] > F[:, lead_i])) for i, a in enumerate(allocs)}
     obs = _observed(sub_evals, sub_runs, target, budget, allocs, rule.n_boot, rule.level, seed)
-    leader = rec.allocation
-    last = rung == len(budgets) - 1
-    lead_lo = float(pred.loc[pred["allocation"] == leader, "lo"].iloc[0])
+    order = {"forecast": lambda a: (-beats[a], a), "observed": lambda a: (-obs.get(a, (-1.0,))[0], -beats[a], a)}
+    plausible = [a for a in sorted(allocs, key=order[rule.rank]) if a != leader and beats[a] >= rule.p_keep]
+    room, cap_note = len(plausible), ""
+    if not last and rule.max_unreused is not None:
+        # n go on to the next rung, then (at the least) the leader alone to the last: the pilots not reused
+        # by the target run are spent + s n (b_next - b) + s (b_last - b_next) - b_last <= cap T
+        spent, s_l, nxt = spent_flops(sub_runs, budget), rule.later_seeds, budgets[rung + 1]
+        free = rule.max_unreused * target_budget - spent - s_l * (budgets[-1] - nxt) + budgets[-1]
+        room = int(np.floor(free / (s_l * (nxt - budget)) * (1 + 1e-9))) - 1
+        cap_note = (f"the compute cap ({rule.max_unreused:g} T not reused by the target run, {spent / target_budget:.2f} T "
+                    f"spent) leaves room for {max(room, 0)} besides the leader at the next rung")
     rows, go_on, stopped = [], [], {}
-    for _, p in pred.iterrows():
-        a = str(p["allocation"])
-        o = obs.get(a, (float("nan"),) * 3)
+    for i, a in enumerate(allocs):
+        p = pred.iloc[i]
+        pb = f"P(beats the leader at T) {beats[a]:.2f}"
         if a == leader:
             on, why = True, ("the pick: its pilot continues to the target" if last else "the leader")
         elif last:
-            on, why = False, f"the last rung: only the pick {names[leader]} goes on to the target"
-        elif float(p["hi"]) >= lead_lo:
-            on, why = True, (f"its upper end at T {float(p['hi']):.3f} reaches the leader's lower end "
-                             f"{lead_lo:.3f}: it may still win")
+            on, why = False, f"the last rung: only the pick {names.get(leader, leader)} goes on to the target"
+        elif a not in plausible:
+            on, why = False, f"{pb} is below {rule.p_keep:g}: it will not win"
+        elif plausible.index(a) >= room:
+            on, why = False, f"{pb}, but {cap_note} ({rule.rank} ranks it {plausible.index(a) + 1} of {len(plausible)})"
         else:
-            on, why = False, (f"its upper end at T {float(p['hi']):.3f} is below the leader's lower end "
-                              f"{lead_lo:.3f}")
+            on, why = True, f"{pb} >= {rule.p_keep:g}: it may still win"
         key = names.get(a, a)
+        o = obs.get(a, (float("nan"),) * 3)
         rows.append({"allocation": key, "observed": o[0], "observed_lo": o[1], "observed_hi": o[2],
                      "forecast": float(p["score"]), "forecast_lo": float(p["lo"]), "forecast_hi": float(p["hi"]),
-                     "p_best": float(p["p_best"]), "gate_passed": bool(p["gate_passed"]) if pd.notna(p["gate_passed"]) else None,
+                     "p_best": float(p["p_best"]), "p_beats_leader": beats[a],
+                     "gate_passed": bool(p["gate_passed"]) if pd.notna(p["gate_passed"]) else None,
                      "decision": "go on" if on else "stop", "reason": why})
         if on:
             go_on.append(key)
         else:
             stopped[key] = why
+    local = {names.get(a, a): a for a in allocs}
+    go_on.sort(key=lambda k: (k != names.get(leader, leader), order[rule.rank](local[k])))
     return RungDecision(rung=rung, budget=budget, next_budget=None if last else budgets[rung + 1],
                         target_budget=float(target_budget), go_on=tuple(go_on), stopped=stopped,
                         leader=names.get(leader, leader), rows=rows, rule=rule.as_dict())
