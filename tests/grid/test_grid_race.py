@@ -93,6 +93,12 @@ def test_the_plan_prices_both_ends_in_units_of_the_target():
     assert race["least"]["pilot_flops"] == pytest.approx(8 * spend(r0) + spend(r2) - spend(r0))
     assert race["reused_budget"] == pytest.approx(r2) and race["reused_flops"] == pytest.approx(spend(r2))
     assert race["target_extension_flops"] == pytest.approx(spend(T) - spend(r2))
+    assert "cap" not in race
+    # the rule's compute cap: at most max_unreused T the target run does not reuse, plus what it reuses
+    capped = plan_race(spec, predictor=predictor, max_unreused=0.5).race["cap"]
+    assert capped["pilot_budget"] == pytest.approx(0.5 * T + r2) and capped["pilot_budget_T"] == pytest.approx(0.5 + r2 / T)
+    assert plan_race(spec, predictor=predictor, max_unreused=100.0).race["cap"]["pilot_budget"] == pytest.approx(
+        race["all"]["pilot_budget"])  # never more than every allocation at every rung
 
 
 def _race(study: Path, spec) -> None:
@@ -169,3 +175,14 @@ def test_a_race_killed_between_rungs_resumes_at_the_same_decisions(tmp_path):
     with Store(study, create=False) as a, Store(tmp_path / "ref", create=False) as b:
         assert a.rung_decisions() == b.rung_decisions()
     assert snapshot(study) == snapshot(tmp_path / "ref")  # every cell once, every row once, same numbers
+
+
+def test_the_rule_counts_the_grids_later_seeds_and_refuses_a_contradiction():
+    from race.protocol.errors import ReportError
+    from race.protocol.racing import racing_rule
+
+    assert racing_rule({"p_keep": 0.1}, 2).later_seeds == 2 and racing_rule({}, 1).p_keep >= 0
+    with pytest.raises(ReportError, match="contradicts race.later_seeds=1"):
+        racing_rule({"later_seeds": 2}, 1)
+    with pytest.raises(ReportError, match="unknown setting"):
+        racing_rule({"no_such": 1}, 1)

@@ -49,7 +49,13 @@ def plan(
     from race.cli.tables import print_table
     from race.grid.race_plan import plan_race
 
-    p = plan_race(_load(grid_file), study_dir=study_dir)
+    spec = _load(grid_file)
+    cap = None
+    if spec.racing and spec.race is not None:
+        from race.protocol.racing import racing_rule
+
+        cap = racing_rule(spec.race.rule, spec.race.later_seeds).max_unreused
+    p = plan_race(spec, study_dir=study_dir, max_unreused=cap)
     if as_json:
         typer.echo(json.dumps(p.to_dict(), indent=2))
         return

@@ -8,7 +8,10 @@ run, so the last rung's budget is compute the target run reuses. Who goes on is 
 the study runs (``race.protocol.racing``), so the plan gives two ends:
 
 - ``all``: every allocation goes on at every rung (the most the study can spend);
-- ``least``: only the leader goes on at each rung (the racing rule always keeps it).
+- ``least``: only the leader goes on at each rung (the racing rule always keeps it);
+- ``cap`` (where the caller passes the rule's ``max_unreused``): the most the rule's compute
+  cap lets the pilots budget: ``max_unreused`` T not reused by the target run plus the part
+  it reuses (never more than ``all``).
 
 Both in budgeted FLOPs and in predicted spend (each cell's predicted steps x step FLOPs,
 ``race.grid.plan.predict_cell``), absolute and in units of T, with the part the target run
@@ -37,7 +40,7 @@ def _prediction(predict: Predictor, cell: Cell) -> dict[str, float] | None:
     return pred
 
 
-def price_race(plan: GridPlan, predict: Predictor) -> dict[str, Any]:
+def price_race(plan: GridPlan, predict: Predictor, max_unreused: float | None = None) -> dict[str, Any]:
     """The racing study's compute at both ends (module docstring), as a JSON-able dict; also
     adds a note per end to ``plan.notes``."""
     spec = plan.spec
@@ -95,6 +98,11 @@ def price_race(plan: GridPlan, predict: Predictor) -> dict[str, Any]:
            "reused_budget": reused_budget, "reused_budget_T": reused_budget / T, "reused_flops": reused_flops,
            "target_extension_flops": sum(f for _, f, _ in target),
            "target_extension_wall_s": max((s for _, _, s in target), default=0.0), **{e: v for e, v in ends.items()}}
+    if max_unreused is not None:
+        cap = min(max_unreused * T + reused_budget, ends["all"]["pilot_budget"])
+        out["cap"] = {"max_unreused_T": max_unreused, "pilot_budget": cap, "pilot_budget_T": cap / T}
+        plan.notes.append(f"race (the racing rule's compute cap, {max_unreused:g} T not reused by the target run): "
+                          f"pilots budget at most {cap:.3g} FLOPs = {cap / T:.2f} T")
     for end, what in (("all", "every allocation goes on at every rung"), ("least", "only the leader goes on")):
         e = ends[end]
         plan.notes.append(
@@ -107,13 +115,14 @@ def price_race(plan: GridPlan, predict: Predictor) -> dict[str, Any]:
 
 
 def plan_race(spec: "GridSpec | dict | str | Path", predictor: Predictor | None = None,
-              study_dir: str | Path | None = None) -> GridPlan:
+              study_dir: str | Path | None = None, max_unreused: float | None = None) -> GridPlan:
     """:func:`race.grid.plan.plan_grid` of the first rung's cells, with ``race`` set to the
-    racing study's compute (:func:`price_race`) for a ``protocol: race`` grid."""
+    racing study's compute (:func:`price_race`; ``max_unreused``: the racing rule's cap) for a
+    ``protocol: race`` grid."""
     spec = as_grid_spec(spec)
     plan = plan_grid(spec, predictor=predictor, study_dir=study_dir)
     if spec.racing:
-        plan.race = price_race(plan, predictor or predict_cell)
+        plan.race = price_race(plan, predictor or predict_cell, max_unreused)
     return plan
 
 

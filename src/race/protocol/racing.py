@@ -53,9 +53,10 @@ class RaceResult:
         return self.decisions[-1].get("leader") if self.finished else None
 
 
-def racing_rule(overrides: dict[str, Any]) -> Any:
+def racing_rule(overrides: dict[str, Any], later_seeds: int = 1) -> Any:
     """The racing rule with the grid file's ``race.rule`` overrides, each a field of
-    :class:`~race.analysis.racing.RacingRule` (else a message naming them)."""
+    :class:`~race.analysis.racing.RacingRule` (else a message naming them); its
+    ``later_seeds`` (what its compute cap counts) is the grid's ``race.later_seeds``."""
     from race.analysis.racing import RacingRule
 
     names = {f.name for f in fields(RacingRule)}
@@ -63,8 +64,12 @@ def racing_rule(overrides: dict[str, Any]) -> Any:
     if unknown:
         raise ReportError(f"race.rule: unknown setting(s) {unknown}; the racing rule's settings are "
                           f"{sorted(names)}")
+    if int(overrides.get("later_seeds", later_seeds)) != int(later_seeds):
+        raise ReportError(f"race.rule.later_seeds={overrides['later_seeds']} contradicts race.later_seeds="
+                          f"{later_seeds}: set race.later_seeds only (the seeds that go on are the ones the rule "
+                          "counts)")
     try:
-        return RacingRule(**overrides)
+        return RacingRule(**{**overrides, "later_seeds": int(later_seeds)})
     except (TypeError, ValueError) as e:
         raise ReportError(f"race.rule: {e}") from None
 
@@ -117,7 +122,7 @@ def race_recommendation(evals: Any, runs: Any, target: str, target_budget: float
         raise ReportError(f"no run of the first rung ({rungs[0]:.3g} FLOPs) has completed yet: run the race first")
     return race_pick(runs, evals, target_budget=target_budget, rung_budgets=rungs[: rungs.index(reached[-1]) + 1],
                      target=target,
-                     rule=racing_rule(race.get("rule") or {}), seed=seed)
+                     rule=racing_rule(race.get("rule") or {}, int(race.get("later_seeds", 1))), seed=seed)
 
 
 def run_race(spec: "GridSpec | dict | str | Path", study_dir: str | Path | None = None, *,
@@ -136,7 +141,7 @@ def run_race(spec: "GridSpec | dict | str | Path", study_dir: str | Path | None 
         raise ReportError(f"study {spec.study}: protocol is {spec.protocol!r}; run_race runs protocol: race grids")
     if decide is None:
         from race.analysis.racing import rung_decision as decide
-    rule = racing_rule(spec.race.rule)
+    rule = racing_rule(spec.race.rule, spec.race.later_seeds)
     target = primary_target(spec)
     sdir = (Path(study_dir) if study_dir is not None else default_study_dir(spec)).resolve()
     out = RaceResult(study=spec.study, study_dir=sdir)
