@@ -50,7 +50,7 @@ RIGHT = 0.01
 KEEP_ALL = (("keep-all T/64,T/16,T/4", (1 / 64, 1 / 16, 1 / 4), None),
             ("keep-all T/32,T/8,T/3", (1 / 32, 1 / 8, 1 / 3), None),
             ("1 seed, every allocation to T/4", (1 / 16, 1 / 4), 1))
-#: the racing rule's design: rungs (fractions of T); the rule is race.analysis.racing.RacingRule()
+#: the racing rule's design: rungs (fractions of T); the rule is race.analysis.racing.RacingRule() (both frozen on the tuning generator)
 RACE_RUNGS = (1 / 32, 1 / 8, 1 / 3)
 
 

@@ -64,7 +64,15 @@ class RacingRule:
     level, the joint replicates and the forecast method of
     :func:`race.analysis.recommend.recommend`.
 
-    Provisional values until the racing benchmark freezes them on the tuning generator."""
+    Frozen on the tuning generator (``race.analysis.synthetic.random_world``, seeds 1000-1249: 187
+    learning worlds, rungs T/32, T/8, T/3, ``benchmarks/race_designs.py --generator tune --first 1000
+    --worlds 250``) before the test generator ran: p_keep 0.05, rank "forecast", max_unreused 0.9,
+    later_seeds 1, own_pairs 3, pair_reach 2, level 0.95, n_boot 200, method "joint". There the race
+    had mean regret 0.029 against 0.064 for the flat grid's observed winner (paired -0.035
+    [-0.052, -0.019]) at 0.74 T of pilots not reused; rungs T/64, T/16, T/3 gave 0.024, not
+    distinguishable from it (paired -0.005 [-0.014, +0.004]), so the issue's T/32, T/8, T/3 stay. That run chose
+    the back-test pairs by extrapolation ratio; pair_reach 2 (pairs by log-FLOP reach, the rungs'
+    own) came after it, checked on 13 tuning worlds only (seeds 1000-1019)."""
 
     p_keep: float = 0.05
     rank: str = "forecast"
