@@ -260,10 +260,12 @@ def _regret_table(worlds: list[dict], out: list[str], title: str) -> None:
 
 
 def summarise(results: list[dict]) -> str:
+    from race.analysis import Label
+
     out = []
     learn = [r for r in results if not r["tags"]["flat"]]
     flat = [r for r in results if r["tags"]["flat"]]
-    made = [r for r in results if r["confidence"] != "no learning detected"]
+    made = [r for r in results if r["confidence"] != Label.NO_LEARNING]
     out.append(f"worlds: {len(results)} (null {len(flat)}, learning {len(learn)}); failed cells: "
                f"{sum(r['failed'] for r in results)}")
     out.append("")
@@ -323,7 +325,7 @@ def summarise(results: list[dict]) -> str:
     # labels
     out.append("| label | calls | right (regret <= 0.01) | Wilson 95% | mean regret |")
     out.append("|---|---:|---:|---:|---:|")
-    for lab in ("stable regime", "unstable", "extrapolation too far", "no learning detected"):
+    for lab in Label:
         rs = [r for r in learn if r["confidence"] == lab]
         if rs:
             right = int(sum(regret(r, r["chosen"]) <= RIGHT for r in rs))
@@ -331,12 +333,12 @@ def summarise(results: list[dict]) -> str:
             out.append(f"| {lab} (learning worlds) | {len(rs)} | {right / len(rs):.1%} | [{wl[0]:.3f}, {wl[1]:.3f}] | "
                        f"{np.mean([regret(r, r['chosen']) for r in rs]):.4f} |")
     if flat:
-        k = int(sum(r["confidence"] == "no learning detected" for r in flat))
+        k = int(sum(r["confidence"] == Label.NO_LEARNING for r in flat))
         wl = wilson(k, len(flat))
         out.append(f"| null worlds labelled 'no learning detected' | {len(flat)} | {k / len(flat):.1%} | "
                    f"[{wl[0]:.3f}, {wl[1]:.3f}] | |")
     if learn:
-        k = int(sum(r["confidence"] == "no learning detected" for r in learn))
+        k = int(sum(r["confidence"] == Label.NO_LEARNING for r in learn))
         out.append(f"| learning worlds labelled 'no learning detected' | {len(learn)} | {k / len(learn):.1%} | | |")
     out.append("")
     # gate level on null worlds, by seed SD

@@ -24,7 +24,7 @@ interval of each design minus the reference (the same resampled worlds for both)
 splits the interval's logit-scale SD into its two parts per design (the learning worlds of
 the first ``--worlds`` seeds): the spread of the joint replicates (seeds, problems, refits)
 and the back-tested extrapolation noise at the target's reach, with the back-test's own
-scales and its number of (origin, budget) pairs (``race.analysis.recommend.forecast_parts``).
+scales and its number of (origin, budget) pairs (``race.analysis.forecast.forecast_parts``).
 """
 
 from __future__ import annotations
@@ -40,6 +40,8 @@ N_BOOT = 2000
 
 def per_world(records: list[dict]) -> dict[str, np.ndarray]:
     """Per-world values (NaN where a quantity does not apply), in seed order."""
+    from race.analysis import Label
+
     records = sorted(records, key=lambda r: r["seed"])
     out: dict[str, list] = {k: [] for k in ("seed", "learning", "late", "regret", "regret_obs", "switched", "made",
                                             "covered", "width", "abs_err", "all_cov", "all_err", "all_n", "compute",
@@ -48,7 +50,7 @@ def per_world(records: list[dict]) -> dict[str, np.ndarray]:
         truth = r["truth"]
         best = max(truth.values())
         obs = max(r["params"], key=lambda k: (r["observed"].get(k, -1.0), k))  # decision_quality.naive_picks' rule
-        made = r["confidence"] != "no learning detected"
+        made = r["confidence"] != Label.NO_LEARNING
         ch = next((p for p in r["predictions"] if p["allocation"] == r["chosen"]), None) if made else None
         preds = r["predictions"] if made else []
         out["seed"].append(r["seed"])
@@ -154,7 +156,7 @@ def width_parts(designs: list[str], generator: str = "test", worlds: int = 60, f
     target's reach, s_shared, s_specific, back-test pairs); medians over a world's allocations."""
     from race.analysis.backtest import logit
     from race.analysis.joint import draw_replicates, study_matrix
-    from race.analysis.recommend import forecast_parts, spend_share
+    from race.analysis.forecast import forecast_parts, spend_share
     from race.analysis.synthetic import random_world, world_tables
     from race.analysis.synthetic_rl import rl_world
 

@@ -5,7 +5,7 @@
 
 For every tuning world (``race.analysis.synthetic.random_world``, seeds 1000+) whose gate passes,
 the joint model's forecast parts are computed exactly as the recommendation computes them
-(``race.analysis.recommend.forecast_parts``) and, for the observed winner at the largest pilot
+(``race.analysis.forecast.forecast_parts``) and, for the observed winner at the largest pilot
 (the default pick), printed:
 
 - the interval's logit-scale variance split into the joint replicates' spread and the
@@ -73,7 +73,8 @@ def _prefix_scale(sm, passed: list[str], norms: dict, target_ratio: float) -> fl
 def world_row(seed: int, prefix: bool = False) -> dict | None:
     """One tuning world's decomposition of the default pick's interval (None: null world or gate failed)."""
     from race.analysis.backtest import PRIOR_PAIRS, SLOPE_FLOOR, logit
-    from race.analysis.recommend import forecast_parts, gated_study, slope_of, spend_share, standings
+    from race.analysis.forecast import forecast_parts, slope_of, spend_share, standings
+    from race.analysis.recommend import gated_study
     from race.analysis.synthetic import random_world, world_tables
 
     w = random_world(seed)

@@ -4,7 +4,7 @@
 
 For every tuning world (``race.analysis.synthetic.random_world``, seeds 1000+) whose gate
 passes, the recommendation's forecast replicates are computed once per method WITHOUT the
-back-tested extrapolation noise (``race.analysis.recommend.forecast_parts``): ``curve`` (the
+back-tested extrapolation noise (``race.analysis.forecast.forecast_parts``): ``curve`` (the
 per-allocation families), ``curve3`` (the same without power and quadratic), ``joint`` (the
 joint model). The noise of step 5 is then added for each prior scale s0 in the sweep (the
 study's back-test pooled with the prior, exactly as ``BackTest.noise`` does) and the decision
@@ -33,7 +33,8 @@ METHODS = {"curve": None, "curve3": ("constant", "loglinear", "sigmoid"), "joint
 
 
 def world_record(seed: int, methods: tuple[str, ...] = tuple(METHODS)) -> dict:
-    from race.analysis.recommend import forecast_parts, gated_study, spend_share, standings
+    from race.analysis.forecast import forecast_parts, spend_share, standings
+    from race.analysis.recommend import gated_study
     from race.analysis.families import FAMILIES
     from race.analysis.synthetic import random_world, world_tables
     from race.analysis.synthetic_rl import crossover_class

@@ -12,7 +12,7 @@ r_m the misfit reach. Its two constants for the joint model, the prior scale s0
 with its pilots where the generator put them (4-16x below the target: "own") and moved to
 1.25, 1.5, 2, 3 and 6x below it (``race.analysis.synthetic.move_pilots``: same curves, seeds
 and target). For each world the forecast parts are computed once exactly as the
-recommendation computes them (``race.analysis.recommend.forecast_parts``: joint replicates
+recommendation computes them (``race.analysis.forecast.forecast_parts``: joint replicates
 without noise, the back-test table); then, for every (r_m, s0) on the grid, the study's
 back-test scales are recomputed with that r_m, pooled with s0, and the noise is drawn onto
 the replicates as :meth:`race.analysis.backtest.BackTest.noise` draws it. Printed: coverage
@@ -44,7 +44,8 @@ DISTANCES = (None, 1.25, 1.5, 2.0, 3.0, 6.0)  # None: the world's own pilots
 def world_parts(arg: tuple[int, float | None]) -> dict | None:
     """One tuning world's forecast parts with its pilots ``ratio`` x below the target (None: not moved);
     None for a null world or one whose gate passes nothing."""
-    from race.analysis.recommend import forecast_parts, gated_study, spend_share, standings
+    from race.analysis.forecast import forecast_parts, spend_share, standings
+    from race.analysis.recommend import gated_study
     from race.analysis.synthetic import move_pilots, random_world, world_tables
 
     seed, ratio = arg

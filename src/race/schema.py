@@ -13,6 +13,8 @@ Four tables, one row each:
   the engine logged).
 - ``ledger``: one row per FLOP record (:data:`LEDGER_COLUMNS`).
 
+A racing study's store also holds one decision per rung (:data:`RUNG_DECISION_FIELDS`).
+
 ``model_params`` counts **all** parameters of the policy, embeddings included
 (``race.accounting.ModelShape.num_params``: the token embedding, the decoder layers, the
 final norm and an untied output head; tied embeddings once). The engines write it so
@@ -62,7 +64,8 @@ RUNS_COLUMNS: dict[str, str] = {
 RUNS_EXTRA: dict[str, str] = {
     "lora_r": "LoRA rank (empty for full fine-tuning)",
     "engine": "training engine ('builtin', 'trl')",
-    "allocation": "the grid's label of the cell (the analysis keys allocations itself)",
+    "label": "the grid's label of the cell, 'model=tiny-s num_generations=8' (the analysis keys allocations "
+    "itself: its 'allocation' column)",
     "attempts": "attempts the driver made",
     "error": "the last attempt's error, if any",
     "conventions": "FLOP conventions the run was counted under",
@@ -72,7 +75,11 @@ RUNS_EXTRA: dict[str, str] = {
     "reward_model": "the learned reward's model name or path ('prm-xs'); empty for rules and the random control",
     "reward_learned": "whether the reward is a learned model's (orm, prm, judge)",
     "reward_random": "whether the run is a random-reward control",
-    "prefix_of": "for a nested pilot's budget point: the run id of the longer run it is a prefix of (else empty)",
+    "prefix_of": "the run id of the longer run this one is a prefix of: a nested pilot's budget point, or a racing "
+    "run that a later rung or the target run extended (else empty)",
+    "extends": "for a racing run: the run id of the shorter run of its trajectory it continued (else empty)",
+    "own_flops": "counted FLOPs this row's run executed itself: total_flops less the run it extends; 0 for a budget "
+    "point the store read from a longer run (the FLOPs of every row sum to the study's, each counted once)",
 }
 RUNS_OPTIONAL: dict[str, str] = {
     "proxy_reward_trend": "slope of the proxy (training) reward over the run",
@@ -115,6 +122,20 @@ LEDGER_COLUMNS: dict[str, str] = {
     "counted": "whether the budget was charged (race.accounting.guard.is_counted)",
 }
 
+#: A racing study's stored decision per rung (the store's ``rung_decisions`` table, one row
+#: per rung: ``race.analysis.racing.RungDecision.as_dict()``), the keys readers use.
+RUNG_DECISION_FIELDS: dict[str, str] = {
+    "rung": "index of the rung decided (0 = the first)",
+    "budget": "the rung's budget in FLOPs",
+    "next_budget": "the next rung's budget (null after the last rung: only the pick goes on, to the target)",
+    "target_budget": "T, the budget of the target run",
+    "go_on": "allocation keys that continue, leader first",
+    "stopped": "allocation key -> why it stops here",
+    "leader": "the leader's allocation key (after the last rung: the pick)",
+    "rows": "per allocation: observed and forecast scores with intervals, P(best), gate, decision, reason",
+    "rule": "the racing rule's parameters",
+}
+
 #: A run's statuses in the study store (``runs.status``), and those whose run finished
 #: (its FLOPs and scores are read): a diverged run finished, it spent its budget.
 STATUSES = ("pending", "running", "complete", "failed", "diverged")
@@ -128,5 +149,5 @@ def axis_column(path: str) -> str:
 
 
 __all__ = ["ALLOCATION_COLUMNS", "AXIS_PREFIX", "EVALS_COLUMNS", "EVALS_OPTIONAL", "FINISHED",
-           "LEDGER_COLUMNS", "OPTIONAL_ALLOCATION_COLUMNS", "OWN_COLUMN_AXES", "REWARD_COLUMNS", "RUNS_COLUMNS",
-           "RUNS_CORE", "RUNS_EXTRA", "RUNS_OPTIONAL", "STATUSES", "TRAIN_COLUMNS", "axis_column"]
+           "LEDGER_COLUMNS", "OPTIONAL_ALLOCATION_COLUMNS", "OWN_COLUMN_AXES", "REWARD_COLUMNS", "RUNG_DECISION_FIELDS",
+           "RUNS_COLUMNS", "RUNS_CORE", "RUNS_EXTRA", "RUNS_OPTIONAL", "STATUSES", "TRAIN_COLUMNS", "axis_column"]

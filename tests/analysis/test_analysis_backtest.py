@@ -25,17 +25,73 @@ def _rows(errors, reach=1.0, obs_var=0.0, origin=1.0, budget=2.0, norm=1.0, rati
 
 
 def test_error_scale_splits_shared_and_specific():
-    # two pairs; errors per unit reach: (1, 1, 1) shared only, then (2, 0, -2) specific only
+    # two pairs; errors per unit reach: (1, 1, 1), then (2, 0, -2); the specific scale comes from the
+    # spread around each pair's mean, and its share s_sp^2 / K of each mean's square is not shared
     t = pd.DataFrame(_rows([1.0, 1.0, 1.0]) + _rows([4.0, 0.0, -4.0], reach=2.0, budget=3.0))
     sh, sp, n = error_scale(t)
     assert n == 2
-    assert sh == pytest.approx(np.sqrt((1.0 + 0.0) / 2))
     assert sp == pytest.approx(np.sqrt((0.0 + 8.0 / 2) / 2))
+    assert sh == pytest.approx(0.0)  # mean of (1 - 2/3, 0 - 2/3) is below 0
+    t = pd.DataFrame(_rows([3.0, 3.0, 3.0]) + _rows([4.0, 0.0, -4.0], reach=2.0, budget=3.0))
+    assert error_scale(t)[0] == pytest.approx(np.sqrt(((9.0 - 2.0 / 3) + (0.0 - 2.0 / 3)) / 2))
     # observation noise is removed, never below 0
     noisy = pd.DataFrame(_rows([1.0, 1.0, 1.0], obs_var=3.0))
     assert error_scale(noisy)[0] == pytest.approx(0.0)
     # errors are per unit of (|slope| + c0): a curve rising twice as fast halves the same error
     assert error_scale(pd.DataFrame(_rows([2.0, 2.0], norm=2.0)))[0] == pytest.approx(1.0)
+
+
+def _pairs(n_pairs, k, shared_sd, specific_sd, rng, noise=None):
+    """Back-test rows of ``n_pairs`` (origin, budget) pairs of ``k`` allocations at unit effective reach."""
+    rows = []
+    for p in range(n_pairs):
+        e = shared_sd * rng.standard_normal() + specific_sd * rng.standard_normal(k)
+        if noise is not None:
+            e = e + noise[p]
+        rows += _rows(list(e), budget=2.0 + p)
+    return pd.DataFrame(rows)
+
+
+def test_shared_scale_is_not_the_specific_errors_share_of_the_mean():
+    """Issue 34 (backtest.py:155): the pair mean u_bar carries s_specific^2 / K of specific error;
+    subtracting only the observation noise called that share shared. Errors purely specific
+    (s_specific 1, nothing shared, K = 4, 400 pairs): the shared scale must come out near 0, not
+    near sqrt(1/4) = 0.5. With 400 pairs mean(u_bar^2) has SE 0.25 sqrt(2/400) = 0.018, so the
+    estimate of s_shared^2 stays below 4 SE = 0.07 (s_shared < 0.27) but for a 1-in-30,000 draw."""
+    t = _pairs(400, 4, 0.0, 1.0, np.random.default_rng(0))
+    sh, sp, _ = error_scale(t)
+    assert sp == pytest.approx(1.0, abs=0.1)  # SE of s_sp^2 about sqrt(2 / 1200) = 0.04
+    assert sh < 0.27
+    # and a real shared part is still found: s_shared 0.8 -> 0.8 (SE of s_sh^2 about 0.08)
+    sh2, _, _ = error_scale(_pairs(400, 4, 0.8, 1.0, np.random.default_rng(1)))
+    assert sh2 == pytest.approx(0.8, abs=0.15)
+
+
+def test_observation_noise_shared_by_the_allocations_cancels_in_the_specific_part():
+    """Issue 34 (backtest.py:157): the observed means are read on the same problems, so most of
+    their noise is common to the allocations and cancels in u_k - u_bar; subtracting each mean's
+    whole variance from the specific part removed noise that is not there. Noise fully shared (one
+    draw per pair for every allocation, variance 1, its replicates showing that), specific errors
+    0.5: the specific scale must stay near 0.5 (before: max(0, 0.25 - 1) = 0)."""
+    rng = np.random.default_rng(2)
+    n_pairs, k, R = 300, 4, 400
+    common = rng.standard_normal(n_pairs)
+    t = _pairs(n_pairs, k, 0.0, 0.5, rng, noise=[np.full(k, c) for c in common])
+    t["obs_var"] = 1.0
+    reps = {}
+    for p in range(n_pairs):
+        z = rng.standard_normal(R)  # the replicates: one problem draw shared by the allocations
+        for i in range(k):
+            reps[(2.0 + p, f"a{i}")] = z
+    sh, sp, _ = error_scale(t, obs_reps=reps)
+    assert sp == pytest.approx(0.5, abs=0.08)  # SE of s_sp^2 about 0.25 sqrt(2 / 900) = 0.012
+    # the shared part: u_bar carries the whole common noise (variance 1), removed from u_bar^2
+    assert sh < 0.25
+    # independent noise (no replicates): the variances alone, as before
+    ind = _pairs(n_pairs, k, 0.0, 0.5, np.random.default_rng(3),
+                 noise=list(np.random.default_rng(4).standard_normal((n_pairs, k)) * 0.5))
+    ind["obs_var"] = 0.25
+    assert error_scale(ind)[1] == pytest.approx(0.5, abs=0.08)
 
 
 def test_only_pairs_at_the_targets_ratio_count():

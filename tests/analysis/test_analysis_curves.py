@@ -55,3 +55,29 @@ def test_final_scores_last_and_interpolated_at_budget():
     assert fin["flops"].iloc[0] == pytest.approx(60.0)
     np.testing.assert_allclose(fin["per_problem"].iloc[0], [0.75, 1.0])
     assert fin["per_problem"].iloc[0].mean() == pytest.approx(fin["score"].iloc[0])
+
+
+def test_study_matrix_computes_the_learning_curves_once(monkeypatch, crossing_study):
+    """Issue 37: study_matrix read the learning curves twice (once inside final_scores); once now,
+    with the same matrix."""
+    import race.analysis.curves as curves_mod
+    import race.analysis.joint as joint_mod
+
+    runs, evals = crossing_study
+    before = joint_mod.study_matrix(evals, runs, "greedy")
+    calls = []
+    real = curves_mod.learning_curves
+
+    def counted(*a, **k):
+        calls.append(1)
+        return real(*a, **k)
+
+    monkeypatch.setattr(curves_mod, "learning_curves", counted)
+    monkeypatch.setattr(joint_mod, "learning_curves", counted)
+    sm = joint_mod.study_matrix(evals, runs, "greedy")
+    assert len(calls) == 1
+    assert np.array_equal(sm.end, before.end) and sm.points.equals(before.points)
+    assert np.array_equal(sm.point_pp, before.point_pp) and sm.runs.equals(before.runs)
+    # final_scores given the curves reads the same as computing them itself
+    curves = real(evals, runs, target="greedy")
+    assert final_scores(evals, runs, "greedy", at="equal", curves=curves).equals(final_scores(evals, runs, "greedy", at="equal"))

@@ -12,7 +12,7 @@ from race.analysis import final_scores, frontier, isoflop_table, rank_stability,
 
 FORBIDDEN = ("torch", "transformers", "matplotlib", "peft", "trl", "ray", "pydantic")
 ALLOWED_TOP = {"numpy", "pandas", "scipy", "__future__", "collections", "dataclasses", "itertools", "json",
-               "typing", "math"}
+               "typing", "math", "enum"}
 #: RACE modules the analysis may import: the homes of the vocabularies it reads (stdlib-only
 #: budget rule and table layout; the reward grammar, imported inside the function that reads a reward).
 ALLOWED_RACE = {"race.accounting.guard", "race.schema", "race.spec.reward"}

@@ -68,23 +68,31 @@ def test_rms_from_a_base_wait_for_the_bases_and_failures_surface(tmp_path, tiny_
                    cache_dir=tmp_path / "bad", workers=2)
 
 
-def test_demo_builds_runs_the_grid_and_writes_the_report(tmp_path, tiny_recipes, monkeypatch):
+def _demo(tmp_path, monkeypatch, *, eval=None, **changes):
+    """``race demo`` (quiet) on a small grid of fake-engine cells with ``changes``; returns
+    the study dir, the grid file and the CLI result (asserted successful)."""
     from race.cli.app import app
 
     monkeypatch.setenv("RACE_CACHE", str(tmp_path / "cache"))
     grid = {
-        "study": "mini-demo", "budgets": [2e9, 2e10],
         "base": {"prompts_per_step": 4, "max_prompt_length": 24, "max_completion_length": 16,
-                 "eval": {"n_problems": 16, "n_pass_problems": 8, "targets": ["greedy", "pass@k"]}},
+                 "eval": {"n_problems": 16, "n_pass_problems": 8, "targets": ["greedy", "pass@k"], **(eval or {})}},
         "axes": {"model": ["tiny-xs", "tiny-s"], "num_generations": [4, 8]},
         "seeds": [0, 1], "min_steps": 0, "cell_fn": FAKE_CELL_FN,
-        "runner": {"kind": "local", "workers": 2, "threads_per_worker": 1, "preload_torch": False},
+        "runner": {"kind": "local", "workers": 2, "threads_per_worker": 1, "preload_torch": False}, **changes,
     }
-    grid_file = tmp_path / "mini.yaml"
+    grid_file = tmp_path / "grid.yaml"
     grid_file.write_text(yaml.safe_dump(grid))
     study = tmp_path / "study"
     r = CliRunner().invoke(app, ["demo", "--grid", str(grid_file), "--study-dir", str(study), "--quiet"])
     assert r.exit_code == 0, r.output
+    return study, grid_file, r
+
+
+def test_demo_builds_runs_the_grid_and_writes_the_report(tmp_path, tiny_recipes, monkeypatch):
+    from race.cli.app import app
+
+    study, grid_file, r = _demo(tmp_path, monkeypatch, study="mini-demo", budgets=[2e9, 2e10])
     assert "building tiny-s, tiny-xs" in r.output.replace("\n", " ") or "building tiny-xs, tiny-s" in r.output
     assert "tiny-xs: built in" in r.output and "16/16 cells complete" in r.output.replace("\n", " ")
     assert (study / "report" / "report.html").is_file() and (study / "report" / "report.md").is_file()
@@ -100,3 +108,41 @@ def test_demo_builds_runs_the_grid_and_writes_the_report(tmp_path, tiny_recipes,
     r = CliRunner().invoke(app, ["demo", "--grid", str(grid_file), "--study-dir", str(study), "--quiet"])
     assert r.exit_code == 0, r.output
     assert "building" not in r.output and "16 were already" in r.output.replace("\n", " ")
+
+
+def test_demo_races_a_racing_grid_and_continues_the_pick(tmp_path, tiny_recipes, monkeypatch):
+    """``race demo`` on a ``protocol: race`` grid (fake engine cells, the real racing rule):
+    the rungs run and are decided, the target run continues the pick's pilot, the report
+    shows the race."""
+    study, _, r = _demo(tmp_path, monkeypatch, study="mini-race", protocol="race", budgets=[2e9],
+                        require_budget_span=False, race={"target_budget": 9.6e10, "rungs": ["1/16", "1/3"]},
+                        eval={"num_points": 1})
+    out = r.output.replace("\n", " ")
+    assert "2/4 pilot race" in out and "rung 0 (" in out and "rung 1 (" in out and "3/4 target run" in out
+    [val] = json.loads((study / "validation.json").read_text())["validations"]
+    assert val["protocol"] == "race" and val["target_budget"] == pytest.approx(9.6e10)
+    pick = val["allocations"][0]
+    assert all(val["continued"].values())  # every target run continued a pilot
+    md = (study / "report" / "report.md").read_text()
+    assert "Racing: rungs toward the target" in md and "continued pilot" in md and pick.split("|")[0] in md
+
+
+def test_the_packaged_demo_races_and_its_pilots_cost_at_most_3_T_beyond_the_target_run():
+    """The default study is a racing grid (issue 34 item 6): whoever the rule keeps, its
+    compute cap bounds the pilots the target run does not reuse (rule read from H1's
+    RacingRule with the grid's overrides, no number copied here)."""
+    from importlib import resources
+
+    from race.grid import load_grid_spec
+    from race.grid.race_plan import plan_race
+    from race.protocol.racing import racing_rule
+
+    with resources.as_file(resources.files("race") / "configs" / "demo.yaml") as path:
+        spec = load_grid_spec(path)
+    assert spec.racing and spec.race is not None
+    rule = racing_rule(spec.race.rule, spec.race.later_seeds)
+    race = plan_race(spec, max_unreused=rule.max_unreused).race
+    assert race["target_budget"] == pytest.approx(spec.race.target_budget)
+    beyond = race["cap"]["pilot_budget_T"] - race["reused_budget_T"]  # pilots the target run does not reuse
+    assert beyond <= 3.0 + 1e-9, beyond
+    assert race["least"]["pilot_budget_T"] <= race["cap"]["pilot_budget_T"] + 1e-9  # the leader alone fits the cap

@@ -5,7 +5,9 @@ It follows docs/run-format.md: writes ``config.yaml``, ``ledger.jsonl``, ``metri
 and ``run.json`` (last, atomically); it is deterministic given the config (numpy RNG
 seeded from seed and run id); it checkpoints after every step and resumes from the
 checkpoint (truncating the jsonl files to the checkpointed sizes, so a step cut short is
-redone, never duplicated); on a complete run it returns the stored run.json.
+redone, never duplicated); on a complete run it returns the stored run.json. A run directory seeded to extend a shorter
+run (``extends.json``, ``race.engines.run_io.seed_extension``) resumes that run's checkpoint
+with its own budget and says so in run.json (``extends``), as the built-in engine does.
 
 Behaviour switches (for tests):
 - ``model: fail-<size>``  raises at step 2 on every attempt;
@@ -111,6 +113,13 @@ def run_engine(cfg: Any, run_dir: Path, progress: Any = None) -> dict[str, Any]:
 
     if ckpt.exists():
         st = json.loads(ckpt.read_text())
+        if st.get("run_id", run_id) != run_id:  # a seeded extension: the shorter run's checkpoint
+            ext_f = run_dir / "extends.json"
+            ext = json.loads(ext_f.read_text()) if ext_f.exists() else {}
+            if ext.get("run_id") != st["run_id"]:
+                raise FakeEngineError(f"{run_dir} holds a checkpoint of another run ({st['run_id']})")
+            st.update(run_id=run_id, extends={k: ext[k] for k in ("run_id", "budget_flops", "steps", "total_flops",
+                                                                   "wall_s")})
         for f, key in ((ledger_f, "ledger_bytes"), (metrics_f, "metrics_bytes")):
             with f.open("r+b") as fh:
                 fh.truncate(st[key])
@@ -125,7 +134,7 @@ def run_engine(cfg: Any, run_dir: Path, progress: Any = None) -> dict[str, Any]:
         _append(metrics_f, evals)
         _append(ledger_f, [{"step": 0, "phase": "eval", "component": "generate", "flops": 1000 * len(evals),
                             "tokens": 0, "seconds": 0.0, "counted": False}])
-        st = {"step": 0, "flops": 0, "next_eval": every, "last_eval_step": 0, "wall": 0.0, "resumed_from": [],
+        st = {"run_id": run_id, "step": 0, "flops": 0, "next_eval": every, "last_eval_step": 0, "wall": 0.0, "resumed_from": [],
               "initial": {e["target"]: e["score"] for e in evals}, "final": {e["target"]: e["score"] for e in evals},
               "zv_sum": 0.0, "tr_sum": 0.0, "phase_seconds": {}, "uncounted": {"eval": 1000 * len(evals)}}
 
@@ -201,5 +210,7 @@ def run_engine(cfg: Any, run_dir: Path, progress: Any = None) -> dict[str, Any]:
         "diagnostics": {"zero_var_frac": st["zv_sum"] / steps, "trunc_rate": st["tr_sum"] / steps},
         "resumed_from": st["resumed_from"], "omp_threads": os.environ.get("OMP_NUM_THREADS"), "config": cfg.model_dump(mode="json"),
     }
+    if st.get("extends"):
+        run["extends"] = st["extends"]
     _write_atomic(run_file, json.dumps(run, sort_keys=True))
     return run

@@ -43,7 +43,7 @@ def _ends(study: Path) -> dict[tuple, dict]:
     out = {}
     for r in runs[runs["status"] == "complete"].itertuples():
         ev = evals[(evals["run_id"] == r.run_id) & (evals["target"] == "greedy")].sort_values("step")
-        out[(r.allocation, r.budget, r.seed)] = {"steps": int(r.steps), "flops": r.total_flops,
+        out[(r.label, r.budget, r.seed)] = {"steps": int(r.steps), "flops": r.total_flops,
                                                  "pp": list(ev["per_problem"].iloc[-1]),
                                                  "prefix_of": r.prefix_of if isinstance(r.prefix_of, str) else None}
     return out
@@ -157,6 +157,6 @@ def test_a_version_1_store_migrates(tmp_path):
     conn.commit()
     conn.close()
     with Store(tmp_path) as s:
-        assert s.schema_version() == 3
+        assert s.schema_version() == 4
         cols = {r[1] for r in s.conn.execute("PRAGMA table_info(runs)")}
-    assert {"prefix_of", "prefix_step"} <= cols and "final_json" not in cols  # schema 3 dropped it
+    assert {"prefix_of", "prefix_step", "extends"} <= cols and "final_json" not in cols  # schema 3 dropped it

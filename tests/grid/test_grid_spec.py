@@ -58,7 +58,7 @@ def test_budget_span_is_required_for_a_pilot_grid():
     assert grid_spec_from_dict(grid(budgets=[1e10], require_budget_span=False)).budgets == [1e10]
     assert "duplicates" in _err(grid(budgets=[1e10, 1e10, 1e11]))
     assert "positive" in _err(grid(budgets=[-1.0, 1e11]))
-    assert "budgets: required field is missing" in _err({k: v for k, v in grid().items() if k != "budgets"})
+    assert "budgets is empty: list the pilot budgets" in _err({k: v for k, v in grid().items() if k != "budgets"})
 
 
 @pytest.mark.parametrize("change, expected", [

@@ -90,6 +90,7 @@ def _old_store(path, source: Store) -> None:
             con.execute(stmt)
         con.execute("INSERT INTO schema_version VALUES (?)", (version,))
     for r in source.rows("runs"):
+        r = {k: v for k, v in r.items() if k != "extends"}  # schema 4's column
         r = dict(r, final_json=None if r["run_json"] is None else json.dumps(json.loads(r["run_json"])["final"]))
         con.execute(f"INSERT INTO runs ({', '.join(r)}) VALUES ({', '.join('?' * len(r))})", list(r.values()))
     for table in ("studies", "ledger", "evals", "train_metrics"):
@@ -116,7 +117,8 @@ def test_a_schema_2_store_migrates_and_reads_the_same_rows(study, tmp_path):
     assert "final_json" in [c[1] for c in con.execute("PRAGMA table_info(runs)")]
     con.close()
     with Store(tmp_path / "old", create=False) as old:
-        assert old.schema_version() == SCHEMA_VERSION == 3
+        assert old.schema_version() == SCHEMA_VERSION == 4
+        assert old.rung_decisions() == []  # schema 4: racing's decision table, empty
         assert [c[1] for c in old.conn.execute("PRAGMA table_info(runs)")] == list(want["runs"][0])
         assert {t: old.rows(t) for t in want} == want
         assert old.integrity_check() == "ok"
@@ -127,7 +129,7 @@ def test_a_schema_2_store_migrates_and_reads_the_same_rows(study, tmp_path):
         assert old.ingest(rid, nested) == "complete"  # and it takes results again
         assert old.rows("evals") == want["evals"] and old.rows("ledger") == want["ledger"]
     with Store(tmp_path / "old", create=False) as again:  # migrated once
-        assert again.conn.execute("SELECT COUNT(*) FROM schema_version").fetchone()[0] == 3
+        assert again.conn.execute("SELECT COUNT(*) FROM schema_version").fetchone()[0] == 4
 
 
 class _FailingConn:

@@ -27,7 +27,7 @@ from .isoflop import IsoFLOPFit, fit_isoflop, isoflop_table, optimal_size_trend
 from .families import FAMILIES, binomial_deviance, fit_family, select_and_forecast
 from .gate import learning_gate
 from .joint import Replicates, StudyMatrix, draw_replicates, study_matrix
-from .recommend import NO_LEARNING, ConfidenceRules, Recommendation, recommend
+from .recommend import NO_LEARNING, ConfidenceRules, Label, Recommendation, recommend
 from .validation import ValidationResult, realised_regret
 from .regimes import AXES, axes_between, pairwise_decision_accuracy, rank_stability, regime_changes, regimes
 from .scaling import ChinchillaFit, bootstrap_chinchilla, fit_chinchilla
@@ -63,7 +63,7 @@ __all__ = [
     "pairwise_decision_accuracy", "per_problem_array", "prepare_runs", "random_control", "rank_stability",
     "realised_regret", "recommend", "regime_changes", "regimes", "require_columns", "reward_system",
     "saturating_curve", "score_at", "validate_evals", "validate_runs", "validate_train", "waste_table",
-    "win_probabilities", "FAMILIES", "NO_LEARNING", "ConfidenceRules", "Replicates", "StudyMatrix",
+    "win_probabilities", "FAMILIES", "NO_LEARNING", "Label", "ConfidenceRules", "Replicates", "StudyMatrix",
     "binomial_deviance", "draw_replicates", "equal_flops_levels", "fit_family", "learning_gate",
     "select_and_forecast", "study_matrix", "divergence_point", "divergence_table", "feedback_comparisons",
 ]

@@ -23,8 +23,13 @@ u_bar = mean_k u_k and the specific part u_k - u_bar. The observed mean is itsel
 (variance v_k on the logit scale, from the joint replicates); its share is removed (with
 D_k = f_k sqrt(r_m^2 + d^2) the effective reach):
 
-    s_shared^2   = max(0, mean_pairs [u_bar^2 - mean_k (v_k / D_k^2) / K])
-    s_specific^2 = max(0, mean_pairs [sum_k (u_k - u_bar)^2 / (K - 1) - mean_k v_k / D_k^2])
+    s_specific^2 = max(0, mean_pairs [sum_k (u_k - u_bar)^2 / (K - 1) - n_specific])
+    s_shared^2   = max(0, mean_pairs [u_bar^2 - n_shared - s_specific^2 / K])
+
+n_shared and n_specific are what the observation noise adds to each (:func:`observation_noise`:
+from the covariance of the observed means over the joint replicates, whose problem part is
+shared by the allocations and cancels in u_k - u_bar; the variances alone where there are no
+replicates), and the specific errors' own share of u_bar^2 is s_specific^2 / K.
 
 **Effective reach.** An error that grew in proportion to the reach d alone would vanish at
 d = 0, but a forecast at the last pilot still misses the truth: the curve family does not
@@ -85,6 +90,21 @@ def logit(p: np.ndarray | float) -> np.ndarray:
     return np.log(p / (1 - p))
 
 
+@dataclass(frozen=True)
+class PairRule:
+    """Which back-test pairs calibrate the intervals, and when the study's scale stands alone.
+
+    ``max_reach`` None: the pairs at the target's extrapolation ratio (reach over the fitted
+    log-FLOP range, at most 1.5x the target's: :func:`at_ratio`), for pilots 4-16x below the
+    target; a number m: the pairs whose log-FLOP reach is at most m x the target's (a racing
+    study's rungs, each forecast from the ones before, at about the target's reach: the ratio
+    rule would drop them because the rungs span a long range). ``own_pairs``: with this many
+    pairs or more the study's own scales are used without the prior (:meth:`BackTest.pooled`)."""
+
+    own_pairs: float = float("inf")
+    max_reach: float | None = None
+
+
 @dataclass
 class BackTest:
     """Back-test errors of one study and the error scale they imply."""
@@ -101,12 +121,27 @@ class BackTest:
     def available(self) -> bool:
         return self.n_pairs > 0
 
+    own_pairs: float = float("inf")  # with this many pairs or more the study's scales are used alone
+
     def pooled(self) -> tuple[float, float]:
-        """(S_shared, S_specific): the study's scales pooled with the prior (module docstring)."""
+        """(S_shared, S_specific): the study's own scales when it has ``own_pairs`` pairs or more,
+        else pooled with the prior (module docstring)."""
         n, n0 = self.n_pairs, PRIOR_PAIRS
+        if n >= self.own_pairs:
+            return float(self.s_shared), float(self.s_specific)
         sh = np.sqrt((n * self.s_shared**2 + n0 * self.prior_scale**2 / 2) / (n + n0))
         sp = np.sqrt((n * self.s_specific**2 + n0 * self.prior_scale**2 / 2) / (n + n0))
         return float(sh), float(sp)
+
+    @property
+    def calibration(self) -> str:
+        """Which error scale the intervals use: the study's own back-tests, pooled with the prior, or the prior."""
+        if self.n_pairs >= self.own_pairs:
+            return f"the study's own back-tests ({self.n_pairs} pairs at the target's reach)"
+        if self.n_pairs:
+            return (f"the study's back-tests ({self.n_pairs} pairs at the target's reach, fewer than "
+                    f"{self.own_pairs:g}) pooled with the prior (worth {PRIOR_PAIRS:g} pairs)")
+        return "the prior alone (no back-test pair)"
 
     def effective(self, ln_reach: np.ndarray | float, factor: np.ndarray | float) -> np.ndarray:
         """:func:`effective_reach` with this back-test's misfit reach: what :meth:`sd` and :meth:`noise` scale by."""
@@ -142,22 +177,56 @@ def at_ratio(table: pd.DataFrame, max_ratio: float | None) -> pd.DataFrame:
     return table[keep] if keep.any() else table[pair_ratio == pair_ratio.min()]
 
 
-def error_scale(table: pd.DataFrame, misfit_reach: float = 0.0) -> tuple[float, float, int]:
-    """(s_shared, s_specific, pairs) from back-test rows (formulas in the module docstring)."""
-    shared, specific = [], []
-    for _, g in table.groupby(["origin", "budget"], sort=True):
-        if len(g) < 1:
-            continue
+def observation_noise(u_reps: np.ndarray | None, v: np.ndarray) -> tuple[float, float]:
+    """(shared, specific) parts of the observation noise of one pair's normalised errors u_k:
+    E[u_bar^2] and E[sum_k (u_k - u_bar)^2 / (K - 1)] that the noise of the observed means adds.
+
+    With Sigma the covariance of the observed means' noise over the allocations (logit scale,
+    divided by D_k D_l): shared = 1' Sigma 1 / K^2, specific = (tr Sigma - 1' Sigma 1 / K) / (K - 1).
+    ``u_reps`` (R, K): the joint replicates of the observed means, normalised the same way (one
+    problem draw shared by every allocation, so the problem part of the noise is correlated
+    across allocations and cancels in the differences u_k - u_bar); None: independent noise
+    of variances ``v`` (Sigma diagonal)."""
+    K = len(v)
+    if u_reps is not None and u_reps.shape[0] > 1:
+        sigma = np.atleast_2d(np.cov(u_reps, rowvar=False))
+    else:
+        sigma = np.diag(np.asarray(v, dtype=float))
+    total = float(sigma.sum())
+    return total / K**2, (float(np.trace(sigma)) - total / K) / (K - 1) if K >= 2 else 0.0
+
+
+def at_reach(table: pd.DataFrame, max_reach: float) -> pd.DataFrame:
+    """Back-test rows of the (origin, budget) pairs whose median log-FLOP reach is <= ``max_reach``
+    (the pair with the smallest reach when none is)."""
+    if table.empty:
+        return table
+    pair_reach = table.groupby(["origin", "budget"])["reach"].transform("median")
+    keep = pair_reach <= max_reach
+    return table[keep] if keep.any() else table[pair_reach == pair_reach.min()]
+
+
+def error_scale(table: pd.DataFrame, misfit_reach: float = 0.0,
+                obs_reps: dict[tuple[float, str], np.ndarray] | None = None) -> tuple[float, float, int]:
+    """(s_shared, s_specific, pairs) from back-test rows (formulas in the module docstring).
+
+    ``obs_reps``: (budget, allocation) -> (R,) joint replicates of the observed mean's logit
+    (:func:`observation_noise`); without them the observation noise is taken as independent
+    across allocations, of variance ``obs_var``."""
+    pairs = []
+    for (_, budget), g in table.groupby(["origin", "budget"], sort=True):
         d = effective_reach(g["reach"].to_numpy(float), g["norm"].to_numpy(float), misfit_reach)
         u = g["error"].to_numpy(float) / d
-        v = g["obs_var"].to_numpy(float) / d**2
-        k = len(u)
-        shared.append(u.mean() ** 2 - v.mean() / k)
-        if k >= 2:
-            specific.append(np.sum((u - u.mean()) ** 2) / (k - 1) - v.mean())
+        reps = None
+        if obs_reps is not None and all((budget, a) in obs_reps for a in g["allocation"]):
+            reps = np.column_stack([obs_reps[(budget, a)] for a in g["allocation"]]) / d[None, :]
+        pairs.append((u, *observation_noise(reps, g["obs_var"].to_numpy(float) / d**2)))
+    specific = [np.sum((u - u.mean()) ** 2) / (len(u) - 1) - n_sp for u, _, n_sp in pairs if len(u) >= 2]
+    s_sp2 = max(0.0, float(np.mean(specific))) if specific else 0.0
+    # E[u_bar^2] = s_shared^2 + s_specific^2 / K + the observation noise's shared part
+    shared = [u.mean() ** 2 - n_sh - s_sp2 / len(u) for u, n_sh, _ in pairs]
     s_sh = float(np.sqrt(max(0.0, np.mean(shared)))) if shared else 0.0
-    s_sp = float(np.sqrt(max(0.0, np.mean(specific)))) if specific else 0.0
-    return s_sh, s_sp, len(shared)
+    return s_sh, float(np.sqrt(s_sp2)), len(pairs)
 
 
 def slope_norm(lnc: np.ndarray, scores: np.ndarray) -> float:
@@ -171,23 +240,29 @@ def slope_norm(lnc: np.ndarray, scores: np.ndarray) -> float:
 
 def run_backtest(budgets: list[float], allocations: list[str], fit_at, observed_at,
                  norm_of=None, target_ratio: float | None = None, prior_scale: float = PRIOR_SCALE,
-                 misfit_reach: float = 0.0) -> BackTest:
+                 misfit_reach: float = 0.0, pairs: PairRule = PairRule(), target_reach: float | None = None) -> BackTest:
     """Rolling-origin back-test over sorted pilot ``budgets``.
 
     ``fit_at(allocation, origin, x_target) -> (forecast, x_fit_max, x_fit_min)`` or None: the
     point forecast from runs at budgets <= origin; ``observed_at(allocation, budget) -> (score,
-    ln C, logit variance)`` or None: the seed-mean observed reading there; ``norm_of(allocation)``
+    ln C, logit variance[, (R,) joint replicates of its logit])`` or None: the seed-mean observed
+    reading there (with replicates, the noise's correlation across allocations counts:
+    :func:`observation_noise`); ``norm_of(allocation)``
     -> |b_k| + c0 (default: c0, i.e. no slope scaling); ``target_ratio``: the target's reach
     over its fitted log-FLOP range (None: every pair counts); ``prior_scale`` and
-    ``misfit_reach``: s0 and r_m of the error model (module docstring).
+    ``misfit_reach``: s0 and r_m of the error model (module docstring); ``pairs``: which pairs
+    count and from how many the study's scales stand alone (:class:`PairRule`), with
+    ``target_reach`` the target's log-FLOP reach past the pilots (for ``PairRule.max_reach``).
     """
-    rows = []
+    rows, obs_reps = [], {}
     for i, origin in enumerate(budgets[:-1]):
         for b_t in budgets[i + 1:]:
             for a in allocations:
                 obs = observed_at(a, b_t)
                 if obs is None:
                     continue
+                if len(obs) > 3:
+                    obs_reps[(b_t, a)] = np.asarray(obs[3], dtype=float)
                 fc = fit_at(a, origin, obs[1])
                 if fc is None or not fc[1] < obs[1]:
                     continue
@@ -197,9 +272,12 @@ def run_backtest(budgets: list[float], allocations: list[str], fit_at, observed_
                                  ratio=(obs[1] - fc[1]) / max(fc[1] - fc[2], 1e-9)))
     table = pd.DataFrame(rows, columns=["origin", "budget", "allocation", "forecast", "observed", "reach", "error",
                                         "obs_var", "norm", "ratio"])
-    used = at_ratio(table, None if target_ratio is None else 1.5 * target_ratio)
+    if pairs.max_reach is not None and target_reach is not None:
+        used = at_reach(table, pairs.max_reach * target_reach)
+    else:
+        used = at_ratio(table, None if target_ratio is None else 1.5 * target_ratio)
     table["used"] = table.index.isin(used.index)
-    s_sh, s_sp, n = error_scale(used, misfit_reach) if len(used) else (0.0, 0.0, 0)
+    s_sh, s_sp, n = error_scale(used, misfit_reach, obs_reps or None) if len(used) else (0.0, 0.0, 0)
     picked = None
     if len(budgets) >= 2 and len(table):
         last = table[(table["origin"] == budgets[-2]) & (table["budget"] == budgets[-1])]
@@ -207,7 +285,7 @@ def run_backtest(budgets: list[float], allocations: list[str], fit_at, observed_
             picked = bool(last.loc[last["forecast"].idxmax(), "allocation"] == last.loc[last["observed"].idxmax(),
                                                                                           "allocation"])
     return BackTest(table=table, s_shared=s_sh, s_specific=s_sp, n_pairs=n, picked_right=picked,
-                    prior_scale=prior_scale, misfit_reach=misfit_reach)
+                    prior_scale=prior_scale, misfit_reach=misfit_reach, own_pairs=pairs.own_pairs)
 
 
 def open_ends(point: float, sd: float, z: float, not_located: bool, rising: bool, ln_reach: float,

@@ -123,8 +123,12 @@ def final_scores(
     target: str,
     at: str = "last",
     include_failed: bool = False,
+    curves: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
     """One score per run on ``target``.
+
+    ``curves``: ``learning_curves(evals, runs, target=target, include_failed=include_failed)``
+    when the caller has it already (it is computed here otherwise).
 
     ``at="last"``: the last evaluation point (largest flops, then step).
     ``at="equal"``: every run of a budget read at the same counted FLOPs C*_b = the
@@ -143,7 +147,8 @@ def final_scores(
     """
     if at not in AT_CHOICES:
         raise ValueError(f"at must be one of {AT_CHOICES}, got {at!r}")
-    curves = learning_curves(evals, runs, target=target, include_failed=include_failed)
+    if curves is None:
+        curves = learning_curves(evals, runs, target=target, include_failed=include_failed)
     has_pp = "per_problem" in curves.columns
     common = equal_flops_levels(curves) if at == "equal" else {}
     rows = []

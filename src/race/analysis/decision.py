@@ -12,6 +12,7 @@ budgets beyond the paired noise: :func:`lead_not_held`).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import Enum
 
 import numpy as np
 import pandas as pd
@@ -20,7 +21,28 @@ from .backtest import BackTest
 from .gate import what_to_change
 from .joint import StudyMatrix
 
-NO_LEARNING = "no learning detected"
+class Label(str, Enum):
+    """The recommendation's confidence label: its value is the text shown (``str()`` and
+    f-strings give it; it compares equal to that text), ``tone`` the report's colour."""
+
+    STABLE = "stable regime"
+    UNSTABLE = "unstable"
+    TOO_FAR = "extrapolation too far"
+    NO_LEARNING = "no learning detected"
+
+    def __str__(self) -> str:
+        return self.value
+
+    def __format__(self, spec: str) -> str:
+        return format(self.value, spec)
+
+    @property
+    def tone(self) -> str:
+        """How the report colours the label: good, caution or bad."""
+        return {Label.STABLE: "good", Label.UNSTABLE: "caution"}.get(self, "bad")
+
+
+NO_LEARNING = Label.NO_LEARNING
 
 
 @dataclass(frozen=True)
@@ -43,7 +65,12 @@ class ConfidenceRules:
     so only calls whose own P(best) is >= 0.9 can keep that promise (0.8 let calls of 82%
     accuracy in: 39/43 stable calls right there, 22/22 at 0.9; ``docs/analysis.md`` run 6).
     ``lead_alpha`` 0.05: the one-sided 95% paired lower bound of the pick's observed lead
-    over the runner-up at the largest pilot budget must be above 0 (:func:`lead_not_held`)."""
+    over the runner-up at the largest pilot budget must be above 0 (:func:`lead_not_held`).
+    ``own_pairs``: with this many back-test pairs at the target's reach ratio or more, the
+    extrapolation error is the study's own, without the prior (:meth:`BackTest.pooled`); never
+    by default (the flat and nested grids have 1-3 pairs); ``pair_reach``: which pairs count
+    (:class:`race.analysis.backtest.PairRule`, by ratio by default); the racing protocol sets
+    both (``race.analysis.racing.RacingRule``)."""
 
     max_extrapolation: float = 10.0
     min_win_prob: float = 0.9
@@ -51,6 +78,8 @@ class ConfidenceRules:
     switch_alpha: float = 0.3
     min_seeds_stable: int = 3
     lead_alpha: float = 0.05
+    own_pairs: float = float("inf")  # back-test pairs from which the study's own error scale is used without the prior
+    pair_reach: float | None = None  # back-test pairs by reach (x the target's), not by ratio (race.analysis.backtest.PairRule)
 
 
 def declining(sm: StudyMatrix, allocation: str) -> tuple[float, float] | None:
@@ -115,7 +144,7 @@ def decide(F: np.ndarray, allocations: list[str], default: str, alpha: float) ->
 
 def label(pred: pd.DataFrame, gate: pd.DataFrame, largest: float, ratio: float, rules: ConfidenceRules,
           min_seeds: int, bt: BackTest, decline: tuple[float, float] | None = None,
-          lead: str | None = None) -> tuple[str, list[str]]:
+          lead: str | None = None) -> tuple[Label, list[str]]:
     """The confidence label and its reasons (module docstring, step 7); ``pred.iloc[0]`` is the pick;
     ``lead``: why the pick's lead does not make a regime (:func:`lead_not_held`), None when it does."""
     top = pred.iloc[0]
@@ -129,9 +158,9 @@ def label(pred: pd.DataFrame, gate: pd.DataFrame, largest: float, ratio: float, 
         far.append(f"target budget is {ratio:.1f}x the largest pilot budget {largest:.3g} "
                    f"(limit: below {rules.max_extrapolation:g}x)")
     if min_seeds < rules.min_seeds_stable:
-        unstable.append(f"{min_seeds} seeds in some cell: 'stable regime' needs {rules.min_seeds_stable} or more")
+        unstable.append(f"{min_seeds} seeds in some cell: '{Label.STABLE}' needs {rules.min_seeds_stable} or more")
     if top["p_best"] < rules.min_win_prob:
-        unstable.append(f"win probability {top['p_best']:.2f} is below {rules.min_win_prob:g} ('stable regime' promises "
+        unstable.append(f"win probability {top['p_best']:.2f} is below {rules.min_win_prob:g} ('{Label.STABLE}' promises "
                         f"the pick is right in {rules.min_win_prob:.0%} of such calls; P(best) is calibrated)")
     if bt.picked_right is None:
         unstable.append("no back-test: the forecast's accuracy cannot be checked inside the study (needs >= 2 "
@@ -145,12 +174,13 @@ def label(pred: pd.DataFrame, gate: pd.DataFrame, largest: float, ratio: float, 
     if lead is not None:
         unstable.append(lead)
     if not bool(gate.loc[gate["allocation"] == top["allocation"], "passed"].any()):
-        unstable.append("the chosen allocation itself did not pass the learning gate (forecast flat)")
+        unstable.append("the chosen allocation itself did not pass the learning gate (forecast by its recent level or "
+                        "its trend)")
     if far:
-        return "extrapolation too far", far + unstable
+        return Label.TOO_FAR, far + unstable
     if unstable:
-        return "unstable", unstable
-    return "stable regime", [f"chosen allocation learned (gate passed), wins in {top['p_best']:.0%} of joint "
+        return Label.UNSTABLE, unstable
+    return Label.STABLE, [f"chosen allocation learned (gate passed), wins in {top['p_best']:.0%} of joint "
                              f"replicates (back-tested extrapolation error included), it led at the two largest pilot "
                              f"budgets beyond the paired noise, the back-test from the smaller "
                              f"pilot budgets picked the observed winner at the largest, {min_seeds}+ seeds per cell "

@@ -6,7 +6,8 @@
 - :func:`overoptimisation`: per run, the slope of the proxy (training) reward and of the
   verified accuracy over the run, each from least squares of value on x = flops / max
   flops of the run (so a slope is the change across the whole run, in score units).
-  Flag: proxy slope > threshold and verified slope < -threshold.
+  Flag: proxy slope > threshold and verified slope < -threshold: the one rule of
+  ``race.records`` (the engine writes the same rule's verdict into run.json).
 - :func:`random_control`: each allocation against the ``reward == "random"`` control at the
   same budget (same model when such a control exists, else all controls at the budget),
   with a bootstrap interval on the difference; a real gain has its interval above 0.
@@ -16,6 +17,8 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+
+from race.records import OVEROPTIMISATION_THRESHOLD, overoptimisation as record_overoptimisation, overoptimised
 
 from .bootstrap import bootstrap_cells, difference
 from .curves import final_scores
@@ -46,22 +49,13 @@ def waste_table(runs: pd.DataFrame, by: tuple[str, ...] = ("budget", "allocation
     return out.reset_index()
 
 
-def _slope(x: np.ndarray, y: np.ndarray) -> float:
-    """Least-squares slope of y on x; NaN with fewer than 3 points or no spread in x."""
-    ok = np.isfinite(x) & np.isfinite(y)
-    x, y = x[ok], y[ok]
-    if len(x) < 3 or np.ptp(x) == 0:
-        return float("nan")
-    return float(np.polyfit(x, y, 1)[0])
-
-
 def overoptimisation(
     runs: pd.DataFrame,
     train: pd.DataFrame | None = None,
     evals: pd.DataFrame | None = None,
     target: str = "greedy",
     proxy_col: str = "reward_mean",
-    threshold: float = 0.02,
+    threshold: float = OVEROPTIMISATION_THRESHOLD,
     from_fraction: float = 0.0,
 ) -> pd.DataFrame:
     """Flag runs whose proxy reward rises while verified accuracy falls.
@@ -85,27 +79,13 @@ def overoptimisation(
         source = "runs"
         if pd.isna(pt) or pd.isna(vt):
             source = "tables"
-            pt = vt = float("nan")
-            series = []
-            if train is not None:
-                series.append(train.loc[train["run_id"] == rid, ["flops", proxy_col]].to_numpy(float))
-            else:
-                series.append(np.empty((0, 2)))
-            if evals is not None:
-                series.append(evals.loc[evals["run_id"] == rid, ["flops", "score"]].to_numpy(float))
-            else:
-                series.append(np.empty((0, 2)))
-            top = max((s[:, 0].max() for s in series if len(s)), default=np.nan)
-            slopes = []
-            for s in series:
-                if not len(s) or not np.isfinite(top) or top <= 0:
-                    slopes.append(float("nan"))
-                    continue
-                x = s[:, 0] / top
-                keep = x >= from_fraction
-                slopes.append(_slope(x[keep], s[keep, 1]))
-            pt, vt = slopes
-        flag = bool(np.isfinite(pt) and np.isfinite(vt) and pt > threshold and vt < -threshold)
+            none = np.empty((0, 2))
+            proxy = train.loc[train["run_id"] == rid, ["flops", proxy_col]].to_numpy(float) if train is not None else none
+            seen = evals.loc[evals["run_id"] == rid, ["flops", "score"]].to_numpy(float) if evals is not None else none
+            verdict = record_overoptimisation([tuple(r) for r in proxy], [tuple(r) for r in seen], threshold=threshold,
+                                              from_fraction=from_fraction)
+            pt, vt = verdict["proxy_slope"], verdict["verified_slope"]
+        flag = overoptimised(float(pt), float(vt), threshold)
         rows.append(dict(run_id=rid, allocation=run["allocation"], reward=run["reward"], budget=run["budget"],
                          proxy_slope=float(pt), verified_slope=float(vt), source=source, overoptimised=flag))
     cols = ["run_id", "allocation", "reward", "budget", "proxy_slope", "verified_slope", "source", "overoptimised"]

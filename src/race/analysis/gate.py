@@ -7,11 +7,16 @@ For allocation k at its largest pilot budget b_k, with m_k runs r (seeds) there:
 end_r is the run's score at equal counted FLOPs within b_k, start_r its step-0 score (the
 same base model on the same problems). Its standard error has two parts:
 
-- **seeds**: the between-seed variance POOLED over every tested cell (each allocation at
-  its largest budget, and the random-reward controls there): s^2 = sum_k sum_r (g_r -
-  mean_k g)^2 / sum_k (m_k - 1), with nu_s = sum_k (m_k - 1) degrees of freedom; the seed
-  part of the variance of gain_k is s^2 / m_k. Two seeds per cell give one degree of
-  freedom each; pooling over K cells gives K.
+- **seeds**: the between-seed variance of each tested cell (each allocation at its largest
+  budget, and the random-reward controls there), MODERATED toward the pool of every tested
+  cell (:func:`moderated_seed_variances`, the empirical-Bayes variance of limma's moderated t):
+  s~_k^2 = (d0 s0^2 + nu_k s_k^2) / (d0 + nu_k) on min(d0 + nu_k, sum nu) degrees of freedom,
+  where d0 measures how much the cells' variances agree beyond chance. Cells that agree give
+  d0 = inf: the pooled s^2 = sum_k sum_r (g_r - mean_k g)^2 / sum_k (m_k - 1) on sum (m_k - 1)
+  df (two seeds per cell give one df each; pooling over K cells gives K); a cell whose seeds
+  scatter more than the others' keeps more of its own variance and fewer df, so one seed SD
+  is not assumed for every allocation where the seeds show otherwise. The seed part of the
+  variance of gain_k is s~_k^2 / m_k.
 - **problems**: the gain on problem j, delta_j = mean_r end_rj - start_j, varies over the
   P problems; its part is var_j(delta_j) / P with P - 1 degrees of freedom (it overlaps
   the seed part, which makes the test conservative, not liberal).
@@ -40,7 +45,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-from scipy.special import expit
+from scipy.special import digamma, expit, polygamma
 from scipy.stats import chi2, norm
 from scipy.stats import t as student_t
 
@@ -57,6 +62,54 @@ def pooled_seed_variance(groups: list[np.ndarray]) -> tuple[float, int]:
     ss = sum(float(np.sum((g - g.mean()) ** 2)) for g in groups if len(g) > 1)
     nu = sum(len(g) - 1 for g in groups if len(g) > 1)
     return (ss / nu, nu) if nu > 0 else (float("nan"), 0)
+
+
+def moderated_seed_variances(groups: list[np.ndarray]) -> list[tuple[float, float]]:
+    """Per group (seed values of one cell), its seed variance moderated toward the pool and the
+    degrees of freedom it carries: s~_k^2 = (d0 s0^2 + nu_k s_k^2) / (d0 + nu_k) on min(d0 + nu_k,
+    sum nu) df (empirical Bayes: Smyth 2004, the moderated t of limma). d0 and s0^2 come from the
+    spread of ln s_k^2 over the groups beyond what chi-square sampling gives: E[ln s_k^2] = ln s0^2
+    + psi(d0 / 2) - ln(d0 / 2) + the group's own sampling bias, var = psi'(d0 / 2) + psi'(nu_k / 2).
+    Groups that agree (no excess spread) give d0 = inf: the pooled variance on the pooled df, the
+    gate before; a group whose seeds vary more than the others keeps more of its own variance and
+    fewer df, so one seed SD is no longer assumed for every allocation. A group of one seed gets s0^2
+    on min(d0, sum nu) df; (nan, 0) when no group has 2 seeds."""
+    nus = np.array([len(g) - 1 for g in groups], dtype=float)
+    s2 = np.array([float(np.var(g, ddof=1)) if len(g) > 1 else np.nan for g in groups])
+    ok = (nus > 0) & np.isfinite(s2) & (s2 > 0)
+    total = float(nus[nus > 0].sum())
+    if ok.sum() < 2:  # nothing to moderate against: the pooled variance (of the one group, or none)
+        pooled, nu = pooled_seed_variance([g for g in groups if len(g) > 1])
+        return [(pooled, float(nu)) if nu > 0 else (float("nan"), 0.0) for _ in nus]
+    e = np.log(s2[ok]) - digamma(nus[ok] / 2) + np.log(nus[ok] / 2)
+    excess = float(np.var(e, ddof=1)) - float(np.mean(polygamma(1, nus[ok] / 2)))
+    if excess > 0:
+        d0 = 2 * _trigamma_inverse(excess)
+        s0 = float(np.exp(np.mean(e) + digamma(d0 / 2) - np.log(d0 / 2)))
+    else:
+        d0, s0 = np.inf, pooled_seed_variance([g for g in groups if len(g) > 1])[0]
+    out = []
+    for n, v in zip(nus, s2):
+        if n <= 0:  # one seed: the others' variance (the prior of the moderation) on its df
+            out.append((float(s0), float(min(d0, total))))
+        elif np.isinf(d0):
+            out.append((float(s0), total))
+        else:
+            v = v if np.isfinite(v) else 0.0
+            out.append((float((d0 * s0 + n * v) / (d0 + n)), float(min(d0 + n, total))))
+    return out
+
+
+def _trigamma_inverse(y: float) -> float:
+    """x with psi'(x) = y (y > 0), by Newton's method on 1 / psi' (Smyth 2004, appendix)."""
+    x = 0.5 + 1.0 / y if y < 1e6 else 1.0 / np.sqrt(y)
+    for _ in range(50):
+        tri = float(polygamma(1, x))
+        step = tri * (1 - tri / y) / float(polygamma(2, x))
+        x += step
+        if -step / x < 1e-8:
+            break
+    return float(x)
 
 
 def exact_size(nu: int, alpha: float, kappa: float, shares: np.ndarray | None = None,
@@ -176,7 +229,8 @@ def learning_gate(sm: StudyMatrix, reps: Replicates | None, allocations: list[st
         if len(mine):
             b = float(mine["budget"].max())
             cells[alloc] = mine.index[mine["budget"] == b].to_numpy()
-    gains = [sm.end[i] - sm.start[i] for i in cells.values() if np.isfinite(sm.start[i]).all()]
+    keys = [a for a, i in cells.items() if np.isfinite(sm.start[i]).all()]
+    gains = [sm.end[cells[a]] - sm.start[cells[a]] for a in keys]
     ctl_cells = {}
     for alloc, idx in cells.items():
         mine = runs.loc[idx]
@@ -188,11 +242,14 @@ def learning_gate(sm: StudyMatrix, reps: Replicates | None, allocations: list[st
     for cidx in ctl_cells.values():
         if tuple(cidx) not in seen:
             seen.add(tuple(cidx))
+            keys.append(tuple(cidx))
             gains.append(sm.end[cidx])
-    s2, nu_s = pooled_seed_variance(gains)
+    seed_var = dict(zip(keys, moderated_seed_variances(gains)))
     if df_rule not in ("size-safe", "welch"):
         raise ValueError(f"df_rule must be 'size-safe' or 'welch', got {df_rule!r}")
-    kappa = size_safe_inflation(nu_s, alpha / k) if df_rule == "size-safe" else 1.0
+
+    def kappa_at(nu: float) -> float:
+        return size_safe_inflation(int(np.floor(nu)), alpha / k) if df_rule == "size-safe" else 1.0
     rows = []
     for alloc, idx in cells.items():
         mine = runs.loc[idx]
@@ -210,7 +267,9 @@ def learning_gate(sm: StudyMatrix, reps: Replicates | None, allocations: list[st
         start_pp = np.nanmean(sm.start_pp[idx], axis=0) if sm.start_pp is not None else None
         pv, nu_p = _problem_var(sm, idx, start_pp)
         gain = end - start
-        tz, se, df = t_test(gain, s2 / m, nu_s, pv, nu_p, kappa)
+        s2, nu_s = seed_var.get(alloc, (float("nan"), 0.0))
+        nu_s = int(np.floor(nu_s))
+        tz, se, df = t_test(gain, s2 / m, nu_s, pv, nu_p, kappa_at(nu_s))
         thr = float(student_t.ppf(1 - alpha / k, df))
         half = float(student_t.ppf(1 - q, df)) * se
         row.update(gain=gain, gain_lo=gain - half, gain_hi=gain + half, gain_z=tz, threshold_z=thr, df=df)
@@ -224,7 +283,9 @@ def learning_gate(sm: StudyMatrix, reps: Replicates | None, allocations: list[st
             diff = end - float(np.mean(sm.end[cidx]))
             ctl_pp = np.nanmean(sm.end_pp[cidx], axis=0) if sm.end_pp is not None else None
             pvc, nu_pc = _problem_var(sm, idx, ctl_pp)
-            cz, cse, cdf = t_test(diff, s2 * (1 / m + 1 / len(cidx)), nu_s, pvc, nu_pc, kappa)
+            s2c, nu_c = seed_var.get(tuple(cidx), (s2, nu_s))
+            nu_sc = int(np.floor(min(nu_s, nu_c))) if nu_c > 0 else nu_s
+            cz, cse, cdf = t_test(diff, s2 / m + s2c / len(cidx), nu_sc, pvc, nu_pc, kappa_at(nu_sc))
             cthr = float(student_t.ppf(1 - alpha / k, cdf))
             chalf = float(student_t.ppf(1 - q, cdf)) * cse
             row.update(control=f"random@{mine['model'].iloc[0]}", control_diff=diff, control_lo=diff - chalf,

@@ -61,14 +61,14 @@ def _stack(vectors: list[np.ndarray | None], size: int | None) -> np.ndarray | N
 
 def study_matrix(evals: pd.DataFrame, runs: pd.DataFrame, target: str) -> StudyMatrix:
     """Build the :class:`StudyMatrix` of ``target`` from complete runs (random controls kept)."""
-    ends = final_scores(evals, runs, target, at="equal").reset_index(drop=True)
+    curves = learning_curves(evals, runs, target=target)  # once: the equal-FLOP readings come from it too
+    ends = final_scores(evals, runs, target, at="equal", curves=curves).reset_index(drop=True)
     if ends.empty:
         raise ValueError(f"no complete runs with evaluations on target {target!r}")
     cols = [c for c in RUN_KEYS if c in ends.columns]
     run_tab = ends[cols].copy()
     run_tab["end_flops"] = ends["flops"].to_numpy(float)
     index = {rid: i for i, rid in enumerate(run_tab["run_id"])}
-    curves = learning_curves(evals, runs, target=target)
     curves = curves[curves["run_id"].isin(index)]
     has_pp = "per_problem" in curves.columns
     pp_all = [per_problem_array(v) for v in curves["per_problem"]] if has_pp else [None] * len(curves)

@@ -4,7 +4,8 @@
 anchors and, per joint bootstrap replicate, the resampled scores and seed multiplicities
 (the same replicates as every other part of the recommendation). ``forecast_joint`` fits
 the point model once and refits it on every replicate (warm-started), reading every
-allocation at the target's ln C. ``joint_fit_at`` serves the rolling-origin back-test: the
+allocation at the target's ln C, with the seed bootstrap's small-sample correction
+(:func:`small_sample_corrected`). ``joint_fit_at`` serves the rolling-origin back-test: the
 joint model fitted on the budgets <= the origin only (one fit per origin, shared by all
 allocations), forecasting a larger budget.
 """
@@ -13,7 +14,9 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+from scipy.special import expit
 
+from .backtest import logit
 from .joint import Replicates, StudyMatrix
 from .joint_model import JointData, JointFit, fit_joint, refit
 
@@ -88,7 +91,8 @@ def forecast_joint(sm: StudyMatrix, reps: Replicates, allocations: list[str], x_
     fit = fit_joint(point_d)
     reps_fit = refit(fit, rep_d)
     pt = fit.predict(x_target)[0]
-    F = np.clip(reps_fit.predict(x_target), 0.0, 1.0)
+    F = small_sample_corrected(np.clip(reps_fit.predict(x_target), 0.0, 1.0), pt,
+                               seeds_at_largest(sm, names) if "seeds" in reps.over else np.ones(len(names)))
     x_max = point_d.x_max
     x_min = np.array([point_d.x[point_d.alloc == j].min() for j in range(len(names))])
     located = fit.located(x_max)
@@ -99,6 +103,26 @@ def forecast_joint(sm: StudyMatrix, reps: Replicates, allocations: list[str], x_
              "midpoint_inside_share": float(np.mean(m_reps[:, j] + 1 / s_reps[:, j] <= x_max[j])),
              "unidentified": located[j] == "not located"} for j, a in enumerate(names)]
     return dict(zip(names, map(float, pt))), F, info, fit
+
+
+def seeds_at_largest(sm: StudyMatrix, allocations: list[str]) -> np.ndarray:
+    """(K,) number of runs (seeds) of each allocation at its largest pilot budget."""
+    out = []
+    for a in allocations:
+        b = sm.runs.loc[sm.runs["allocation"] == a, "budget"].to_numpy(float)
+        out.append(int(np.sum(np.isclose(b, b.max(), rtol=1e-9, atol=0.0))) if len(b) else 1)
+    return np.array(out)
+
+
+def small_sample_corrected(F: np.ndarray, point: np.ndarray, m: np.ndarray) -> np.ndarray:
+    """(R, K) replicate forecasts with the seed bootstrap's small-sample correction: on the logit
+    scale q_r -> q + sqrt(m / (m - 1)) (q_r - q), q the point forecast and m the allocation's
+    seeds at its largest budget (no change where m < 2), as the cell means have it
+    (:meth:`race.analysis.joint.Replicates.cell_mean`): resampling m seeds with replacement
+    spreads a mean by only sqrt((m - 1) / m) of its standard error (2 seeds: by 0.71)."""
+    c = np.sqrt(np.where(m >= 2, m / np.maximum(m - 1, 1), 1.0))
+    q = logit(np.asarray(point, dtype=float))
+    return expit(q[None, :] + c[None, :] * (logit(F) - q[None, :]))
 
 
 def joint_fit_at(sm: StudyMatrix, allocations: list[str]):

@@ -20,7 +20,8 @@ the tuning generator (``race.analysis.synthetic``) and frozen.
 The fit is penalised weighted least squares: data residuals sqrt(w_i / (phi p_i (1 - p_i)))
 (mu_i - y_i) with w_i = problems x seed multiplicity (binomial weights), p_i the fitted mean
 and phi >= 1 the dispersion (seed noise makes points vary more than binomially: phi = the
-data residual sum of squares / (points - parameters)), plus one residual (theta_j -
+data residual sum of squares / (points - parameters), the 6 + 3K parameters counted at their
+effective share under the penalties: :func:`effective_parameters`), plus one residual (theta_j -
 prior_j) / sd_j per prior and u_a / tau_u, v_a / tau_v, w_a / tau_w. It is minimised by Levenberg-Marquardt
 with the analytic Jacobian, vectorised over bootstrap replicates (one row each, warm-started
 from the point fit: :func:`refit`), so every replicate refits the whole joint model.
@@ -206,12 +207,22 @@ def fit_joint(d: JointData, iters: int = 60, rounds: int = 3) -> JointFit:
         fit = JointFit(best, d1.r0, d.dn, d.dg, tau, phi, p, cost[:1])
         p = np.clip(_mu_points(fit, d1)[0], 0.02, 0.98)
         raw = np.sum(d1.w[0] / (p * (1 - p)) * (p - d1.y[0]) ** 2)
-        phi = max(1.0, float(raw / max(n - (6 + K), 1)))
+        edf = effective_parameters(residuals(best, d1, _sqrt_weights(d1, p, phi), tau, prior)[1][0], n)
+        phi = max(1.0, float(raw / max(n - edf, 1.0)))
         tau = tuple(float(np.sqrt((np.sum(best[0, 6 + i * K:6 + (i + 1) * K] ** 2) + K0 * TAU0[e] ** 2) / (K + K0)))
                     for i, e in enumerate("uvw"))
         sw = _sqrt_weights(d1, p, phi)
         best, cost = _lm(best, lambda t: residuals(t, d1, sw, tau, prior), iters)
     return JointFit(best, d1.r0, d.dn, d.dg, tau, phi, p, cost)
+
+
+def effective_parameters(J: np.ndarray, n: int) -> float:
+    """tr(J_d (J' J)^-1 J_d'): the parameters the data points pay for in a penalised fit whose
+    Jacobian ``J`` (M, P) has the ``n`` data rows first, then the prior and effect rows. It is
+    6 + 3K for an unpenalised fit and less where the penalties shrink the K allocation effects
+    (u, v, w each) toward 0; the dispersion divides the Pearson sum by n minus this."""
+    JtJ = J.T @ J
+    return float(np.trace(np.linalg.solve(JtJ + 1e-12 * np.eye(len(JtJ)), J[:n].T @ J[:n])))
 
 
 def _mu_points(fit: JointFit, d: JointData) -> np.ndarray:

@@ -16,8 +16,10 @@
    power law, saturating sigmoid anchored at the measured step-0 score; unidentified fits
    excluded), read at the
    FLOPs a run at the target budget is expected to count (target budget x the pilots'
-   median spend share). Allocations that failed the gate are forecast flat (``constant``:
-   their recent level), as the gate promises.
+   median spend share). Allocations that failed the gate are not fitted by the joint model:
+   they are forecast by their recent level or their straight line in ln C, weighed on
+   held-out points (``UNGATED``), so a late riser whose gain is not yet beyond the noise
+   keeps the slope its points show instead of being forecast flat.
 5. **Extrapolation error, back-tested** (:mod:`race.analysis.backtest`): rolling-origin
    back-tests inside the study (fit on the smaller budgets, forecast the larger ones) give
    the logit-scale error per unit of log-FLOP reach and of the curve's observed slope,
@@ -48,23 +50,25 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
-from scipy.special import expit
 from scipy.stats import norm
 
 from race.accounting.guard import is_budget
 
-from .backtest import JOINT_MISFIT_REACH, JOINT_PRIOR_SCALE, PRIOR_SCALE, BackTest, logit, open_ends, run_backtest, slope_norm
-from .bootstrap import as_rng, win_probabilities
-from .families import FAMILIES, select_and_forecast
-from .decision import NO_LEARNING, ConfidenceRules, decide, declining, label, lead_not_held
+from .backtest import PairRule, logit, open_ends, run_backtest
+from .bootstrap import as_rng
+from .families import FAMILIES
+from .decision import NO_LEARNING, ConfidenceRules, Label, decide, declining, label, lead_not_held
 from .gate import learning_gate
 from .joint import Replicates, StudyMatrix, draw_replicates, resampled_text, study_matrix
-from .joint_forecast import forecast_joint, joint_fit_at
+from .forecast import forecasts, spend_share, standings, summarise
 from .pilot_reach import pilot_advice
 from .tables import ALLOCATION_COLUMNS, allocation_table, jsonable, without_controls
 
 METHODS = {"curve": FAMILIES, "trend": ("loglinear",), "joint": ("joint",)}
-__all__ = ["NO_LEARNING", "ConfidenceRules", "Recommendation", "decide", "declining", "label", "lead_not_held",
+#: families of an allocation that did not pass the gate: its recent level or its straight line in
+#: ln C, weighed on held-out points (a late riser whose gain is not yet beyond the noise keeps its slope)
+UNGATED = ("constant", "loglinear")
+__all__ = ["NO_LEARNING", "ConfidenceRules", "Label", "Recommendation", "decide", "declining", "label", "lead_not_held",
            "recommend"]
 
 
@@ -104,6 +108,8 @@ class Recommendation:
     open_reason: str = ""  # why (empty when both ends are bounded by the data)
     backtest: pd.DataFrame | None = field(default=None, repr=False)
     pilot_advice: dict | None = None  # how close the pilots must run for a narrower interval (race.analysis.pilot_reach)
+    p_near_best: float = float("nan")  # P(regret <= 0.01): share of joint replicates where the pick is within 0.01 of the best
+    calibration: str = ""  # which error scale the intervals use (race.analysis.backtest.BackTest.calibration)
 
     @property
     def forecast_made(self) -> bool:
@@ -120,166 +126,6 @@ def candidate_allocations(sm: StudyMatrix, reward_system: str | None) -> list[st
     if reward_system is not None:
         r = r[r["reward_system"] == reward_system]
     return sorted(r["allocation"].unique())
-
-
-def spend_share(sm: StudyMatrix) -> float:
-    """Median over runs of (FLOPs at the equal-FLOP reading) / budget."""
-    share = sm.runs["end_flops"].to_numpy(float) / sm.runs["budget"].to_numpy(float)
-    return float(np.clip(np.median(share), 1e-6, 1.0))
-
-
-def _runs_of(sm: StudyMatrix, allocation: str, max_budget: float | None = None) -> np.ndarray:
-    keep = sm.runs["allocation"] == allocation
-    if max_budget is not None:
-        keep &= sm.runs["budget"].to_numpy(float) <= max_budget * (1 + 1e-9)
-    return sm.runs.index[keep].to_numpy()
-
-
-def _anchor(sm: StudyMatrix, idx: np.ndarray, x: np.ndarray, y: np.ndarray, n: np.ndarray) -> float:
-    """Step-0 score of these runs (their mean), or the lowest-FLOP points' mean without one."""
-    if np.isfinite(sm.start[idx]).any():
-        return float(np.nanmean(sm.start[idx]))
-    low = x <= x.min() + 1e-9
-    return float(np.average(y[low], weights=n[low]))
-
-
-def point_forecast(sm: StudyMatrix, allocation: str, x_target: float, families: tuple[str, ...],
-                   max_budget: float | None = None) -> tuple[float, float, float] | None:
-    """(point forecast at ln C = ``x_target``, largest and smallest ln C fitted) from the runs at
-    budgets <= ``max_budget`` (all runs by default); None without evaluation points."""
-    idx = _runs_of(sm, allocation, max_budget)
-    pts = sm.points[sm.points["run"].isin(idx).to_numpy()]
-    if pts.empty:
-        return None
-    x, y, n = np.log(pts["flops"].to_numpy(float)), pts["score"].to_numpy(float), pts["n"].to_numpy(float)
-    r0 = _anchor(sm, idx, x, y, n)
-    fc = select_and_forecast(x, y[None, :], n[None, :], np.array([r0]), x_target, families)
-    return float(fc.forecast[0]), float(x.max()), float(x.min())
-
-
-def forecast_allocation(sm: StudyMatrix, reps: Replicates, allocation: str, x_target: float,
-                        families: tuple[str, ...], rng: np.random.Generator | int | None = 0,
-                        ) -> tuple[float, np.ndarray, dict]:
-    """(point forecast, replicate forecasts (R,) without extrapolation noise, info);
-    ``info["family"]`` is the family with the largest weight in the point fit."""
-    idx = _runs_of(sm, allocation)
-    mask = sm.points["run"].isin(idx).to_numpy()
-    pts = sm.points[mask]
-    if pts.empty:
-        raise ValueError(f"allocation {allocation} has no evaluation point after step 0")
-    x, y, n = np.log(pts["flops"].to_numpy(float)), pts["score"].to_numpy(float), pts["n"].to_numpy(float)
-    y_reps = reps.scores(sm.point_pp[mask] if sm.point_pp is not None else None, y)
-    w_reps = n[None, :] * reps.counts[:, pts["run"].to_numpy(int)]
-    r0 = _anchor(sm, idx, x, y, n)
-    if np.isfinite(sm.start[idx]).any():
-        start_reps = reps.scores(sm.start_pp[idx] if sm.start_pp is not None else None, sm.start[idx])
-        c = reps.counts[:, idx]
-        r0_reps = np.nansum(c * start_reps, axis=1) / np.maximum(np.sum(c * np.isfinite(start_reps), axis=1), 1e-300)
-    else:  # no step-0 evaluation: anchor at the lowest-FLOP points
-        low = x <= x.min() + 1e-9
-        r0_reps = (w_reps[:, low] * y_reps[:, low]).sum(axis=1) / w_reps[:, low].sum(axis=1)
-    point = select_and_forecast(x, y[None, :], n[None, :], np.array([r0]), x_target, families)
-    rep = select_and_forecast(x, y_reps, w_reps, np.clip(r0_reps, 0.0, 1.0), x_target, families, rng=rng,
-                              extrapolation_noise=False)
-    info = {"family": point.families[int(point.family[0])], "holdout": point.selected_by_holdout, "r0": r0,
-            "x_max": float(x.max()), "x_min": float(x.min()), **{f"share_{f}": rep.share(f) for f in families},
-            **{f"bound_{f}": v for f, v in rep.bound_hits.items()}}
-    return float(point.forecast[0]), rep.forecast, info
-
-
-def standings(sm: StudyMatrix, reps: Replicates, allocations: list[str], budget: float) -> tuple[list[str], np.ndarray, np.ndarray]:
-    """Observed seed-mean scores at equal FLOPs at ``budget``: (allocations present, points, (R, k) replicates)."""
-    end_reps = reps.scores(sm.end_pp, sm.end)
-    names, pts, cols = [], [], []
-    for a in allocations:
-        idx = sm.runs.index[(sm.runs["allocation"] == a) & np.isclose(sm.runs["budget"].to_numpy(float), budget)]
-        if len(idx):
-            names.append(a)
-            pts.append(float(np.mean(sm.end[idx])))
-            cols.append(reps.cell_mean(end_reps, idx.to_numpy()))
-    return names, np.array(pts), np.column_stack(cols) if cols else np.empty((reps.n, 0))
-
-
-def summarise(allocations: list[str], points: np.ndarray, reps: np.ndarray, level: float) -> pd.DataFrame:
-    """Predictions table: score, lo, hi, p_best, expected_regret (step 6)."""
-    q = (1 - level) / 2
-    return pd.DataFrame({"allocation": allocations, "score": points,
-                         "lo": np.quantile(reps, q, axis=0), "hi": np.quantile(reps, 1 - q, axis=0),
-                         "p_best": win_probabilities(reps),
-                         "expected_regret": (reps.max(axis=1, keepdims=True) - reps).mean(axis=0)})
-
-
-def backtest_study(sm: StudyMatrix, reps: Replicates, allocations: list[str],
-                   families_of: dict[str, tuple[str, ...]], target_ratio: float | None = None) -> BackTest:
-    """Rolling-origin back-test of the point forecasts (:mod:`race.analysis.backtest`); allocations
-    whose family is ``"joint"`` are forecast by the joint model fitted on the smaller budgets."""
-    end_reps = reps.scores(sm.end_pp, sm.end)
-    runs = sm.runs[sm.runs["allocation"].isin(allocations)]
-    budgets = sorted(float(b) for b in runs["budget"].unique())
-
-    def observed_at(a: str, b: float):
-        idx = sm.runs.index[(sm.runs["allocation"] == a) & np.isclose(sm.runs["budget"].to_numpy(float), b)].to_numpy()
-        if not len(idx):
-            return None
-        v = float(np.var(logit(reps.cell_mean(end_reps, idx)), ddof=1)) if reps.n > 1 else 0.0
-        return float(np.mean(sm.end[idx])), float(np.log(np.mean(sm.runs.loc[idx, "end_flops"]))), v
-
-    joint = [a for a in allocations if families_of[a] == ("joint",)]
-    joint_at = joint_fit_at(sm, joint) if joint else None
-
-    def fit_at(a: str, o: float, xt: float):
-        return joint_at(a, o, xt) if a in joint else point_forecast(sm, a, xt, families_of[a], o)
-
-    slopes = {a: slope_of(sm, a) for a in allocations}
-    return run_backtest(budgets, allocations, fit_at, observed_at, slopes.get, target_ratio,
-                        prior_scale=JOINT_PRIOR_SCALE if joint else PRIOR_SCALE,
-                        misfit_reach=JOINT_MISFIT_REACH if joint else 0.0)
-
-
-def slope_of(sm: StudyMatrix, allocation: str) -> float:
-    """min(|b| + c0, c1) of the allocation's seed-mean equal-FLOP scores over its pilot budgets (:func:`slope_norm`)."""
-    r = sm.runs.assign(end=sm.end, lnc=np.log(sm.runs["end_flops"].to_numpy(float)))
-    g = r[r["allocation"] == allocation].groupby("budget")[["lnc", "end"]].mean()
-    return slope_norm(g["lnc"].to_numpy(), g["end"].to_numpy())
-
-
-def forecast_parts(sm: StudyMatrix, reps: Replicates, allocs: list[str], families_of: dict, forecast_c: float,
-                   gen: np.random.Generator) -> tuple[pd.DataFrame, np.ndarray, np.ndarray, BackTest]:
-    """Per allocation: point forecast and info (rows), (R, k) replicates WITHOUT the back-tested
-    noise, the effective reach it is scaled by (min(|slope| + c0, c1) x sqrt(r_m^2 + log-FLOP reach^2):
-    :func:`race.analysis.backtest.effective_reach`), the back-test."""
-    x_t = float(np.log(forecast_c))
-    joint = [a for a in allocs if families_of[a] == ("joint",)]
-    if joint:
-        j_pt, j_reps, j_info, _ = forecast_joint(sm, reps, joint, x_t)
-    rows, cols = [], []
-    for a in allocs:
-        if a in joint:
-            i = joint.index(a)
-            p, r, info = j_pt[a], j_reps[:, i], {k: v for k, v in j_info[i].items() if k != "allocation"}
-        else:
-            p, r, info = forecast_allocation(sm, reps, a, x_t, families_of[a], rng=gen)
-            info["unidentified"] = info.get("bound_sigmoid", 0.0) >= 0.5
-        rows.append({"allocation": a, "point": p, **info})
-        cols.append(r)
-    info_df = pd.DataFrame(rows)
-    info_df["factor"] = [slope_of(sm, a) for a in allocs]
-    span = np.maximum(info_df["x_max"].to_numpy(float) - info_df["x_min"].to_numpy(float), 1e-9)
-    reach = np.maximum(x_t - info_df["x_max"].to_numpy(float), 0.0)
-    bt = backtest_study(sm, reps, allocs, families_of, target_ratio=float(np.median(reach / span)))
-    return info_df, np.column_stack(cols), bt.effective(reach, info_df["factor"].to_numpy(float)), bt
-
-
-def _forecasts(sm: StudyMatrix, reps: Replicates, allocs: list[str], families_of: dict, forecast_c: float,
-               gen: np.random.Generator) -> tuple[pd.DataFrame, np.ndarray, BackTest]:
-    """:func:`forecast_parts` with the back-tested extrapolation noise added to every replicate (step 5);
-    ``info_df`` gains ``ln_reach`` (ln C past the allocation's last point) and ``logit_sd`` (the
-    interval's logit-scale SD: replicates' spread and back-tested noise), read by :func:`open_ends`."""
-    info_df, F0, reach, bt = forecast_parts(sm, reps, allocs, families_of, forecast_c, gen)
-    info_df["ln_reach"] = np.maximum(np.log(forecast_c) - info_df["x_max"].to_numpy(float), 0.0)
-    info_df["rep_sd"] = np.std(logit(F0), axis=0)
-    info_df["logit_sd"] = np.hypot(info_df["rep_sd"].to_numpy(), bt.sd(reach))
-    return info_df, expit(logit(F0) + bt.noise(reach, reps.n, len(allocs), gen)), bt
 
 
 def gated_study(evals: pd.DataFrame, runs: pd.DataFrame, target: str, n_boot: int = 200,
@@ -331,8 +177,9 @@ def recommend(evals: pd.DataFrame, runs: pd.DataFrame, target: str, target_budge
     bt, decision, gain_lo, open_above = None, "", float("nan"), False
     if gate["passed"].any():
         passed = set(gate.loc[gate["passed"], "allocation"])
-        families_of = {a: METHODS[method] if a in passed else ("constant",) for a in allocs}
-        info_df, rep_matrix, bt = _forecasts(sm, reps, allocs, families_of, forecast_c, gen)
+        families_of = {a: METHODS[method] if a in passed else UNGATED for a in allocs}
+        info_df, rep_matrix, bt = forecasts(sm, reps, allocs, families_of, forecast_c, gen,
+                                          PairRule(rules.own_pairs, rules.pair_reach))
         pred = summarise(allocs, info_df["point"].to_numpy(), rep_matrix, level)
         pred = pred.merge(info_df.drop(columns=["point", "x_max", "x_min"]), on="allocation")
         obs = dict(zip(obs_names, obs_pts))
@@ -378,7 +225,7 @@ def recommend(evals: pd.DataFrame, runs: pd.DataFrame, target: str, target_budge
                               float(top["factor"]), bt.misfit_reach, target_budget, largest, z=float(norm.ppf(0.5 + level / 2)))
     if not gate_checked:
         reasons.append("learning gate not applied: the study has no step-0 evaluations (record one per run)")
-        confidence = "unstable" if confidence == "stable regime" else confidence
+        confidence = Label.UNSTABLE if confidence == Label.STABLE else confidence
     params = allocation_table(runs).set_index("allocation")
     params = params.loc[top["allocation"]] if top["allocation"] in params.index else pd.Series(dtype=object)
     params = {c: jsonable(params[c]) for c in (*ALLOCATION_COLUMNS, "model_params") if c in params.index}
@@ -392,5 +239,6 @@ def recommend(evals: pd.DataFrame, runs: pd.DataFrame, target: str, target_budge
         n_boot=int(n_boot), resampled=resampled_text(reps, sm, forecast=method_used != "observed", method=method_used), predictions=pred,
         gate=gate, notes=notes, replicates=rep_matrix, default_allocation=observed, decision=decision,
         switch_gain_lo=gain_lo, open_above=open_above, open_below=open_below, open_reason=open_reason, backtest=bt.table if bt is not None else None,
-        pilot_advice=advice,
+        pilot_advice=advice, p_near_best=float(top["p_near_best"]),
+        calibration=bt.calibration if bt is not None and confidence != NO_LEARNING else "",
     )

@@ -102,6 +102,7 @@ class World:
     spend: tuple[float, float] = (0.8, 1.0)
     seed: int = 0
     tags: dict = field(default_factory=dict)
+    seed_walk: float = 0.0  # ln C over which a run's seed offset decorrelates along its trajectory (0: fixed)
 
     def curve(self, k: int) -> Curve:
         c = self.allocations[k]["curve"]
@@ -182,17 +183,29 @@ class World:
         d = np.random.default_rng([self.seed, 1]).normal(0.0, self.difficulty_sd, self.n_problems)
         z = np.random.default_rng([self.seed, 2, model_idx]).standard_normal(self.n_problems)
         run_rng = np.random.default_rng([self.seed, 6, k, seed])
-        delta = run_rng.normal(0.0, self.seed_sd)
+        delta = self.seed_sd * self.offsets(run_rng.normal(0.0, 1.0), flops, k, seed)
         theta_grid, mu_grid = self._theta_table()
         curve = self.curve(k)
         out = []
-        for c in flops:
-            theta = float(np.interp(float(curve.mean(c)), mu_grid, theta_grid)) + (delta if c > 0 else 0.0)
+        for c, dc in zip(flops, delta):
+            theta = float(np.interp(float(curve.mean(c)), mu_grid, theta_grid)) + (dc if c > 0 else 0.0)
             eps = (run_rng.standard_normal(self.n_problems) if c > 0
                    else np.random.default_rng([self.seed, 4, model_idx]).standard_normal(self.n_problems))
             u = norm.cdf(self.rho * z + np.sqrt(1 - self.rho**2) * eps)
             out.append((float(c), (u < expit(theta - d)).astype(int)))
         return out
+
+
+    def offsets(self, z0: float, flops: list[float], k: int, seed: int) -> np.ndarray:
+        """A run's standardised seed offset at each of ``flops``: ``z0`` throughout when ``seed_walk`` is 0, else a
+        mean-reverting random walk (Ornstein-Uhlenbeck) in ln C from ``z0`` at the first C > 0: N(0, 1) at every point,
+        correlation exp(-|ln C_i - ln C_j| / seed_walk); its own random stream (fixed-offset draws are untouched)."""
+        z, x = np.full(len(flops), float(z0)), np.log(np.maximum(flops, 1.0))
+        rng, first = np.random.default_rng([self.seed, 8, k, seed]), int(np.argmax(np.asarray(flops) > 0))
+        for i in range(first + 1, len(z) if self.seed_walk > 0 else 0):
+            rho = float(np.exp(-max(x[i] - x[i - 1], 0.0) / self.seed_walk))
+            z[i] = rho * z[i - 1] + np.sqrt(1 - rho**2) * rng.standard_normal()
+        return z
 
 
 def equal_compute_seeds(n_seeds: int, budgets: list[float]) -> int:
@@ -238,7 +251,7 @@ def move_pilots(world: World, target_ratio: float) -> World:
 
 
 def design_compute(world: World, design: str = "flat") -> float:
-    """Pilot FLOP budget the design spends: allocations x seeds x (sum(budgets) flat, max(budgets) nested)."""
+    """Pilot FLOPs: allocations x seeds x (sum(budgets) flat, max(budgets) nested)."""
     if design not in DESIGNS:
         raise ValueError(f"design must be one of {DESIGNS}, got {design!r}")
     n = len(world.allocations)
@@ -285,7 +298,8 @@ def random_world(seed: int, flat: bool | None = None, families: tuple[str, ...] 
                        "target_ratio": float(target / budgets[-1])})
 
 
-def _run_row(world: World, a: dict, rid: str, budget: float, seed: int, total: float) -> dict:
+def run_row(world: World, a: dict, rid: str, budget: float, seed: int, total: float) -> dict:
+    """One complete run's row of the runs table (``race.schema`` layout) for allocation ``a`` of ``world``."""
     from .tables import RUNS_COLUMNS
 
     row = {c: None for c in RUNS_COLUMNS}
@@ -299,21 +313,16 @@ def _run_row(world: World, a: dict, rid: str, budget: float, seed: int, total: f
 
 
 def world_tables(world: World, design: str = "flat") -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(runs, evals) of every pilot cell of ``world`` in the analysis schema, without a grid.
-
-    ``design``: ``flat`` (every budget x seed its own run), ``nested`` (one run per
-    allocation and seed at the largest budget, read at the smaller budgets' stopping points:
-    :func:`nested_tables`) or ``nested-equal-compute`` (nested, with the seeds the flat
-    design's compute buys: :func:`equal_compute_seeds`). ``nested-split`` is a diagnostic of
-    the analysis, not a design: the nested runs with every trajectory point in ONE row (each
-    row keeps step 0 and the points after the previous budget's stop), as if the analysis
-    read the prefix rows without their repeated points. ``flat-trajectory`` is a flat grid as
-    the built-in engine runs it at a constant learning rate: every budget x seed its own run
-    with its own ``n_points`` evaluations, but the runs of one seed at several budgets are
-    one trajectory (docs/analysis.md, section 8), drawn once (:func:`trajectory_tables`).
-    ``flat`` draws them independently, which a real grid does not. ``nested-dense``: the
-    nested runs read at ``DENSE_BUDGETS`` log-spaced budget points instead of the world's 3
-    (evaluations only: the nested design's compute), so the back-tests have more origins."""
+    """(runs, evals) of every pilot cell of ``world`` in the analysis schema, without a grid. ``design``:
+    ``flat`` (every budget x seed its own run, drawn independently, which a real grid does not);
+    ``flat-trajectory`` (a flat grid as the engine runs it at a constant learning rate: each run its
+    own ``n_points`` evaluations, a seed's runs at every budget one trajectory, docs/analysis.md
+    section 8: :func:`trajectory_tables`); ``nested`` (one run per allocation and seed at the largest
+    budget, read at the smaller budgets' stops: :func:`nested_tables`); ``nested-equal-compute``
+    (nested with the seeds the flat design's compute buys: :func:`equal_compute_seeds`);
+    ``nested-dense`` (nested read at ``DENSE_BUDGETS`` log-spaced budgets: more back-test origins);
+    ``nested-split``, a diagnostic: every trajectory point in ONE row (step 0 and the points after
+    the previous budget's stop), as if the analysis read the prefix rows without repeats."""
     if design not in DESIGNS:
         raise ValueError(f"design must be one of {DESIGNS}, got {design!r}")
     if design == "flat-trajectory":
@@ -333,7 +342,7 @@ def world_tables(world: World, design: str = "flat") -> tuple[pd.DataFrame, pd.D
                 for step, (c, per) in enumerate(pts):
                     eval_rows.append(dict(run_id=rid, step=step, flops=c, target="greedy", score=float(per.mean()),
                                           n=len(per), per_problem=per.tolist()))
-                run_rows.append(_run_row(world, a, rid, budget, seed, pts[-1][0]))
+                run_rows.append(run_row(world, a, rid, budget, seed, pts[-1][0]))
     return pd.DataFrame(run_rows), pd.DataFrame(eval_rows)
 
 
@@ -360,7 +369,7 @@ def nested_tables(world: World, seeds: list[int], split: bool = False) -> tuple[
                 for step, c, per in run_pts:  # the long run's step numbers, as the store keeps them
                     eval_rows.append(dict(run_id=run_id, step=step, flops=c, target="greedy", score=float(per.mean()),
                                           n=len(per), per_problem=per.tolist()))
-                row = _run_row(world, a, run_id, budget, seed, run_pts[-1][1])
+                row = run_row(world, a, run_id, budget, seed, run_pts[-1][1])
                 row["prefix_of"] = parent
                 run_rows.append(row)
     return pd.DataFrame(run_rows), pd.DataFrame(eval_rows)
@@ -387,5 +396,5 @@ def trajectory_tables(world: World) -> tuple[pd.DataFrame, pd.DataFrame]:
                     per = traj[c][1]
                     eval_rows.append(dict(run_id=rid, step=step, flops=c, target="greedy", score=float(per.mean()),
                                           n=len(per), per_problem=per.tolist()))
-                run_rows.append(_run_row(world, a, rid, b, seed, pts[-1]))
+                run_rows.append(run_row(world, a, rid, b, seed, pts[-1]))
     return pd.DataFrame(run_rows), pd.DataFrame(eval_rows)

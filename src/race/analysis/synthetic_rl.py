@@ -91,21 +91,21 @@ class RLWorld(World):
     def seed_sd_at(self, flops: float) -> float:
         return float(self.seed_sd * (max(flops, 1.0) / (self.budgets[-1] * np.mean(self.spend))) ** self.seed_growth)
 
-    def _points(self, spec: dict, model_idx: int, flops: list[float], rr: np.random.Generator, z_run: float,
-                collapse_at: int | None) -> list[tuple[float, np.ndarray]]:
+    def _points(self, spec: dict, model_idx: int, flops: list[float], rr: np.random.Generator,
+                z_run: float | np.ndarray, collapse_at: int | None) -> list[tuple[float, np.ndarray]]:
         """(counted FLOPs, per-problem 0/1 outcomes) at each of ``flops`` (0 first) for one run
-        whose draws come from ``rr`` (its offset ``z_run`` and collapse point already drawn):
+        whose draws come from ``rr`` (its offset ``z_run``, one or one per point, and collapse point already drawn):
         the shared problem difficulties and model factor, a per-point wiggle, the
         end-of-schedule bonus at the last point, the base model's fixed outcomes at 0."""
         d = np.random.default_rng([self.seed, 1]).normal(0.0, self.difficulty_sd, self.n_problems)
         z = np.random.default_rng([self.seed, 2, model_idx]).standard_normal(self.n_problems)
         theta_grid, mu_grid = self._theta_table()
-        out = []
+        out, z_at = [], np.broadcast_to(np.asarray(z_run, dtype=float), (len(flops),))
         for i, c in enumerate(flops):
             mu = float(rl_mean(spec, c, end_of_run=(i == len(flops) - 1)))
             if c > 0:
                 sd = self.seed_sd_at(c)
-                mu += z_run * sd + rr.normal(0.0, sd / 3)
+                mu += z_at[i] * sd + rr.normal(0.0, sd / 3)
                 if collapse_at is not None and i >= collapse_at:
                     mu = 0.5 * mu + 0.5 * 0.8 * spec["r0"]
             theta = float(np.interp(np.clip(mu, 0.005, 0.985), mu_grid, theta_grid))
@@ -128,7 +128,8 @@ class RLWorld(World):
 
     def trajectory(self, k: int, seed: int, flops: list[float]) -> list[tuple[float, np.ndarray]]:
         """(counted FLOPs, per-problem 0/1 outcomes) of ONE run evaluated at ``flops`` (ascending,
-        0 first): one offset z_run and one collapse draw for the whole run (a prefix that ends
+        0 first): one offset z_run (a random walk from it when ``seed_walk`` > 0: :meth:`World.offsets`)
+        and one collapse draw for the whole run (a prefix that ends
         after the collapse shows it), the per-point wiggle as in :meth:`run_outcomes`, and the
         end-of-schedule bonus at the LAST point only (the prefixes did not anneal). Its own
         random stream, so a flat design's runs are untouched."""
@@ -138,7 +139,7 @@ class RLWorld(World):
         z_run = rr.standard_normal()
         n_pos = sum(c > 0 for c in flops)
         collapse_at = int(rr.integers(1, n_pos + 1)) if (rr.random() < self.collapse_p and n_pos) else None
-        return self._points(spec, model_idx, flops, rr, z_run, collapse_at)
+        return self._points(spec, model_idx, flops, rr, self.offsets(z_run, flops, k, seed), collapse_at)
 
 
 def _draw(rng: np.random.Generator, seed: int, null: bool) -> RLWorld:

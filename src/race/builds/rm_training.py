@@ -40,7 +40,7 @@ extra step (AUC ~0.7-0.8), but NOT an arithmetic slip inside a step (AUC ~0.52):
 ``a+b=c`` takes a tiny model thousands of steps (longer training, base init, reversed
 digits and dense per-digit labels were tried and moved that AUC by at most 0.07). Step
 accuracy at threshold 0.5 is close to the majority rate. Treat them as weak, exploitable
-feedback -- the setting where over-optimisation (``race.rewards.diagnostics``) shows.
+feedback -- the setting where over-optimisation (``race.records.overoptimisation``) shows.
 
 Cache: ``<cache>/rm/<name>-<recipe hash>/`` (safetensors, config.json, tokenizer,
 ``info.json``), written under a temporary name and renamed into place, reused when

@@ -47,13 +47,20 @@ def plan(
     from rich.table import Table
 
     from race.cli.tables import print_table
-    from race.grid import plan_grid
+    from race.grid.race_plan import plan_race
 
-    p = plan_grid(_load(grid_file), study_dir=study_dir)
+    spec = _load(grid_file)
+    cap = None
+    if spec.racing and spec.race is not None:
+        from race.protocol.racing import racing_rule
+
+        cap = racing_rule(spec.race.rule, spec.race.later_seeds).max_unreused
+    p = plan_race(spec, study_dir=study_dir, max_unreused=cap)
     if as_json:
         typer.echo(json.dumps(p.to_dict(), indent=2))
         return
-    table = Table(title=f"study {p.spec.study}: {len(p.cells)} cells ({len(p.refused)} refused)")
+    table = Table(title=f"study {p.spec.study}: {len(p.cells)} cells ({len(p.refused)} refused)"
+                  + (" on the first rung (protocol: race; later rungs extend the runs that go on)" if p.race else ""))
     for col in ("run_id", "allocation", "budget", "seed", "steps", "rollout %", "learning %", "feedback %", "note"):
         table.add_column(col, justify="right" if col in ("budget", "seed", "steps") or "%" in col else "left")
     for c in p.cells:
@@ -118,18 +125,34 @@ def run(
         if live is not None:
             live.update(view(ev))
 
+    def on_rung(d: dict) -> None:
+        con.print(escape(rung_line(d)))
+
+    from race.protocol import ReportError, run_race
+
+    kw = dict(runner=runner, workers=workers, threads_per_worker=threads, ray_address=ray_address,
+              retry_failed=retry_failed, on_event=on_event)
     try:
         if live is not None:
             live.start()
         try:
-            result = run_grid(spec, study_dir, runner=runner, workers=workers, threads_per_worker=threads,
-                              ray_address=ray_address, retry_failed=retry_failed, on_event=on_event)
+            result = (run_race(spec, study_dir, on_rung=on_rung, **kw) if spec.racing  # type: ignore[arg-type]
+                      else run_grid(spec, study_dir, **kw))  # type: ignore[arg-type]
         finally:
             if live is not None:
                 live.stop()
                 con.print()
-    except (StudyLockedError, StoreError) as e:
+    except (StudyLockedError, StoreError, ReportError) as e:
         _fail(str(e))
+    if spec.racing:
+        for n in result.notes:
+            con.print(f"[dim]note: {escape(n)}[/dim]")
+        con.print(f"race: {len(result.decisions)} of {len(spec.race.rungs)} rungs decided, {result.cells} cells, "
+                  f"{len(result.failed)} failed; pick: {result.pick or '-'}; study: {result.study_dir}"
+                  + ("  (next: `race validate` continues the pick's pilot to the target)" if result.finished else ""))
+        if result.failed:
+            raise typer.Exit(1)
+        return
     for n in result.notes:
         con.print(f"[dim]note: {escape(n)}[/dim]")
     for c in result.refused:
@@ -140,6 +163,14 @@ def run(
     if result.failed:
         con.print("failed cells: " + ", ".join(result.failed) + "  (see `race grid status`)")
         raise typer.Exit(1)
+
+
+def rung_line(d: dict) -> str:
+    """One line per rung decision: who goes on, and who stops."""
+    stop = d.get("stopped") or {}
+    return (f"rung {d['rung']} ({d['budget']:.3g} FLOPs) decided: {len(d['go_on'])} go on "
+            f"({', '.join(d['go_on'])})" + (f"; {len(stop)} stop" if stop else "")
+            + ("; the pick's pilot continues to the target" if d.get("next_budget") is None else ""))
 
 
 @app.command("status")

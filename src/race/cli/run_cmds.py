@@ -89,8 +89,8 @@ def demo(
     grid: Annotated[Optional[Path], typer.Option(help="grid file (default: the packaged demo grid)")] = None,
     workers: Annotated[Optional[int], typer.Option(min=1, help="cells in flight (default: the grid's)")] = None,
     quiet: Annotated[bool, typer.Option("--quiet", help="no live view")] = False,
-    validate: Annotated[bool, typer.Option(help="run the recommendation and its strongest rival at the target "
-                                                "budget (4x the largest pilot budget) and report forecast vs "
+    validate: Annotated[bool, typer.Option(help="run the target run (the pick's pilot continued to the target "
+                                                "budget) and its strongest rival's, and report forecast vs "
                                                 "realised")] = True,
     rivals: Annotated[int, typer.Option(min=0, help="rivals validated beside the recommendation")] = 1,
 ) -> None:
@@ -133,7 +133,7 @@ def demo(
         split = {"builds": time.perf_counter() - t0}
         con.print(f"  ({split['builds']:.0f} s)")
         t_grid = time.perf_counter()
-        con.rule("[bold]2/4 pilot grid[/bold]")
+        con.rule(f"[bold]2/4 pilot {'race' if spec.racing else 'grid'}[/bold]")
         try:
             grid_run(grid_file, runner=None, workers=workers, threads=None, ray_address=None, study_dir=study_dir,
                      retry_failed=False, quiet=quiet)
@@ -143,7 +143,9 @@ def demo(
     split["grid"] = time.perf_counter() - t_grid
     t_val = time.perf_counter()
     if validate:
-        con.rule("[bold]3/4 validation[/bold] (new runs at the target budget; they never feed the forecast)")
+        con.rule("[bold]3/4 target run[/bold] (the pick's pilot continued to the target budget, a rival's beside "
+                 "it; they never feed the forecast)" if spec.racing else
+                 "[bold]3/4 validation[/bold] (new runs at the target budget; they never feed the forecast)")
         _demo_validation(con, study_dir, rivals, workers)
         split["validation"] = time.perf_counter() - t_val
         con.print(f"  ({split['validation']:.0f} s)")
@@ -163,10 +165,10 @@ def _demo_validation(con: Any, study_dir: Path, rivals: int, workers: int | None
     """``race validate`` inside the demo: the report then shows forecast vs realised. A
     validation that cannot run (e.g. no pilot run completed) is reported, not fatal."""
     from race.cards import fmt_flops
-    from race.protocol import ReportError, validate_study
+    from race.protocol import ReportError, run_validation
 
     try:
-        res = validate_study(study_dir, rivals=rivals, workers=workers, on_event=cell_events(con.print))
+        res = run_validation(study_dir, rivals=rivals, workers=workers, on_event=cell_events(con.print))
     except ReportError as e:
         con.print(f"[yellow]  validation not run: {e}[/yellow]")
         return

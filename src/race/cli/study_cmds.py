@@ -95,11 +95,13 @@ def _parse_seeds(seeds: str | None) -> list[int] | None:
 
 def validate(
     study_dir: Annotated[Path, typer.Argument(help="study directory (holds study.sqlite)")],
-    target_budget: Annotated[Optional[float], typer.Option(help="FLOPs of the validation runs (default 4x the "
-                                                               "largest pilot budget)")] = None,
+    target_budget: Annotated[Optional[float], typer.Option(help="FLOPs of the validation runs (default: a racing "
+                                                               "study's target budget, else 4x the largest pilot "
+                                                               "budget)")] = None,
     rivals: Annotated[int, typer.Option(min=0, help="strongest rivals to run beside the recommendation")] = 2,
     seeds: Annotated[Optional[str], typer.Option(help="comma-separated seeds (default: each allocation's pilot "
-                                                      "seeds)")] = None,
+                                                      "seeds; a racing study: the continued seeds, these beside "
+                                                      "them)")] = None,
     target: Annotated[Optional[str], typer.Option(help="evaluation target the recommendation optimises (default: "
                                                        "the grid's first eval target)")] = None,
     workers: Annotated[Optional[int], typer.Option(min=1, help="cells in flight (default: the study's runner)")] = None,
@@ -108,9 +110,11 @@ def validate(
     n_boot_fit: Annotated[int, typer.Option(min=10, help="bootstrap replicates of curve fits")] = 200,
     seed: Annotated[int, typer.Option(help="random seed of the bootstraps")] = 0,
 ) -> None:
-    """Run the recommendation and its rivals at the target budget; report realised regret."""
+    """Run the recommendation and its rivals at the target budget; report realised regret. A
+    racing study's target run continues the pick's pilot (its continued run) to the target
+    budget, rivals from theirs; --seeds adds seeds beside it."""
     from race.cards import fmt_flops
-    from race.protocol import ReportError, validate_study
+    from race.protocol import ReportError, run_validation
     from race.report import build_report
 
     seed_list = _parse_seeds(seeds)
@@ -118,7 +122,7 @@ def validate(
 
     on_event = cell_events(typer.echo)
     try:
-        res = validate_study(study_dir, target_budget=target_budget, target=target, rivals=rivals, seeds=seed_list,
+        res = run_validation(study_dir, target_budget=target_budget, target=target, rivals=rivals, seeds=seed_list,
                              workers=workers, n_boot=n_boot, n_boot_fit=n_boot_fit, rng=seed, on_event=on_event)
     except ReportError as e:
         _fail(str(e))

@@ -14,13 +14,13 @@ from pathlib import Path
 from typing import Any, Callable
 
 from race.accounting import LoRA, ModelShape
-from race.accounting.ledger import KNOWN_PHASES
-from race.engines.run_io import MetricsLog, read_run, write_config, write_json_atomic
+from race.engines.run_io import MetricsLog, read_extends, read_run, write_config, write_json_atomic
 from race.estimate import run_lora
+from race.records import RUN_PHASES  # noqa: F401  (re-exported: the phases a run's ledger records)
+from race.spec.cells import trajectory_key
 from race.spec.run import RunConfig
 
 Progress = Callable[[dict[str, Any]], None]
-RUN_PHASES = tuple(p for p in KNOWN_PHASES if p != "warmstart")  # the phases a run's ledger records (warm starts are the base's; counted or not)
 
 
 class DivergedError(RuntimeError):
@@ -203,6 +203,17 @@ class EvalSchedule:
         self.next_at, self.last_step = float(meta["next_eval_at"]), int(meta["last_eval_step"])
         self.budget_points = [dict(p) for p in meta.get("budget_points", [])]
 
+    def extend(self, ext: dict[str, Any]) -> None:
+        """After restoring the last checkpoint of the shorter run ``ext`` describes (it ended
+        evaluated, at its own budget's stop): where a fresh run of this budget stands at that
+        step. Its budget is a budget point reached there (when ``at_budgets`` lists it: the
+        guard's stop rule is the one both runs follow), and the next evaluation is this
+        budget's spacing after it (the shorter run's came from its own budget)."""
+        for b in self.at_budgets:
+            if abs(b - float(ext["budget_flops"])) <= 1e-9 * b:
+                self.budget_points.append({"budget": b, "step": int(ext["steps"]), "flops": ext["total_flops"]})
+        self.next_at = float(ext["total_flops"]) + self.every
+
 
 class RunDir:
     """The run directory of one run (docs/run-format.md), as both engines write it."""
@@ -230,12 +241,31 @@ class RunDir:
         """What a checkpoint stores besides the weights, to resume exactly."""
         return {**schedule.state(), "run_id": self.cfg.run_id(), "reward_calls": getattr(reward, "call_index", 0)}
 
+    def extension(self) -> dict[str, Any] | None:
+        """The shorter run this directory was seeded to extend (``run_io.seed_extension``), else None."""
+        return read_extends(self.path)
+
     def resume(self, meta: dict[str, Any], schedule: EvalSchedule, reward: Any) -> None:
-        """Check a checkpoint's metadata belongs to this run and restore what it stored."""
-        if meta.get("run_id") != self.cfg.run_id():
+        """Check a checkpoint's metadata belongs to this run, or to the shorter run of the
+        same trajectory this directory was seeded to extend (same settings but the budget,
+        a smaller budget, a constant learning rate: ``race.spec.cells.trajectory_key``), and
+        restore what it stored; an extension then stands where a fresh run of this budget
+        stands at that step (:meth:`EvalSchedule.extend`)."""
+        ext = self.extension()
+        extending = meta.get("run_id") != self.cfg.run_id() and ext is not None and meta.get("run_id") == ext["run_id"]
+        if meta.get("run_id") != self.cfg.run_id() and not extending:
             raise RuntimeError(f"{self.path} holds a checkpoint of another run ({meta.get('run_id')}); "
                                "use a new output directory")
+        if extending:
+            mine = trajectory_key(self.cfg)
+            if mine is None or ext.get("trajectory") != mine or not float(ext["budget_flops"]) < self.cfg.budget_flops:
+                raise RuntimeError(f"{self.path} was seeded to extend run {ext['run_id']}, but that run is not a "
+                                   f"shorter run of this one's trajectory (trajectory {ext.get('trajectory')} vs "
+                                   f"{mine}, budget {ext['budget_flops']:.4g} vs {self.cfg.budget_flops:.4g}); use a "
+                                   "new output directory")
         schedule.restore(meta)
+        if extending:
+            schedule.extend(ext)
         if hasattr(reward, "set_call_index"):
             reward.set_call_index(int(meta.get("reward_calls", 0)))
 
@@ -243,38 +273,31 @@ class RunDir:
                error: str | None, wall: float, shape: ModelShape, resumed_from: int | None,
                budget_points: list[dict[str, float]] | None = None) -> dict[str, Any]:
         """Write and return ``run.json`` (the report card is the engine's to write)."""
+        from dataclasses import asdict
+
+        from race.records import run_record
+
         cfg = self.cfg
-        evals = metrics.evals()
-        first = {r["target"]: r["score"] for r in evals if r["step"] == 0}
-        last_step = max((r["step"] for r in evals), default=0)
-        final = {r["target"]: r["score"] for r in evals if r["step"] == last_step}
-        trains = [r for r in metrics.rows if r.get("kind") == "train"]
-
-        def mean(key: str) -> float:
-            vals = [r[key] for r in trains if key in r]
-            return sum(vals) / len(vals) if vals else 0.0
-
-        from race.rewards.diagnostics import overoptimisation
-
-        over = overoptimisation(trains, evals) if cfg.reward.learned else None
-        phases = {p: 0 for p in RUN_PHASES}
-        phases.update(ledger.totals_by_phase())
+        rec = run_record(evals=metrics.evals(), train=[r for r in metrics.rows if r.get("kind") == "train"],
+                         ledger=[asdict(r) for r in ledger], steps=steps, learned=cfg.reward.learned,
+                         target=cfg.eval.targets[0])
         out = {
             "run_id": cfg.run_id(), "name": cfg.name, "engine": engine, "status": status,
             "stop_reason": stop_reason, "error": error, "budget_flops": cfg.budget_flops,
-            "total_flops": ledger.total, "phase_flops": phases, "steps": steps,
+            "total_flops": rec.total_flops, "phase_flops": rec.phase_flops, "steps": rec.steps,
             "wall_s": round(wall, 3),
             "phase_seconds": {k: round(v, 3) for k, v in ledger.seconds_by_phase().items()},
             "model_params": shape.num_params(), "non_embedding_params": shape.non_embedding_params(),
-            "initial": first, "final": final,
-            "diagnostics": {"zero_var_frac": mean("zero_var_frac"), "trunc_rate": mean("trunc_rate"),
-                            "reward_mean": mean("reward_mean"), "verified_mean": mean("verified_mean"),
-                            "overoptimisation": over},
-            "resumed_from": resumed_from, "conventions": cfg.conventions,
+            "initial": rec.initial, "final": rec.final, "diagnostics": rec.diagnostics,
+            "resumed_from": resumed_from, "conventions": cfg.conventions, "trajectory": trajectory_key(cfg),
             "config": cfg.model_dump(mode="json"),
         }
         if cfg.eval.at_budgets:  # where the run stood in for each smaller budget (eval.at_budgets)
             out["budget_points"] = [dict(p) for p in budget_points or []]
+        ext = self.extension()
+        if ext is not None:  # it continued that run: its ledger, metrics and wall seconds hold that run's
+            out["extends"] = {k: ext[k] for k in ("run_id", "budget_flops", "steps", "total_flops", "wall_s")}
+            out["wall_s"] = round(wall + float(ext["wall_s"]), 3)
         write_json_atomic(self.path / "run.json", out)
         return out
 

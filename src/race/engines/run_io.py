@@ -1,9 +1,11 @@
-"""Files of a run directory (docs/run-format.md): config, metrics JSONL, run.json."""
+"""Files of a run directory (docs/run-format.md): config, metrics JSONL, run.json, and a
+run directory seeded to extend a shorter run of the same trajectory (:func:`seed_extension`)."""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -61,3 +63,45 @@ def read_run(run_dir: Path) -> dict[str, Any] | None:
     if not p.exists():
         return None
     return json.loads(p.read_text())
+
+
+#: A seeded run directory's note of the shorter run it continues (docs/run-format.md).
+EXTENDS_FILE = "extends.json"
+#: What a seeded run directory takes from the run it extends (besides the checkpoint).
+SEEDED_FILES = ("ledger.jsonl", "metrics.jsonl")
+
+
+def read_extends(run_dir: Path) -> dict[str, Any] | None:
+    """The :data:`EXTENDS_FILE` of a seeded run directory, else None."""
+    p = Path(run_dir) / EXTENDS_FILE
+    return json.loads(p.read_text()) if p.exists() else None
+
+
+def seed_extension(parent_dir: Path, run_dir: Path) -> dict[str, Any]:
+    """Start ``run_dir`` as the continuation of the complete run in ``parent_dir``: a copy
+    of its last checkpoint, ledger and metrics, and :data:`EXTENDS_FILE` saying which run
+    it extends (its id, budget, steps, counted FLOPs, wall seconds, trajectory and budget
+    points). The engine then resumes that checkpoint with its own, larger budget
+    (``race.engines.common.RunDir.resume``). Built in a temporary folder and renamed into
+    place, so a crash leaves either no seeded directory or a whole one; whatever
+    ``run_dir`` held before (a directory without a checkpoint) is replaced."""
+    parent_dir, run_dir = Path(parent_dir), Path(run_dir)
+    parent = read_run(parent_dir)
+    if parent is None or parent.get("status") != "complete" or not (parent_dir / "checkpoint").is_dir():
+        raise RuntimeError(f"{parent_dir} holds no complete run with a checkpoint to extend (status "
+                           f"{(parent or {}).get('status')!r}); run it first")
+    ext = {"run_id": parent["run_id"], "budget_flops": parent["budget_flops"], "steps": parent["steps"],
+           "total_flops": parent["total_flops"], "wall_s": parent.get("wall_s") or 0.0,
+           "trajectory": parent.get("trajectory"), "budget_points": parent.get("budget_points") or []}
+    tmp = run_dir.with_name(run_dir.name + ".extend.tmp")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    shutil.copytree(parent_dir / "checkpoint", tmp / "checkpoint")
+    for name in SEEDED_FILES:
+        if (parent_dir / name).exists():
+            shutil.copy2(parent_dir / name, tmp / name)
+    write_json_atomic(tmp / EXTENDS_FILE, ext)
+    if run_dir.exists():
+        shutil.rmtree(run_dir)
+    tmp.rename(run_dir)
+    return ext

@@ -123,6 +123,7 @@ class GridPlan:
     time_scale: float = 1.0  # observed / default wall time of the study's finished runs
     notes: list[str] = field(default_factory=list)
     separate: dict[str, float] | None = None  # nested: budget and est. wall of the separate runs instead
+    race: dict[str, Any] | None = None  # protocol: race: the rungs' and the target run's compute (race_plan.plan_race)
 
     @property
     def runnable(self) -> list[PlannedCell]:
@@ -169,6 +170,7 @@ class GridPlan:
             "workers": self.workers,
             "notes": self.notes,
             "separate": self.separate,
+            "race": self.race,
         }
 
 
@@ -208,16 +210,17 @@ def cell_refusal(cfg: RunConfig) -> str | None:
 
 
 def plan_grid(spec: "GridSpec | dict | str | Path", predictor: Predictor | None = None,
-              study_dir: str | Path | None = None) -> GridPlan:
-    """Expand the grid and predict every cell. ``predictor`` defaults to
-    :func:`predict_cell`; with ``study_dir`` the wall-time estimate is calibrated on the
-    study's finished runs."""
+              study_dir: str | Path | None = None, cells: "list[Cell] | None" = None) -> GridPlan:
+    """Expand the grid and predict every cell (``cells``: these cells of it instead, e.g. one
+    rung of a racing grid). ``predictor`` defaults to :func:`predict_cell`; with
+    ``study_dir`` the wall-time estimate is calibrated on the study's finished runs. A racing
+    grid's rungs and target run are priced by ``race.grid.race_plan.plan_race``."""
     spec = as_grid_spec(spec)
     notes: list[str] = []
     predict = predictor or predict_cell
     planned: list[PlannedCell] = []
     failures: dict[str, int] = {}
-    for cell in spec.cells():
+    for cell in (spec.cells() if cells is None else cells):
         try:
             pred = predict(cell.config)
         except Exception as e:  # a prediction problem must not hide the plan
@@ -262,7 +265,7 @@ def plan_grid(spec: "GridSpec | dict | str | Path", predictor: Predictor | None 
         notes.append(f"gang: {len(gangs)} gang(s) of {min(gangs, default=0)}-{max(gangs, default=0)} members and "
                      f"{len(units) - len(gangs)} cell(s) alone, {len(units)} unit(s) on {workers} worker(s); a gang's "
                      "wall time is taken as its members' sum (a 2-core CPU measured 0.96-1.36x; docs/design.md)")
-    if spec.nested:
+    if spec.nested and not spec.racing:
         _price_nested(plan, predict)
     return plan
 

@@ -176,9 +176,23 @@ class _Driver:
         self._emit("finish")
         return ran, [rid for rid, s in self.status.items() if s == "failed"]
 
+    def _seed(self, cell: Cell) -> None:
+        """A cell that extends a shorter run of its trajectory (racing: ``Cell.extends``)
+        starts from that run's last checkpoint, ledger and metrics
+        (``race.engines.run_io.seed_extension``), unless its directory already holds a
+        checkpoint (a seeded or partly run extension resumes) or its finished run."""
+        if not cell.extends:
+            return
+        from race.engines.run_io import seed_extension
+
+        rd = self.study_dir / "runs" / cell.run_id
+        if not (rd / "run.json").exists() and not (rd / "checkpoint").is_dir():
+            seed_extension(self.study_dir / "runs" / cell.extends, rd)
+
     def _submit(self, executor: Executor, unit: list[Cell]) -> Any:
         if len(unit) == 1:
             cell = unit[0]
+            self._seed(cell)
             return executor.submit(self._cell_spec(cell), str(self.study_dir / "runs" / cell.run_id))
         from race.grid.gangs import gang_id
 
@@ -262,7 +276,7 @@ def run_grid(spec: "GridSpec | dict | str | Path", study_dir: str | Path | None 
              ray_address: str | None = None, retry_failed: bool = False,
              on_event: Callable[[GridEvent], None] | None = None, predictor: Predictor | None = None,
              only: "list[str] | set[str] | None" = None, poll_s: float = 0.5,
-             as_study_spec: bool = True) -> GridResult:
+             as_study_spec: bool = True, cells: "list[Cell] | None" = None) -> GridResult:
     """Run (or resume) a grid into ``study_dir`` (default ``studies/<study>``).
 
     Keyword settings override the grid file's ``runner``. Cells already complete are
@@ -270,14 +284,16 @@ def run_grid(spec: "GridSpec | dict | str | Path", study_dir: str | Path | None 
     ``only`` restricts the session to those run ids (the whole grid is still registered).
     ``as_study_spec=False`` runs the cells into an existing study without recording this
     spec as the study's grid (e.g. validation runs at a larger budget: "run these
-    configs into this study").
+    configs into this study"). ``cells``: run these cells of the grid instead of
+    ``spec.cells()`` (a racing rung's, ``race.protocol.racing``); only they are registered.
+    A cell that extends another (``Cell.extends``) starts from that run's checkpoint.
     Raises :class:`~race.grid.lock.StudyLockedError` when another driver runs the study.
     """
     spec = as_grid_spec(spec).with_runner(kind=runner, workers=workers, threads_per_worker=threads_per_worker,
                                           ray_address=ray_address)
     sdir = Path(study_dir) if study_dir is not None else default_study_dir(spec)
     sdir = sdir.resolve()
-    plan = plan_grid(spec, predictor=predictor, study_dir=sdir)
+    plan = plan_grid(spec, predictor=predictor, study_dir=sdir, cells=cells)
     notes = list(plan.notes)
     selected = [pc.cell for pc in plan.runnable]
     if only is not None:

@@ -91,6 +91,12 @@ MIGRATIONS: dict[int, list[str]] = {
         "ALTER TABLE runs_v3 RENAME TO runs",
         "CREATE INDEX runs_status ON runs(status)",
     ],
+    4: [  # racing: a cell that continues a shorter run of its trajectory says which; each rung's decision
+        "ALTER TABLE runs ADD COLUMN extends TEXT",
+        """CREATE TABLE rung_decisions (
+             rung INTEGER PRIMARY KEY, budget REAL NOT NULL, decision_json TEXT NOT NULL,
+             created_at REAL NOT NULL)""",
+    ],
 }
 SCHEMA_VERSION = max(MIGRATIONS)
 
@@ -98,6 +104,25 @@ SCHEMA_VERSION = max(MIGRATIONS)
 def prefix_id(run_id: str, index: int) -> str:
     """The id of the ``index``-th (ascending budget) prefix row of run ``run_id``."""
     return f"{run_id}.p{index}"
+
+
+def is_read_prefix(run_id: str, of: str) -> bool:
+    """Whether ``run_id`` is a prefix row the store wrote for run ``of`` (:func:`prefix_id`),
+    not a cell that ran and was then extended by ``of`` (both say ``prefix_of``)."""
+    return run_id.startswith(f"{of}.p") and run_id[len(of) + 2:].isdigit()
+
+
+def _insert_rows(c: sqlite3.Connection, run_id: str, ledger: list[dict[str, Any]], evals: list[dict[str, Any]],
+                 train: list[dict[str, Any]]) -> None:
+    """Insert a run's rows (as :meth:`Store.ingest` normalises them) under ``run_id``."""
+    c.executemany("INSERT INTO ledger VALUES (?,?,?,?,?,?,?,?)",
+                  [(run_id, r["step"], r["phase"], r["component"], r["flops"], r["tokens"], r["seconds"], r["counted"])
+                   for r in ledger])
+    c.executemany("INSERT INTO evals VALUES (?,?,?,?,?,?,?)",
+                  [(run_id, e["step"], e["flops"], e["target"], e["score"], e["n"], e["per_problem_json"])
+                   for e in evals])
+    c.executemany("INSERT INTO train_metrics VALUES (?,?,?,?)",
+                  [(run_id, t["step"], t["flops"], json.dumps(t["metrics"], sort_keys=True)) for t in train])
 
 
 class StoreError(RuntimeError):
@@ -213,13 +238,14 @@ class Store:
             rows.append((cell.run_id, study, cell.index, json.dumps(cell.spec_dict(), sort_keys=True),
                          json.dumps(cell.allocation, sort_keys=True), cell.label, cfg.engine, cfg.model,
                          cfg.num_generations, cfg.prompts_per_step, cfg.num_iterations, cfg.learning_rate,
-                         str(cfg.reward), cfg.lora.r if cfg.lora else None, cfg.budget_flops, cfg.seed))
+                         str(cfg.reward), cfg.lora.r if cfg.lora else None, cfg.budget_flops, cfg.seed,
+                         getattr(cell, "extends", None)))
         with self.transaction() as c:
             known = {r[0] for r in c.execute("SELECT run_id FROM runs")}
             c.executemany(
                 "INSERT OR IGNORE INTO runs(run_id, study, position, spec_json, allocation_json, label, engine, model, "
-                "num_generations, prompts_per_step, num_iterations, learning_rate, reward, lora_r, budget, seed) "
-                "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", rows)
+                "num_generations, prompts_per_step, num_iterations, learning_rate, reward, lora_r, budget, seed, "
+                "extends) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", rows)
             # keep positions in line with the current grid file's order
             c.executemany("UPDATE runs SET position=? WHERE run_id=?", [(r[2], r[0]) for r in rows])
         return sum(1 for r in rows if r[0] not in known)
@@ -251,15 +277,16 @@ class Store:
         any rows it had, in one transaction. Returns the stored status."""
         run = result["run"]
         status = "diverged" if run.get("status") == "diverged" else "complete"
-        ledger = [(run_id, int(r["step"]), str(r["phase"]), str(r.get("component", "")), float(r["flops"]),
-                   None if r.get("tokens") is None else int(r["tokens"]), _num(r.get("seconds")),
-                   int(bool(r.get("counted", True)))) for r in result.get("ledger", [])]
-        evals = [(run_id, int(r["step"]), float(r["flops"]), str(r["target"]), float(r["score"]),
-                  None if r.get("n") is None else int(r["n"]),
-                  None if r.get("per_problem") is None else json.dumps(list(r["per_problem"])))
+        ledger = [{"step": int(r["step"]), "phase": str(r["phase"]), "component": str(r.get("component", "")),
+                   "flops": float(r["flops"]), "tokens": None if r.get("tokens") is None else int(r["tokens"]),
+                   "seconds": _num(r.get("seconds")), "counted": int(bool(r.get("counted", True))),
+                   } for r in result.get("ledger", [])]
+        evals = [{"step": int(r["step"]), "flops": float(r["flops"]), "target": str(r["target"]),
+                  "score": float(r["score"]), "n": None if r.get("n") is None else int(r["n"]),
+                  "per_problem_json": None if r.get("per_problem") is None else json.dumps(list(r["per_problem"]))}
                  for r in result.get("evals", [])]
-        train = [(run_id, int(r["step"]), float(r["flops"]),
-                  json.dumps({k: v for k, v in r.items() if k not in ("kind", "step", "flops")}, sort_keys=True))
+        train = [{"step": int(r["step"]), "flops": float(r["flops"]),
+                  "metrics": {k: v for k, v in r.items() if k not in ("kind", "step", "flops")}}
                  for r in result.get("train", [])]
         wall = run.get("wall_s", result.get("wall_s"))
         with self.transaction() as c:
@@ -267,9 +294,7 @@ class Store:
                 raise StoreError(f"run {run_id} is not a cell of this study")
             for table in ("ledger", "evals", "train_metrics"):
                 c.execute(f"DELETE FROM {table} WHERE run_id=?", (run_id,))
-            c.executemany("INSERT INTO ledger VALUES (?,?,?,?,?,?,?,?)", ledger)
-            c.executemany("INSERT INTO evals VALUES (?,?,?,?,?,?,?)", evals)
-            c.executemany("INSERT INTO train_metrics VALUES (?,?,?,?)", train)
+            _insert_rows(c, run_id, ledger, evals, train)
             c.execute(
                 "UPDATE runs SET status=?, error=?, finished_at=?, wall_s=?, total_flops=?, steps=?, model_params=?, "
                 "run_json=? WHERE run_id=?",
@@ -279,55 +304,53 @@ class Store:
             self._write_prefixes(c, run_id, run, ledger, evals, train)
         return status
 
-    def _write_prefixes(self, c: sqlite3.Connection, run_id: str, run: dict[str, Any], ledger: list[tuple],
-                        evals: list[tuple], train: list[tuple]) -> None:
+    def _write_prefixes(self, c: sqlite3.Connection, run_id: str, run: dict[str, Any], ledger: list[dict[str, Any]],
+                        evals: list[dict[str, Any]], train: list[dict[str, Any]]) -> None:
         """Replace the prefix rows of ``run_id``: one complete run per budget point of
-        ``run`` (``run.json``'s ``budget_points``), with its rows up to the point's step."""
-        old = [r[0] for r in c.execute("SELECT run_id FROM runs WHERE prefix_of=?", (run_id,))]
+        ``run`` (``run.json``'s ``budget_points``), with its rows up to the point's step, its
+        summary from those rows (``race.records.run_record``). A run that extends a shorter
+        one (``run.json``'s ``extends``: it resumed that run's last checkpoint with a larger
+        budget) makes that run its prefix (``prefix_of``) instead of writing the points the
+        shorter run and its own prefixes already stand for."""
+        from race.records import run_record
+
+        old = [r[0] for r in c.execute("SELECT run_id FROM runs WHERE prefix_of=?", (run_id,))
+               if is_read_prefix(r[0], run_id)]
         for pid in old:
             for table in ("ledger", "evals", "train_metrics"):
                 c.execute(f"DELETE FROM {table} WHERE run_id=?", (pid,))
             c.execute("DELETE FROM runs WHERE run_id=?", (pid,))
+        extends = run.get("extends") or {}
+        if extends.get("run_id"):  # (the cell's registered ``extends`` says the same: race.grid.runners)
+            c.execute("UPDATE runs SET prefix_of=?, prefix_step=? WHERE run_id=?",
+                      (run_id, int(extends["steps"]), extends["run_id"]))
         points = sorted(run.get("budget_points") or [], key=lambda p: p["budget"])
         if not points or run.get("status") == "diverged":
             return
         cols = [d[1] for d in c.execute("PRAGMA table_info(runs)")]
         base = dict(zip(cols, c.execute("SELECT * FROM runs WHERE run_id=?", (run_id,)).fetchone()))
         spec = json.loads(base["spec_json"])
+        checked = (run.get("diagnostics") or {}).get("overoptimisation")  # a learned reward's runs are checked
+        rows = [{"step": t["step"], "flops": t["flops"], **t["metrics"]} for t in train]
         for i, p in enumerate(points):
+            if extends and float(p["budget"]) <= float(extends["budget_flops"]):
+                continue  # the extended run and its prefixes stand for this budget already
             pid, b, k = prefix_id(run_id, i), float(p["budget"]), int(p["step"])
-            ev = [(pid, *e[1:]) for e in evals if e[1] <= k]
-            tr = [(pid, *t[1:]) for t in train if t[1] <= k]
-            led = [(pid, *e[1:]) for e in ledger if e[1] <= k]
-            phases: dict[str, float] = {}
-            for e in led:
-                if e[7]:
-                    phases[e[2]] = phases.get(e[2], 0.0) + e[4]
-            trains = [json.loads(t[3]) for t in tr]
-
-            def mean(key: str) -> float:
-                vals = [t[key] for t in trains if key in t]
-                return sum(vals) / len(vals) if vals else 0.0
-
-            final = {e[3]: e[4] for e in ev if e[1] == k}
+            rec = run_record(evals=evals, train=rows, ledger=ledger, upto_step=k, learned=checked is not None,
+                             target=(checked or {}).get("target", "greedy"))
             pspec = {**spec, "budget_flops": b,
                      "eval": {**spec.get("eval", {}), "at_budgets": [q["budget"] for q in points[:i]]}}
             prun = {"run_id": pid, "prefix_of": run_id, "prefix_step": k, "status": "complete",
                     "stop_reason": "prefix", "engine": run.get("engine"), "budget_flops": b,
-                    "total_flops": float(p["flops"]), "phase_flops": phases, "steps": k,
                     "model_params": run.get("model_params"), "non_embedding_params": run.get("non_embedding_params"),
-                    "initial": run.get("initial"), "final": final, "conventions": run.get("conventions"),
-                    "diagnostics": {m: mean(m) for m in ("zero_var_frac", "trunc_rate", "reward_mean",
-                                                         "verified_mean")}}
+                    "conventions": run.get("conventions"), **rec.as_dict()}
             row = {**base, "run_id": pid, "spec_json": json.dumps(pspec, sort_keys=True), "budget": b,
-                   "status": "complete", "error": None, "wall_s": None, "total_flops": float(p["flops"]), "steps": k,
-                   "run_json": json.dumps(prun, sort_keys=True),
-                   "prefix_of": run_id, "prefix_step": k}
+                   "status": "complete", "error": None, "wall_s": None, "total_flops": rec.total_flops, "steps": k,
+                   "run_json": json.dumps(prun, sort_keys=True), "prefix_of": run_id, "prefix_step": k}
             c.execute(f"INSERT INTO runs({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})",
                       [row[col] for col in cols])
-            c.executemany("INSERT INTO ledger VALUES (?,?,?,?,?,?,?,?)", led)
-            c.executemany("INSERT INTO evals VALUES (?,?,?,?,?,?,?)", ev)
-            c.executemany("INSERT INTO train_metrics VALUES (?,?,?,?)", tr)
+            _insert_rows(c, pid, [r for r in ledger if r["step"] <= k], [e for e in evals if e["step"] <= k],
+                         [t for t in train if t["step"] <= k])
 
     # -- queries -----------------------------------------------------------------------
     def runs(self, status: str | None = None) -> list[dict[str, Any]]:
@@ -335,10 +358,32 @@ class Store:
         return [dict(r) for r in self.conn.execute(q, (status,) if status else ())]
 
     def counts(self) -> dict[str, int]:
+        """Cells by status (the prefix rows the store wrote are not cells)."""
         out = {s: 0 for s in STATUSES}
-        for s, n in self.conn.execute("SELECT status, COUNT(*) FROM runs WHERE prefix_of IS NULL GROUP BY status"):
-            out[s] = n
+        for rid, of, status in self.conn.execute("SELECT run_id, prefix_of, status FROM runs"):
+            if not (of and is_read_prefix(rid, of)):
+                out[status] += 1
         return out
+
+    # -- racing: each rung's decision, stored once --------------------------------------
+    def rung_decision(self, rung: int) -> dict[str, Any] | None:
+        """The decision stored for rung ``rung`` (its ``RungDecision.as_dict()``), else None."""
+        row = self.conn.execute("SELECT decision_json FROM rung_decisions WHERE rung=?", (int(rung),)).fetchone()
+        return json.loads(row[0]) if row else None
+
+    def record_rung_decision(self, rung: int, budget: float, decision: dict[str, Any]) -> dict[str, Any]:
+        """Store rung ``rung``'s decision unless one is stored (a resumed driver keeps the
+        first); returns the stored one."""
+        with self.transaction() as c:
+            c.execute("INSERT OR IGNORE INTO rung_decisions(rung, budget, decision_json, created_at) VALUES (?,?,?,?)",
+                      (int(rung), float(budget), json.dumps(decision, sort_keys=True, allow_nan=False), time.time()))
+        stored = self.rung_decision(rung)
+        assert stored is not None
+        return stored
+
+    def rung_decisions(self) -> list[dict[str, Any]]:
+        """Every stored rung decision, first rung first."""
+        return [json.loads(r[0]) for r in self.conn.execute("SELECT decision_json FROM rung_decisions ORDER BY rung")]
 
     def completed_summaries(self) -> list[dict[str, Any]]:
         return [dict(r) for r in self.conn.execute(

@@ -15,7 +15,8 @@ from typing import Any
 
 from race.accounting import SPLIT
 from race.grid.lock import StudyLock
-from race.grid.store import Store
+from race.grid.store import Store, is_read_prefix
+from race.records import run_record
 from race.schema import EVALS_COLUMNS, EVALS_OPTIONAL, LEDGER_COLUMNS as LEDGER_SCHEMA, OWN_COLUMN_AXES, \
     RUNS_COLUMNS, RUNS_EXTRA, FINISHED, STATUSES, axis_column
 from race.spec.reward import reward_columns
@@ -37,7 +38,7 @@ class StudyStatus:
     flops_done: float
     flops_planned: float
     driver: dict[str, Any] | None = None  # the live driver (pid, host, since), if any
-    prefixes: int = 0  # rows that are prefixes of a nested cell's run (not cells: no FLOPs of their own)
+    prefixes: int = 0  # rows the store wrote as prefixes of a nested cell's run (not cells: no FLOPs of their own)
 
     @property
     def total(self) -> int:
@@ -50,20 +51,19 @@ def study_status(study_dir: str | Path) -> StudyStatus:
         rows = store.runs()
         counts = store.counts()
         name = store.study_name()
-    runs = [r for r in rows if not r.get("prefix_of")]
+    runs = [r for r in rows if not (r.get("prefix_of") and is_read_prefix(r["run_id"], r["prefix_of"]))]
+    budgets = {r["run_id"]: r["budget"] for r in runs}
     cells = [{"run_id": r["run_id"], "label": r["label"], "budget": r["budget"], "seed": r["seed"],
               "status": r["status"], "attempts": r["attempts"], "wall_s": r["wall_s"], "total_flops": r["total_flops"],
               "steps": r["steps"], "error": (r["error"] or "").strip().splitlines()[0][:200] if r["error"] else None}
              for r in runs]
     return StudyStatus(study=name, study_dir=Path(study_dir), counts=counts, cells=cells,
-                       flops_done=sum(r["total_flops"] or 0.0 for r in runs if r["status"] in FINISHED),
-                       flops_planned=sum(r["budget"] for r in runs), driver=StudyLock.holder(study_dir),
+                       # an extended cell's FLOPs hold the run it extends (that run is its prefix): counted once
+                       flops_done=sum(r["total_flops"] or 0.0 for r in runs if r["status"] in FINISHED
+                                      and not r.get("prefix_of")),
+                       flops_planned=sum(r["budget"] - budgets.get(r.get("extends") or "", 0.0) for r in runs),
+                       driver=StudyLock.holder(study_dir),
                        prefixes=len(rows) - len(runs))
-
-
-def _phase_flops(run: dict[str, Any], ledger_sums: dict[str, float]) -> dict[str, float]:
-    phases = run.get("phase_flops")
-    return {k: float(v) for k, v in phases.items()} if isinstance(phases, dict) else ledger_sums
 
 
 def _axis_value(v: Any) -> Any:
@@ -81,22 +81,29 @@ def load_tables(study_dir: str | Path) -> dict[str, "Any"]:
         train = store.rows("train_metrics")
         study = store.study_name()
 
-    sums: dict[str, dict[str, float]] = {}
-    for r in ledger:
-        if r["counted"]:
-            d = sums.setdefault(r["run_id"], {})
-            d[r["phase"]] = d.get(r["phase"], 0.0) + r["flops"]
+    rows_of: dict[str, dict[str, list[dict[str, Any]]]] = {}  # run id -> its rows, for its record
+    for table, kind in ((ledger, "ledger"), (evals, "evals")):
+        for r in table:
+            rows_of.setdefault(r["run_id"], {}).setdefault(kind, []).append(r)
+    for t in train:
+        rows_of.setdefault(t["run_id"], {}).setdefault("train", []).append(
+            {"step": t["step"], "flops": t["flops"], **json.loads(t["metrics_json"])})
     extra_axes: list[str] = []
     for r in runs:
         for path in json.loads(r["allocation_json"]):
             if path not in OWN_COLUMN_AXES and axis_column(path) not in extra_axes:
                 extra_axes.append(axis_column(path))
+    totals = {r["run_id"]: r["total_flops"] for r in runs}
     records = []
     for r in runs:
         run = json.loads(r["run_json"]) if r["run_json"] else {}
         done = r["status"] in FINISHED
-        ph = _phase_flops(run, sums.get(r["run_id"], {})) if done else {}
-        diag = run.get("diagnostics") or {}
+        # the run's summary from its stored rows: one author (race.records.run_record)
+        own = rows_of.get(r["run_id"], {})
+        record = run_record(evals=own.get("evals", []), train=own.get("train", []), ledger=own.get("ledger", []),
+                            steps=run.get("steps")) if done else None
+        ph = {k: v for k, v in record.phase_flops.items()} if record else {}
+        diag = record.diagnostics if record else {}
         counted = sum(ph.get(k, 0.0) for k in (*SPLIT["search"], *SPLIT["feedback"], *LEARNING_PHASES))
         total = run.get("total_flops", counted) if done else None
         rec = {
@@ -108,11 +115,14 @@ def load_tables(study_dir: str | Path) -> dict[str, "Any"]:
             "rollout_flops": ph.get("rollout") if done else None,
             "learning_flops": sum(ph.get(k, 0.0) for k in LEARNING_PHASES) if done else None,
             "feedback_flops": ph.get("reward") if done else None,
-            "steps": run.get("steps"), "wall_s": r["wall_s"],
+            "steps": record.steps if record else run.get("steps"), "wall_s": r["wall_s"],
             "zero_var_frac": diag.get("zero_var_frac"), "trunc_rate": diag.get("trunc_rate"),
-            "lora_r": r["lora_r"], "engine": r["engine"], "allocation": r["label"], "attempts": r["attempts"],
+            "lora_r": r["lora_r"], "engine": r["engine"], "label": r["label"], "attempts": r["attempts"],
             "error": r["error"], "conventions": run.get("conventions"),
-            "prefix_of": r.get("prefix_of"),
+            "prefix_of": r.get("prefix_of"), "extends": r.get("extends"),
+            "own_flops": (0.0 if r.get("prefix_of") and is_read_prefix(r["run_id"], r["prefix_of"])
+                          else total - (totals.get(r.get("extends") or "") or 0.0)) if done and total is not None
+            else None,
             # the one place a stored reward spec is parsed: its typed columns (race.schema.REWARD_COLUMNS),
             # derived here from the string, so stores written before these columns existed read the same
             **reward_columns(r["reward"]),
@@ -123,7 +133,7 @@ def load_tables(study_dir: str | Path) -> dict[str, "Any"]:
                 rec[axis_column(path)] = _axis_value(alloc[path])
         records.append(rec)
     runs_df = pd.DataFrame.from_records(records, columns=RUN_COLUMNS + EXTRA_RUN_COLUMNS + extra_axes)
-    for col in ("budget", "model_params", "total_flops", "rollout_flops", "learning_flops", "feedback_flops",
+    for col in ("budget", "model_params", "total_flops", "own_flops", "rollout_flops", "learning_flops", "feedback_flops",
                 "wall_s", "zero_var_frac", "trunc_rate", "learning_rate"):
         runs_df[col] = pd.to_numeric(runs_df[col], errors="coerce").astype("float64")
     for col in ("steps", "lora_r"):

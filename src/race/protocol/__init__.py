@@ -2,10 +2,14 @@
 into pilot and validation runs, its recorded validations, its recommendation) and the
 validation stage that runs the recommendation and its rivals at the target budget.
 
+    errors.py     ReportError
     study.py      load a study (directory or tables); pilot vs validation runs; validation.json;
                   the recommendation for a target budget
     validate.py   validate_study: run the recommendation and rivals at the target budget
                   (through race.grid), and measure the realised regret
+    racing.py     run_race: a racing study's rungs (protocol: race), each decided from the store
+    target.py     validate_race: a racing study's target run, the pick's pilot continued to T;
+                  run_validation: whichever of the two validations the study calls for
 
 ``race.report`` renders what this package reads; it never launches a run.
 """
@@ -23,7 +27,10 @@ from .study import (
     write_validation,
 )
 from .validate import ValidationOutcome, choose_allocations, validate_study, validation_grids
+from .racing import RaceResult, run_race
+from .target import run_validation, validate_race
 
-__all__ = ["VALIDATION_FILE", "ReportError", "StudyData", "ValidationOutcome", "choose_allocations",
+__all__ = ["VALIDATION_FILE", "RaceResult", "ReportError", "StudyData", "ValidationOutcome", "choose_allocations",
+           "run_race", "run_validation", "validate_race",
            "default_target_budget", "grid_primary_target", "load_study", "read_validations", "recommend_for",
            "reward_model_cards", "validate_study", "validation_grids", "write_validation"]

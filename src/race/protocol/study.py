@@ -32,13 +32,11 @@ import pandas as pd
 
 from race.analysis import Recommendation, recommend
 
+from .errors import ReportError
+
 VALIDATION_FILE = "validation.json"
 BUDGET_RTOL = 0.05
 DEFAULT_TARGET_RATIO = 4.0
-
-
-class ReportError(ValueError):
-    """The study cannot be reported on (no such study, no complete runs, ...)."""
 
 
 def _close(a: float, b: float, rtol: float = BUDGET_RTOL) -> bool:
@@ -66,6 +64,11 @@ class StudyData:
     #: Count the reward models' training FLOPs in the report card's total (the grid's
     #: ``report.count_rm_training``; ``build_report(count_rm_training=...)`` overrides it).
     count_rm_training: bool = False
+    #: A racing study's ``race:`` settings (its grid has ``protocol: race``: target_budget,
+    #: rungs as fractions of it, later_seeds, rule), else None.
+    race: dict[str, Any] | None = None
+    #: A racing study's stored decisions, one per rung decided (``RungDecision.as_dict()``).
+    rung_decisions: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def pilot_runs(self) -> pd.DataFrame:
@@ -131,9 +134,6 @@ def _json_default(o: Any) -> Any:
 
 def _clean_runs(runs: pd.DataFrame) -> pd.DataFrame:
     runs = runs.copy()
-    # race.grid's runs table carries the grid label as "allocation"; the analysis builds its own key
-    if "allocation" in runs.columns:
-        runs = runs.rename(columns={"allocation": "label"})
     if "status" not in runs.columns:
         runs["status"] = "complete"
     runs["run_id"] = runs["run_id"].astype(str)
@@ -217,6 +217,13 @@ def load_study(source: "str | Path | Mapping[str, pd.DataFrame]", *,
     if study_dir is not None:
         data.primary_target = grid_primary_target(study_dir) or "greedy"
         data.count_rm_training = grid_count_rm_training(study_dir)
+        grid = grid_spec_of(study_dir)
+        data.race = grid.get("race") if grid.get("protocol") == "race" else None
+        if data.race is not None:
+            from race.grid import Store
+
+            with Store(study_dir, create=False) as store:
+                data.rung_decisions = store.rung_decisions()
     if data.pilot_complete.empty:
         counts = runs["status"].astype(str).value_counts().to_dict()
         raise ReportError(f"study {data.name} ({origin}) has no complete pilot runs (status counts: {counts}); "
@@ -225,25 +232,35 @@ def load_study(source: "str | Path | Mapping[str, pd.DataFrame]", *,
 
 
 def recommend_for(evals: pd.DataFrame, runs: pd.DataFrame, target: str, target_budget: float, *,
-                  n_boot: int = 200, rng: int = 0) -> tuple[Recommendation, list[str]]:
+                  n_boot: int = 200, rng: int = 0, race: dict[str, Any] | None = None,
+                  ) -> tuple[Recommendation, list[str]]:
     """:func:`race.analysis.recommend` (the joint model of the study, its default method):
-    what the report shows and what ``race validate`` runs.
+    what the report shows and what ``race validate`` runs; for a racing study (``race``:
+    its grid's ``race:`` settings) the racing pick after the last rung
+    (``race.protocol.racing.race_recommendation``, seeded with ``rng`` as the race's driver).
 
     Returns (recommendation, notes): the notes are the recommendation's own (missing
     step-0 or per-problem data, fewer than 3 seeds)."""
-    rec = recommend(evals, runs, target, target_budget, n_boot=n_boot, rng=rng)
+    if race is not None:
+        from .racing import race_recommendation
+
+        rec = race_recommendation(evals, runs, target, target_budget, race, seed=rng)
+    else:
+        rec = recommend(evals, runs, target, target_budget, n_boot=n_boot, rng=rng)
     return rec, list(rec.notes)
 
 
 def default_target_budget(study: StudyData, target: str | None = None) -> float:
-    """The latest validated target budget if any, else :data:`DEFAULT_TARGET_RATIO` (4x) the
-    largest pilot budget: inside the recommendation's extrapolation limit (below 10x), so the
-    default report makes a forecast it can label."""
+    """The latest validated target budget if any, else a racing study's target budget, else
+    :data:`DEFAULT_TARGET_RATIO` (4x) the largest pilot budget: inside the recommendation's
+    extrapolation limit (below 10x), so the default report makes a forecast it can label."""
     for v in reversed(study.validations):
         if target is None or v.get("target") == target:
             tb = float(v.get("target_budget", 0.0))
             if tb > 0 and math.isfinite(tb):
                 return tb
+    if study.race is not None:
+        return float(study.race["target_budget"])
     return DEFAULT_TARGET_RATIO * study.largest_pilot_budget()
 
 

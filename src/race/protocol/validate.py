@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -118,10 +118,13 @@ def validate_study(study_dir: str | Path, *, target_budget: float | None = None,
     study's primary target, its grid's first ``eval.targets`` entry), run the recommendation and
     ``rivals`` rivals there (``seeds``: default each allocation's pilot seeds), store the
     runs in the study and compute the realised regret (also written to validation.json)."""
-    from race.grid import GridSpecError, StudyLockedError, expand_grid, grid_spec_from_dict, run_grid
+    from race.grid import GridSpecError, expand_grid, grid_spec_from_dict, run_grid
 
     sdir = Path(study_dir)
     study = load_study(sdir)
+    if study.race is not None:
+        raise ReportError(f"study {study.name} is a racing study: its target run continues the pick's pilot "
+                          "(race.protocol.target.validate_race; `race validate` chooses it)")
     target = target or study.primary_target
     pilot_evals = study.evals_of(study.pilot_runs)
     if target not in set(pilot_evals["target"].astype(str)):
@@ -147,19 +150,31 @@ def validate_study(study_dir: str | Path, *, target_budget: float | None = None,
     entry = {"target": target, "target_budget": tb, "allocations": allocs, "run_ids": run_ids, "seeds": out.seeds,
              "recommendation": {k: v for k, v in rec.to_dict().items() if k != "predictions"},
              "started_at": time.time()}
+    return run_recorded(sdir, study.name, entry, out, lambda: (run_grid(spec, sdir, on_event=on_event,
+                                                                         as_study_spec=False) for spec in specs),
+                        n_boot=n_boot, rng=rng)
+
+
+def run_recorded(sdir: Path, study: str, entry: dict[str, Any], out: ValidationOutcome,
+                 grids: Callable[[], Iterable[Any]], *, n_boot: int, rng: int, what: str = "validation cell(s)",
+                 ) -> ValidationOutcome:
+    """Record ``entry`` in validation.json as running, run the grids ``grids()`` yields
+    (``race.grid.run_grid`` results, run as they are drawn), measure the realised regret of
+    ``out.recommendation`` and record the outcome; returns ``out``, filled in."""
+    from race.grid import StudyLockedError
+
     write_validation(sdir, {**entry, "status": "running"})
     try:
-        for spec in specs:
-            res = run_grid(spec, sdir, on_event=on_event, as_study_spec=False)
+        for res in grids():
             out.failed += res.failed
             out.refused += [f"{c.cell.run_id}: {c.refusal}" for c in res.refused]
     except StudyLockedError as e:
         write_validation(sdir, {**entry, "status": "interrupted", "message": str(e)})
-        raise ReportError(f"study {study.name} is being run by another driver ({e}); validate when it has "
+        raise ReportError(f"study {study} is being run by another driver ({e}); validate when it has "
                           "finished") from None
-    out.result, out.message = _measure(sdir, rec, n_boot, rng)
+    out.result, out.message = measure(sdir, out.recommendation, n_boot, rng)
     if out.failed or out.refused:
-        out.message = "; ".join(filter(None, [f"{len(out.failed)} validation cell(s) failed" if out.failed else None,
+        out.message = "; ".join(filter(None, [f"{len(out.failed)} {what} failed" if out.failed else None,
                                               f"{len(out.refused)} refused" if out.refused else None, out.message]))
     write_validation(sdir, {**entry, "status": out.status, "failed": out.failed, "refused": out.refused,
                             "message": out.message,
@@ -167,7 +182,8 @@ def validate_study(study_dir: str | Path, *, target_budget: float | None = None,
     return out
 
 
-def _measure(study_dir: Path, rec: Recommendation, n_boot: int, rng: int) -> tuple[ValidationResult | None, str | None]:
+def measure(study_dir: Path, rec: Recommendation, n_boot: int, rng: int) -> tuple[ValidationResult | None, str | None]:
+    """The realised regret of ``rec`` on the study's validation runs (or why it was not measured)."""
     study = load_study(study_dir)
     vruns = study.validation_runs
     try:
@@ -176,4 +192,4 @@ def _measure(study_dir: Path, rec: Recommendation, n_boot: int, rng: int) -> tup
         return None, f"realised regret not measured: {e}"
 
 
-__all__ = ["ValidationOutcome", "validate_study", "validation_grids", "choose_allocations"]
+__all__ = ["ValidationOutcome", "choose_allocations", "measure", "run_recorded", "validate_study", "validation_grids"]

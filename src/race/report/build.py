@@ -1,6 +1,7 @@
 """``build_report``: a study in, ``report.html`` + ``report.md`` (+ PNGs) + ``report.json`` out.
 
-Sections, in order: study summary, compute report card, recommendation, validation,
+Sections, in order: study summary, compute report card, racing (a racing study's rungs and
+target run), recommendation, validation,
 frontier, compute split, feedback (reward-model quality, cost and proxy divergence),
 update share (score against p, the best p per reward system, the regime),
 isoFLOP profiles, learning curves, regimes and rank stability, diagnostics, FLOPs vs
@@ -33,6 +34,7 @@ from .fmt import fmt_flops, jsonable, short_labels
 from .latex import write_study_table
 from .sections_feedback import feedback_section
 from .sections_update_share import update_share_section
+from .sections_race import race_section
 from .render import render_html, render_markdown
 from .sections_decision import (
     diagnostics_section,
@@ -108,6 +110,7 @@ def make_context(study: StudyData, *, target_budget: float | None, targets: Sequ
 BUILDERS = (
     ("summary", "Study", summary_section),
     ("card", "Compute report card", card_section),
+    ("race", "Racing: rungs toward the target", race_section),  # racing studies only (protocol: race)
     ("recommendation", "Recommendation", recommendation_section),
     ("validation", "Validation at the target budget", validation_section),
     ("frontier", "Allocation frontier", frontier_section),
@@ -124,8 +127,10 @@ BUILDERS = (
 
 
 def analyse(ctx: Context) -> list[Section]:
-    """Every section of the report, in order (each guarded on its own)."""
-    return [guarded(key, title, lambda fn=fn: fn(ctx)) for key, title, fn in BUILDERS]
+    """Every section of the report, in order (each guarded on its own; the racing section for
+    racing studies only)."""
+    return [guarded(key, title, lambda fn=fn: fn(ctx)) for key, title, fn in BUILDERS
+            if key != "race" or ctx.study.race is not None]
 
 
 def build_report(source: "str | Path | Mapping[str, pd.DataFrame] | StudyData", out_dir: str | Path | None = None,

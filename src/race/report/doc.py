@@ -136,7 +136,7 @@ class Context:
         if "rec" not in self.cache:
             try:
                 self.cache["rec"] = recommend_for(self.evals, self.runs, self.primary, self.target_budget,
-                                                  n_boot=self.n_boot_fit, rng=self.rng)
+                                                  n_boot=self.n_boot_fit, rng=self.rng, race=self.study.race)
             except Exception as e:  # noqa: BLE001 - the recommendation section reports it
                 self.cache["rec"] = e
         got = self.cache["rec"]

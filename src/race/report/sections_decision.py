@@ -7,8 +7,8 @@ import numpy as np
 import pandas as pd
 
 from race.analysis import (
-    NO_LEARNING,
     ConfidenceRules,
+    Label,
     Recommendation,
     overoptimisation,
     rank_stability,
@@ -25,7 +25,7 @@ from .fmt import fmt_flops, fmt_interval, fmt_num, fmt_pct, fmt_prob, fmt_score,
 from .prefix_note import load_measured, measured_sentence, study_sentence
 from .sections_study import target_regimes
 
-TONES = {"stable regime": "good", "unstable": "caution", "extrapolation too far": "bad", NO_LEARNING: "bad"}
+TONES = {lab.value: lab.tone for lab in Label}
 
 
 def interval_note(rec: Recommendation) -> str | None:
@@ -141,6 +141,7 @@ def recommendation_section(ctx: Context) -> Section:
                                          f"{fmt_flops(rec.largest_pilot_budget)}"),
                        *([("narrower interval", advice_text(rec.pilot_advice, fmt_flops))]
                          if getattr(rec, "pilot_advice", None) else []),
+                       ("P(regret <= 0.01)", fmt_prob(getattr(rec, "p_near_best", float("nan")))),
                        ("intervals resample", rec.resampled),
                        ("decision", rec.decision or "-"),
                        ("runner-up", str(rec.runner_up or "-"))]))
@@ -169,7 +170,7 @@ def recommendation_section(ctx: Context) -> Section:
             bounds = [f"{c[6:]} {r[c]:.0%}" for c in pred.columns if c.startswith("bound_") and r[c] > 0]
             text = f"{r['family']} ({shares})" + (f"; fits at a bound: {', '.join(bounds)}" if bounds else "")
         if not r.get("gate_passed", True):
-            text += "; forecast flat (did not pass the gate)"
+            text += "; did not pass the gate: forecast by its recent level or its trend"
         why = str(r.get("open_reason") or "")
         if r.get("open_above", False):
             text += ("; no sign of saturation yet: open above" if why.startswith("no sign") else
@@ -343,8 +344,10 @@ def method_section(ctx: Context) -> Section:
             Text(f"The recommendation's intervals, P(best) and expected regret come from {resampled}. A forecast "
                  "is made only after the learning gate: an allocation learned if its end score minus its step-0 "
                  "score (same problems) exceeds the noise at the family-wise 95% level (and beats the random-reward "
-                 "control where one ran); if none did, the confidence is 'no learning detected' and the report "
-                 "shows observed standings instead of forecasts. Allocations that did not pass are forecast flat. "
+                 f"control where one ran); if none did, the confidence is '{Label.NO_LEARNING}' and the report "
+                 "shows observed standings instead of forecasts. Allocations that did not pass are not fitted by the "
+                 "model: they are forecast by their recent level or their straight line in ln C, weighed on held-out "
+                 "points. "
                  + (JOINT_TEXT if rec is not None and rec.method == "joint" else CURVE_TEXT) +
                  "The extrapolation error is "
                  "measured inside the study by rolling-origin back-tests (fit on the smaller pilot budgets, forecast "
@@ -355,12 +358,12 @@ def method_section(ctx: Context) -> Section:
                  "The default pick is the observed winner at the largest "
                  f"pilot budget (equal FLOPs); it is replaced only when the paired lower bound of the forecast "
                  f"gain (its {ConfidenceRules().switch_alpha:.0%} quantile over the joint replicates) "
-                 "is above 0. Labels: 'stable regime' (3+ seeds, the choice learned, wins in at least "
+                 f"is above 0. Labels: '{Label.STABLE}' (3+ seeds, the choice learned, wins in at least "
                  f"{ConfidenceRules().min_win_prob:.0%} of the replicates (the share of such calls the label promises "
                  "to get right), led at both of the two largest pilot budgets beyond the paired noise, and the "
                  "back-test from the smaller budgets picked the observed winner at the largest), "
-                 "'unstable' (one of those fails), 'extrapolation too far' (the target is 10x the largest pilot "
-                 "budget or more), 'no learning detected'."),
+                 f"'{Label.UNSTABLE}' (one of those fails), '{Label.TOO_FAR}' (the target is 10x the largest pilot "
+                 f"budget or more), '{Label.NO_LEARNING}'."),
             *[Text(t) for t in (measured_sentence(load_measured()), study_sentence(ctx.runs)) if t],
             KeyValues([("bootstrap replicates", f"{ctx.n_boot} (scores), {ctx.n_boot_fit} (recommendation)"),
                        ("random seed", str(ctx.rng)), ("FLOPs", "model FLOPs counted in the budget (see each run's "

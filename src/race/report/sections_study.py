@@ -145,8 +145,19 @@ def card_section(ctx: Context) -> Section:
                   [[str(m), fmt_num(n), str(r), fmt_flops(f), fmt_pct(f / tot if tot else np.nan)]
                    for m, n, r, f in by_model.itertuples(index=False)], "Split by model size"))
     if len(st.validation_runs):
-        val = done[done["run_id"].isin(st.validation_ids)]["total_flops"].sum()
-        sec.add(Text(f"Pilot grid: {fmt_flops(tot - val)}; validation runs: {fmt_flops(val)}."))
+        fin = finished(st.runs)  # what each run executed itself: a target run that continued a pilot holds its FLOPs
+        own = fin["own_flops"] if "own_flops" in fin.columns else fin["total_flops"].where(~is_prefix(fin), 0.0)
+        val = float(own[fin["run_id"].isin(st.validation_ids)].sum())
+        reused = float(done.loc[done["run_id"].isin(st.validation_ids), "total_flops"].sum()) - val
+        shares = sorted(1 - o / t for o, t in zip(own[fin["run_id"].isin(st.validation_ids)],
+                                                  fin.loc[fin["run_id"].isin(st.validation_ids), "total_flops"])
+                        if t and o < t)
+        share = (fmt_pct(shares[0]) if len(shares) == 1 else f"{fmt_pct(shares[0])}-{fmt_pct(shares[-1])}"
+                 if shares else "")
+        sec.add(Text(f"Pilot grid: {fmt_flops(tot - val)}; validation runs: {fmt_flops(val)}"
+                     + (f" beyond the {fmt_flops(reused)} of pilots they continued (counted once, as pilots: the "
+                        f"continued pilot was {share} of its target run)." if reused > 0.005 * max(tot, 1.0)
+                        else ".")))
     if st.ledger is not None:
         led = st.ledger[st.ledger["run_id"].isin(set(done["run_id"]))]
         g = led.groupby(["phase", "counted"]).agg(flops=("flops", "sum"), seconds=("seconds", "sum")).reset_index()

@@ -15,7 +15,6 @@ outcome and process reward models, generative judges. Each reports the FLOPs it 
                     its info.json (torch-free)
     rm_card.py      an RM's quality and cost from its info.json, for reports (torch-free)
     systems.py      reward spec -> accounting RewardSystem (planning, torch-free)
-    diagnostics.py  over-optimisation of a learned reward
 
 Rewards LOAD reward models, never train them: RACE's RMs, their training data, training,
 calibration and held-out evaluation are ``race.builds`` (a floor above this one).

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from race.spec.errors import ConfigError, GridSpecError
+from race.spec.race import same_budget
 from race.spec.run import RunConfig, run_config_from_dict
 
 
@@ -47,6 +48,7 @@ class Cell:
     run_id: str
     config: RunConfig
     allocation: dict[str, Any] = field(default_factory=dict)  # axis path -> value
+    extends: str | None = None  # racing: the shorter run of the same trajectory this one continues
 
     @property
     def budget(self) -> float:
@@ -115,23 +117,46 @@ def cell_data(spec: GridLike, allocation: dict[str, Any], budget: float, seed: i
 
 def nested_budgets(spec: GridLike) -> tuple[list[float], list[float]]:
     """``(budgets run, budgets read at prefixes)``: all and none, or with ``nested: true``
-    the largest and the smaller ones (ascending)."""
+    the largest and the smaller ones (ascending); with ``protocol: race`` the first rung and
+    the budgets below it (its nested reads)."""
+    race = getattr(spec, "race", None)
+    if getattr(spec, "protocol", "flat") == "race" and race is not None:
+        first = race.rung_budgets()[0]
+        return [first], sorted(b for b in spec.budgets if b < first and not same_budget(b, first))
     if not getattr(spec, "nested", False):
         return list(spec.budgets), []
     top = max(spec.budgets)
     return [top], sorted(b for b in spec.budgets if b < top)
 
 
-def nested_refusal(cfg: RunConfig) -> str | None:
-    """Why a nested cell's prefixes would not be the shorter runs, or None."""
+def prefix_refusal(cfg: RunConfig, *, racing: bool = False) -> str | None:
+    """Why ``cfg``'s run would not pass through the runs of smaller budgets (a nested cell's
+    prefixes) or, ``racing``, could not be extended into the next rung's run (or the target
+    run) and stay identical to a fresh run of that budget; None when it can."""
+    undo = "protocol: flat" if racing else "nested: false to run every budget"
     if cfg.lr_scheduler_type != "constant":
-        return (f"lr_scheduler_type={cfg.lr_scheduler_type!r} decays over the steps the run's own budget buys, so a "
-                "prefix of the largest budget's run is not a run of a smaller budget (that one anneals sooner): set "
-                "lr_scheduler_type: constant, or nested: false to run every budget")
+        why = ("a rung's run is not the start of the next rung's (that one anneals later)" if racing else
+               "a prefix of the largest budget's run is not a run of a smaller budget (that one anneals sooner)")
+        return (f"lr_scheduler_type={cfg.lr_scheduler_type!r} decays over the steps the run's own budget buys, so "
+                f"{why}: set lr_scheduler_type: constant (warmup_steps are fine), or {undo}")
     if cfg.engine != "builtin":
-        return (f"engine={cfg.engine!r}: prefixes at smaller budgets (eval.at_budgets) are implemented by the "
-                "built-in engine only: set engine: builtin, or nested: false")
+        return (f"engine={cfg.engine!r}: prefixes at smaller budgets (eval.at_budgets) and extensions to larger ones "
+                f"are implemented by the built-in engine only: set engine: builtin, or {undo}")
+    if racing and cfg.eval.every_flops is None and cfg.eval.num_points != 1:
+        return (f"eval.num_points={cfg.eval.num_points} spaces evaluations by each run's own budget, so an extended "
+                "run would be evaluated where a fresh run of its budget is not: set eval.num_points: 1 (step 0, "
+                "every read and rung budget, the end) or eval.every_flops (the same spacing at every rung)")
     return None
+
+
+def trajectory_key(cfg: RunConfig) -> str | None:
+    """The id of the trajectory ``cfg``'s run follows: its run id with the budget and the
+    prefix points (``eval.at_budgets``) left out, so the runs of one allocation and seed at
+    any budget share it, and a shorter run is a prefix of a longer one (racing extends one
+    into the other); ``None`` where the budget shapes the run (a decaying learning rate)."""
+    if cfg.lr_scheduler_type != "constant":
+        return None
+    return cfg.model_copy(update={"budget_flops": 1.0, "eval": cfg.eval.model_copy(update={"at_budgets": []})}).run_id()
 
 
 def _leaves(d: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
@@ -160,9 +185,10 @@ def expand_cells(spec: GridLike) -> list[Cell]:
                 except ConfigError as e:
                     errors.append(str(e))
                     continue
-                why = nested_refusal(cfg) if prefixes else None
+                racing = getattr(spec, "protocol", "flat") == "race"
+                why = prefix_refusal(cfg, racing=racing) if racing or prefixes else None
                 if why:
-                    errors.append(f"{where}: nested: true, but {why}")
+                    errors.append(f"{where}: {'protocol: race' if racing else 'nested: true'}, but {why}")
                     continue
                 rid = cfg.run_id()
                 if rid in seen:
@@ -180,3 +206,42 @@ def expand_cells(spec: GridLike) -> list[Cell]:
             "values named below\n" + "\n".join(errors[:3]) + more
         )
     return cells
+
+
+def race_cell(spec: GridLike, allocation: dict[str, Any], budget: float, seed: int, *, extends: str | None = None,
+              index: int = 0) -> Cell:
+    """One cell of a racing grid at ``budget`` (a rung's, or the target's), read at every
+    study budget below it (``eval.at_budgets``: the first rung's reads and the rungs below),
+    continuing the run ``extends`` (its trajectory's shorter run) when given."""
+    below = [b for b in spec.budgets if b < budget and not same_budget(b, budget)]
+    data = cell_data(spec, allocation, budget, seed, below)
+    where = f"cell [{allocation_label(allocation)} budget={budget:.3g} seed={seed}]"
+    try:
+        cfg = run_config_from_dict(data, source=where)
+    except ConfigError as e:
+        raise GridSpecError(str(e)) from None
+    why = prefix_refusal(cfg, racing=True)
+    if why:
+        raise GridSpecError(f"{where}: protocol: race, but {why}")
+    return Cell(index=index, run_id=cfg.run_id(), config=cfg, allocation=allocation, extends=extends)
+
+
+def rung_cells(spec: GridLike, rung: int, labels: "set[str] | None" = None) -> list[Cell]:
+    """The cells of rung ``rung`` of a racing grid (every allocation whose label is in
+    ``labels``, all when None): rung 0 runs every seed; a later rung continues each of the
+    first ``race.later_seeds`` seeds' run of the rung before (``Cell.extends``)."""
+    race = getattr(spec, "race")
+    budgets = race.rung_budgets()
+    if rung not in range(len(budgets)):
+        raise ValueError(f"rung must be in 0..{len(budgets) - 1}, got {rung}")
+    first = spec.cells() if hasattr(spec, "cells") else expand_cells(spec)
+    if rung == 0:
+        return [c for c in first if labels is None or c.label in labels]
+    seeds = list(spec.seeds)[: race.later_seeds]
+    before = {(c.label, c.seed): c for c in rung_cells(spec, rung - 1, labels)}
+    out = []
+    for c in first:
+        if c.seed in seeds and (labels is None or c.label in labels):
+            out.append(race_cell(spec, c.allocation, budgets[rung], c.seed, extends=before[(c.label, c.seed)].run_id,
+                                 index=rung * len(first) + c.index))
+    return out

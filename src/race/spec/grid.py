@@ -21,6 +21,7 @@ runner: {kind: local, workers: 2, threads_per_worker: 1}
 gang: false                    # true: LoRA cells of one base model train together (race.grid.gangs)
 nested: false                  # true: one run per allocation and seed at the largest budget, read at its prefixes
 report: {count_rm_training: false}   # true: the report card counts the RMs' training FLOPs
+protocol: flat                 # race: rungs toward a target budget (race: ..., race.spec.race)
 ```
 
 Files load with ``yaml.safe_load``; every error names the field and what to change.
@@ -38,6 +39,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError,
 from race.accounting.guard import is_budget
 from race.spec.errors import GridSpecError, format_errors, load_yaml_mapping
 from race.spec.cells import Cell, expand_cells
+from race.spec.race import RaceSettings, race_budgets
 from race.spec.run import RunConfig
 
 DEFAULT_CELL_FN = "race.engines:run_engine"
@@ -91,7 +93,8 @@ class GridSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     study: str
-    budgets: list[float] = Field(..., min_length=1)
+    budgets: list[float] = Field(default_factory=list, description="the FLOP budgets of the pilots (protocol: "
+                                 "race: the first rung's nested reads; the rungs are added)")
     require_budget_span: bool = True
     base: dict[str, Any] = Field(default_factory=dict)
     axes: dict[str, list[Any]] = Field(default_factory=dict)
@@ -112,6 +115,9 @@ class GridSpec(BaseModel):
                          "evaluated where a run of each smaller budget would stop; its prefixes stand for those "
                          "budgets (constant learning rate only; docs/analysis.md)")
     report: ReportSettings = Field(default_factory=ReportSettings)
+    protocol: Literal["flat", "race"] = Field("flat", description="flat: every cell of the grid; race: rungs toward "
+                                              "race.target_budget, the racing rule deciding who goes on (race.spec.race)")
+    race: RaceSettings | None = None
 
     _source: str = PrivateAttr("dict")
     _cells: Any = PrivateAttr(None)
@@ -189,6 +195,14 @@ class GridSpec(BaseModel):
 
     @model_validator(mode="after")
     def _span(self) -> "GridSpec":
+        if self.protocol == "race":
+            if self.race is None:
+                raise ValueError("protocol: race needs a race: section (target_budget, rungs; race.spec.race)")
+            self.budgets = race_budgets(self.race, self.budgets, self.seeds, self.gang)
+        elif self.race is not None:
+            raise ValueError("race: settings belong to protocol: race; add protocol: race or drop race:")
+        if not self.budgets:
+            raise ValueError("budgets is empty: list the pilot budgets in FLOPs, e.g. budgets: [3e11, 1e12, 3e12]")
         lo, hi = min(self.budgets), max(self.budgets)
         if self.require_budget_span and hi / lo < MIN_PILOT_SPAN:
             raise ValueError(
@@ -237,8 +251,13 @@ class GridSpec(BaseModel):
         if not name.startswith("_"):
             super().__setattr__("_cells", None)  # a changed setting: expand again when asked
 
+    @property
+    def racing(self) -> bool:
+        return self.protocol == "race"
+
     def cells(self) -> list[Cell]:
-        """Every cell of the grid (expanded once, when the spec was validated)."""
+        """Every cell of the grid (expanded once, when the spec was validated); with
+        ``protocol: race``, the first rung's (``race.spec.cells.rung_cells`` gives the others)."""
         if self._cells is None:
             self._cells = expand_cells(self)
         return list(self._cells)
@@ -338,6 +357,11 @@ def grid_spec_from_dict(data: dict[str, Any], source: str = "dict", base_dir: Pa
     spec.cell_fn = _resolve_cell_fn(spec.cell_fn, base_dir)
     spec._source = source
     spec.cells()  # validates every cell; the spec keeps them
+    if spec.racing:  # and every later rung's, before anything runs
+        from race.spec.cells import rung_cells
+
+        for rung in range(1, len(spec.race.rungs)):  # type: ignore[union-attr]
+            rung_cells(spec, rung)
     return spec
 
 

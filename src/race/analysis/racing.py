@@ -1,0 +1,273 @@
+"""The racing protocol's decisions: who goes on at each rung, and the pick after the last.
+
+A racing study runs its pilots in *rungs* toward the target budget T (for example T/32,
+T/8, T/3): the first rung runs every allocation with 2-3 seeds (nested: read at a few
+smaller budgets too), each later rung extends the allocations that go on (by resuming
+their runs at a constant learning rate, so a rung's runs are prefixes of the next rung's).
+After each rung :func:`rung_decision` says which allocations go on; after the last one
+:func:`race_pick` is the recommendation, and its allocation's pilot is continued to T.
+
+Both are pure functions of the study's tables (``race.grid.load_tables``) and ``seed``: a
+killed study resumed from its store makes the same decisions. The decision at rung k reads
+only the runs at budgets <= the rung's budget (later rungs' runs, when the store already
+holds them, are ignored) and only the allocations with a complete run at the rung's budget
+(the ones that went on to it); the driver calls it once the rung's runs are complete.
+
+The rule (:class:`RacingRule`): the analysis of :func:`race.analysis.recommend.recommend`
+on those runs forecasts every allocation at T on joint replicates (seeds and problems
+resampled, the back-tested extrapolation error, and the offset of the one seed that later
+rungs continue); the leader is the pick there. An allocation goes on while P(it beats the
+leader at T), paired over the replicates, is at least ``p_keep``, as many as the compute
+cap allows (the least likely stop first). After the last rung only the pick goes on (its
+pilot becomes the target run).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from race.accounting.guard import is_budget
+
+from .joint import draw_replicates, study_matrix
+from .decision import ConfidenceRules
+from .forecast import standings
+from .recommend import Recommendation, recommend
+from .tables import allocation_key, jsonable, prepare_runs, without_controls
+
+RTOL = 1e-9  # budgets closer than this (relative) are the same rung
+#: how the allocations that may still win are ranked when the compute cap stops some of them
+RANKS = ("forecast", "observed")
+
+
+@dataclass(frozen=True)
+class RacingRule:
+    """Who goes on at each rung (module docstring).
+
+    ``p_keep``: an allocation goes on while P(it beats the leader at T), the share of joint
+    replicates in which its forecast is above the leader's, is at least this: a cut hedged by
+    the forecast's own uncertainty (an allocation that has not passed the gate is forecast by
+    its trend, so a late riser keeps its chance). ``max_unreused``: the pilot compute that the
+    target run will not reuse (every pilot FLOP but the chosen allocation's continued run), in
+    units of T, may not exceed this; the ones with the lowest P(beats the leader) stop first
+    (None: no cap). It is checked at each rung for the next: as many go on as leave the
+    leader room to finish within the cap, so the later rungs cut harder.
+    ``rank``: who stops first when the cap binds: the lowest P(beats the leader)
+    (``forecast``) or the lowest observed score at equal FLOPs at the rung (``observed``).
+    ``later_seeds``: seeds each later rung continues (for the cap). ``own_pairs``: back-test
+    pairs at the target's reach ratio from which the study's own error scale is used without
+    the prior; ``pair_reach``: back-test pairs count whose log-FLOP reach is at most this x the
+    target's (None: by extrapolation ratio; ``race.analysis.backtest.PairRule``). ``level``, ``n_boot``, ``method``: the intervals'
+    level, the joint replicates and the forecast method of
+    :func:`race.analysis.recommend.recommend`.
+
+    Frozen on the tuning generator (``race.analysis.synthetic.random_world``, seeds 1000-1249: 187
+    learning worlds, rungs T/32, T/8, T/3, ``benchmarks/race_designs.py --generator tune --first 1000
+    --worlds 250``) before the test generator ran: p_keep 0.05, rank "forecast", max_unreused 0.9,
+    later_seeds 1, own_pairs 3, pair_reach 2, level 0.95, n_boot 200, method "joint". There the race
+    had mean regret 0.029 against 0.064 for the flat grid's observed winner (paired -0.035
+    [-0.052, -0.019]) at 0.74 T of pilots not reused; rungs T/64, T/16, T/3 gave 0.024, not
+    distinguishable from it (paired -0.005 [-0.014, +0.004]), so the issue's T/32, T/8, T/3 stay. That run chose
+    the back-test pairs by extrapolation ratio; pair_reach 2 (pairs by log-FLOP reach, the rungs'
+    own) came after it, checked on 13 tuning worlds only (seeds 1000-1019)."""
+
+    p_keep: float = 0.05
+    rank: str = "forecast"
+    max_unreused: float | None = 0.9
+    later_seeds: int = 1
+    own_pairs: float = 3.0
+    pair_reach: float | None = 2.0
+    level: float = 0.95
+    n_boot: int = 200
+    method: str = "joint"
+
+    def __post_init__(self) -> None:
+        if not 0.5 < self.level < 1:
+            raise ValueError(f"RacingRule.level must be in (0.5, 1), got {self.level!r}")
+        if int(self.n_boot) < 20:
+            raise ValueError(f"RacingRule.n_boot must be >= 20 replicates, got {self.n_boot!r}")
+        if not 0 <= self.p_keep < 1:
+            raise ValueError(f"RacingRule.p_keep must be in [0, 1), got {self.p_keep!r}")
+        if self.max_unreused is not None and not self.max_unreused >= 0:
+            raise ValueError(f"RacingRule.max_unreused must be >= 0 (units of the target budget) or None, "
+                             f"got {self.max_unreused!r}")
+        if self.rank not in RANKS:
+            raise ValueError(f"RacingRule.rank must be one of {RANKS}, got {self.rank!r}")
+        if int(self.later_seeds) < 1:
+            raise ValueError(f"RacingRule.later_seeds must be >= 1, got {self.later_seeds!r}")
+
+    def as_dict(self) -> dict:
+        return jsonable(asdict(self))
+
+    def confidence_rules(self) -> ConfidenceRules:
+        return ConfidenceRules(own_pairs=float(self.own_pairs), pair_reach=self.pair_reach)
+
+
+@dataclass
+class RungDecision:
+    """Who goes on after one rung, and why (JSON-able through :meth:`as_dict`)."""
+
+    rung: int  # index of the rung just finished (0 = the first)
+    budget: float  # that rung's budget in FLOPs
+    next_budget: float | None  # the next rung's budget (None after the last rung)
+    target_budget: float  # T
+    go_on: tuple[str, ...]  # allocation keys that continue, leader first
+    stopped: dict[str, str]  # allocation key -> one-line reason it stops here
+    leader: str | None
+    rows: list[dict] = field(default_factory=list)  # per allocation: observed, forecast, P(best), gate, decision
+    rule: dict = field(default_factory=dict)  # RacingRule.as_dict()
+
+    def as_dict(self) -> dict:
+        return jsonable({k: getattr(self, k) for k in self.__dataclass_fields__})
+
+
+def _check(target_budget: float, rung_budgets: Sequence[float], rung: int | None = None) -> list[float]:
+    if not is_budget(target_budget):
+        raise ValueError(f"target_budget must be a positive number of FLOPs, got {target_budget!r}")
+    budgets = [float(b) for b in rung_budgets]
+    if not budgets or not all(is_budget(b) for b in budgets) or any(b >= c for b, c in zip(budgets, budgets[1:])):
+        raise ValueError(f"rung_budgets must be positive and increasing, got {list(rung_budgets)!r}")
+    if budgets[-1] > target_budget * (1 + RTOL):
+        raise ValueError(f"the last rung's budget {budgets[-1]:.3g} is beyond the target budget {target_budget:.3g}")
+    if rung is not None and rung not in range(len(budgets)):
+        raise ValueError(f"rung must be in 0..{len(budgets) - 1} (the rungs' indices), got {rung!r}")
+    return budgets
+
+
+def rung_tables(runs: pd.DataFrame, evals: pd.DataFrame, budget: float, condition: str | None = None,
+                ) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, str]]:
+    """(runs, evals) the decision at a rung of ``budget`` reads, and the allocations that reached it.
+
+    Kept: complete runs at budgets <= ``budget`` of the allocations with a complete run at
+    ``budget`` (random-reward controls of any budget <= ``budget`` too, for the gate).
+    The dict maps the allocation key of the restricted tables (what ``recommend`` names)
+    to the key on the whole study (:func:`race.analysis.tables.allocation_key`)."""
+    prepared = prepare_runs(runs)
+    keep_budget = prepared["budget"].to_numpy(float) <= budget * (1 + RTOL)
+    cand = without_controls(prepared[keep_budget])
+    if condition is not None:
+        cand = cand[cand["reward_system"] == condition]
+    at = np.isclose(cand["budget"].to_numpy(float), budget, rtol=RTOL, atol=0.0)
+    alive = set(cand.loc[at, "allocation"])
+    ctrl = prepared[keep_budget & ~prepared.index.isin(without_controls(prepared).index)]
+    kept = prepared.loc[sorted(set(cand.index[cand["allocation"].isin(alive)]) | set(ctrl.index))]
+    sub = runs[runs["run_id"].isin(set(kept["run_id"]))]
+    local = dict(zip(sub["run_id"], allocation_key(sub))) if len(sub) else {}
+    names = {local[r]: a for r, a in zip(kept["run_id"], kept["allocation"]) if r in local}
+    # canonical run ids and row order: a reading is named by what it is (allocation, seed, budget), not by
+    # how the store named it (a rung's run becomes a prefix of the run that extends it), so a study resumed
+    # from its store decides exactly as before
+    canon = {r: f"{local[r]}#s{s}#b{float(b):.9e}" for r, s, b in zip(sub["run_id"], sub["seed"], sub["budget"])}
+    if len(set(canon.values())) < len(canon):  # two readings of one (allocation, seed, budget): keep them apart
+        canon = {r: f"{c}#{r}" for r, c in canon.items()}
+    sub = sub.assign(run_id=sub["run_id"].map(canon), prefix_of=None).sort_values("run_id", kind="mergesort")
+    ev = evals[evals["run_id"].isin(set(canon))]
+    ev = ev.assign(run_id=ev["run_id"].map(canon)).sort_values(["run_id", "target", "step", "flops"], kind="mergesort")
+    return sub.reset_index(drop=True), ev.reset_index(drop=True), names
+
+
+def _observed(evals: pd.DataFrame, runs: pd.DataFrame, target: str, budget: float, allocs: list[str],
+              n_boot: int, level: float, seed: int) -> dict[str, tuple[float, float, float]]:
+    """Observed seed-mean score at equal FLOPs at ``budget`` with its ``level`` interval (seeds and problems)."""
+    sm = study_matrix(evals, runs, target)
+    reps = draw_replicates(sm, n_boot, np.random.default_rng([seed, 7]))
+    names, pts, rep = standings(sm, reps, allocs, budget)
+    q = (1 - level) / 2
+    return {a: (float(p), float(np.quantile(rep[:, i], q)), float(np.quantile(rep[:, i], 1 - q)))
+            for i, (a, p) in enumerate(zip(names, pts))}
+
+
+def _analyse(runs: pd.DataFrame, evals: pd.DataFrame, budget: float, target_budget: float, target: str,
+             condition: str | None, rule: RacingRule, seed: int,
+             ) -> tuple[Recommendation, dict[str, str], pd.DataFrame, pd.DataFrame]:
+    sub_runs, sub_evals, names = rung_tables(runs, evals, budget, condition)
+    if not names:
+        raise ValueError(f"no complete run of any allocation at the rung budget {budget:.3g} "
+                         f"(condition {condition!r}): the rung has not run yet")
+    rec = recommend(sub_evals, sub_runs, target, target_budget, reward_system=condition, method=rule.method,
+                    n_boot=rule.n_boot, rng=seed, level=rule.level, rules=rule.confidence_rules())
+    return rec, names, sub_runs, sub_evals
+
+
+def spent_flops(runs: pd.DataFrame, budget: float) -> float:
+    """Pilot FLOPs spent up to a rung of ``budget``: per (allocation, seed) trajectory the largest
+    budget its runs reached there (a continued run costs its final budget once)."""
+    r = prepare_runs(runs)
+    r = r[r["budget"].to_numpy(float) <= budget * (1 + RTOL)]
+    return float(r.groupby(["allocation", "seed"], dropna=False)["budget"].max().sum())
+
+
+def rung_decision(runs: pd.DataFrame, evals: pd.DataFrame, *, target_budget: float, rung_budgets: Sequence[float],
+                  rung: int, target: str = "greedy", condition: str | None = None,
+                  rule: RacingRule = RacingRule(), seed: int = 0) -> RungDecision:
+    """Who goes on after rung ``rung`` (module docstring); a pure function of the tables and ``seed``."""
+    budgets = _check(target_budget, rung_budgets, rung)
+    budget = budgets[rung]
+    rec, names, sub_runs, sub_evals = _analyse(runs, evals, budget, target_budget, target, condition, rule, seed)
+    pred = rec.predictions
+    allocs = [str(a) for a in pred["allocation"]]
+    leader, last = rec.allocation, rung == len(budgets) - 1
+    F = rec.replicates
+    lead_i = allocs.index(leader)
+    beats = {a: float(np.mean(F[:, i] > F[:, lead_i])) for i, a in enumerate(allocs)}
+    obs = _observed(sub_evals, sub_runs, target, budget, allocs, rule.n_boot, rule.level, seed)
+    order = {"forecast": lambda a: (-beats[a], a), "observed": lambda a: (-obs.get(a, (-1.0,))[0], -beats[a], a)}
+    plausible = [a for a in sorted(allocs, key=order[rule.rank]) if a != leader and beats[a] >= rule.p_keep]
+    room, cap_note = len(plausible), ""
+    if not last and rule.max_unreused is not None:
+        # n go on to the next rung, then (at the least) the leader alone to the last: the pilots not reused
+        # by the target run are spent + s n (b_next - b) + s (b_last - b_next) - b_last <= cap T
+        spent, s_l, nxt = spent_flops(sub_runs, budget), rule.later_seeds, budgets[rung + 1]
+        free = rule.max_unreused * target_budget - spent - s_l * (budgets[-1] - nxt) + budgets[-1]
+        room = int(np.floor(free / (s_l * (nxt - budget)) * (1 + 1e-9))) - 1
+        cap_note = (f"the compute cap ({rule.max_unreused:g} T not reused by the target run, {spent / target_budget:.2f} T "
+                    f"spent) leaves room for {max(room, 0)} besides the leader at the next rung")
+    rows, go_on, stopped = [], [], {}
+    for i, a in enumerate(allocs):
+        p = pred.iloc[i]
+        pb = f"P(beats the leader at T) {beats[a]:.2f}"
+        if a == leader:
+            on, why = True, ("the pick: its pilot continues to the target" if last else "the leader")
+        elif last:
+            on, why = False, f"the last rung: only the pick {names.get(leader, leader)} goes on to the target"
+        elif a not in plausible:
+            on, why = False, f"{pb} is below {rule.p_keep:g}: it will not win"
+        elif plausible.index(a) >= room:
+            on, why = False, f"{pb}, but {cap_note} ({rule.rank} ranks it {plausible.index(a) + 1} of {len(plausible)})"
+        else:
+            on, why = True, f"{pb} >= {rule.p_keep:g}: it may still win"
+        key = names.get(a, a)
+        o = obs.get(a, (float("nan"),) * 3)
+        rows.append({"allocation": key, "observed": o[0], "observed_lo": o[1], "observed_hi": o[2],
+                     "forecast": float(p["score"]), "forecast_lo": float(p["lo"]), "forecast_hi": float(p["hi"]),
+                     "p_best": float(p["p_best"]), "p_beats_leader": beats[a],
+                     "gate_passed": bool(p["gate_passed"]) if pd.notna(p["gate_passed"]) else None,
+                     "decision": "go on" if on else "stop", "reason": why})
+        if on:
+            go_on.append(key)
+        else:
+            stopped[key] = why
+    local = {names.get(a, a): a for a in allocs}
+    go_on.sort(key=lambda k: (k != names.get(leader, leader), order[rule.rank](local[k])))
+    return RungDecision(rung=rung, budget=budget, next_budget=None if last else budgets[rung + 1],
+                        target_budget=float(target_budget), go_on=tuple(go_on), stopped=stopped,
+                        leader=names.get(leader, leader), rows=rows, rule=rule.as_dict())
+
+
+def race_pick(runs: pd.DataFrame, evals: pd.DataFrame, *, target_budget: float, rung_budgets: Sequence[float],
+              target: str = "greedy", condition: str | None = None, rule: RacingRule = RacingRule(),
+              seed: int = 0) -> Recommendation:
+    """The recommendation after the last rung: the analysis of the allocations that reached it,
+    on the runs at budgets <= the last rung's (module docstring)."""
+    budgets = _check(target_budget, rung_budgets)
+    rec, names, _, _ = _analyse(runs, evals, budgets[-1], target_budget, target, condition, rule, seed)
+    rec.allocation = names.get(rec.allocation, rec.allocation)
+    if rec.default_allocation is not None:
+        rec.default_allocation = names.get(rec.default_allocation, rec.default_allocation)
+    if rec.runner_up is not None:
+        rec.runner_up = names.get(rec.runner_up, rec.runner_up)
+    rec.predictions = rec.predictions.assign(allocation=[names.get(a, a) for a in rec.predictions["allocation"]])
+    return rec

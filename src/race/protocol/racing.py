@@ -1,0 +1,172 @@
+"""The racing study (``protocol: race``): rungs toward the target budget, each decided from the store.
+
+    for each rung k (budgets race.rungs x race.target_budget, ascending):
+        run its cells (race.spec.cells.rung_cells) through race.grid.run_grid:
+            rung 0: every allocation x every seed, read at the smaller budgets (nested);
+            rung k > 0: the allocations that went on, their first race.later_seeds seeds,
+                each EXTENDING its run of rung k-1 (its checkpoint resumed with the larger budget);
+        decide who goes on: the stored decision of rung k if there is one, else
+            race.analysis.racing.rung_decision on the study's tables (load_tables), stored
+            (Store.record_rung_decision) before the next rung starts.
+
+A decision is a pure function of the stored results and the seed (``rung_decision`` reads
+only the runs at budgets up to the rung's), and each is stored once, so a driver killed at
+any point and run again makes the same decisions and runs nothing twice (the grid driver
+skips complete cells and resumes interrupted ones). After the last rung only the pick goes
+on: ``race validate`` continues its pilot to the target budget (``race.protocol.validate``).
+
+The decision function is a parameter (``decide``, default ``rung_decision``) and so is the
+rule (``race.rule`` of the grid file overrides :class:`~race.analysis.racing.RacingRule`'s
+fields by name).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from race.spec.cells import rung_cells
+from race.spec.grid import GridSpec, as_grid_spec
+
+from .errors import ReportError
+
+
+@dataclass
+class RaceResult:
+    """What :func:`run_race` ran and decided."""
+
+    study: str
+    study_dir: Path
+    decisions: list[dict[str, Any]] = field(default_factory=list)  # RungDecision.as_dict() per rung decided
+    cells: int = 0  # cells of every rung run (or found complete)
+    failed: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def finished(self) -> bool:
+        return bool(self.decisions) and self.decisions[-1].get("next_budget") is None
+
+    @property
+    def pick(self) -> str | None:
+        return self.decisions[-1].get("leader") if self.finished else None
+
+
+def racing_rule(overrides: dict[str, Any], later_seeds: int = 1) -> Any:
+    """The racing rule with the grid file's ``race.rule`` overrides, each a field of
+    :class:`~race.analysis.racing.RacingRule` (else a message naming them); its
+    ``later_seeds`` (what its compute cap counts) is the grid's ``race.later_seeds``."""
+    from race.analysis.racing import RacingRule
+
+    names = {f.name for f in fields(RacingRule)}
+    unknown = sorted(set(overrides) - names)
+    if unknown:
+        raise ReportError(f"race.rule: unknown setting(s) {unknown}; the racing rule's settings are "
+                          f"{sorted(names)}")
+    if int(overrides.get("later_seeds", later_seeds)) != int(later_seeds):
+        raise ReportError(f"race.rule.later_seeds={overrides['later_seeds']} contradicts race.later_seeds="
+                          f"{later_seeds}: set race.later_seeds only (the seeds that go on are the ones the rule "
+                          "counts)")
+    try:
+        return RacingRule(**{**overrides, "later_seeds": int(later_seeds)})
+    except (TypeError, ValueError) as e:
+        raise ReportError(f"race.rule: {e}") from None
+
+
+def primary_target(spec: GridSpec) -> str:
+    """The study's primary target: its cells' first evaluation target."""
+    return str(spec.cells()[0].config.eval.targets[0])
+
+
+def key_labels(runs: Any) -> dict[str, str]:
+    """Allocation key (``race.analysis.tables.allocation_key``, what decisions name) -> the
+    grid's label of its cells (what the rungs' cells are chosen by)."""
+    from race.analysis import prepare_runs
+
+    prepared = prepare_runs(runs, include_failed=True)
+    return dict(zip(prepared["allocation"].astype(str), prepared["label"].astype(str)))
+
+
+def decide_rung(study_dir: Path, spec: GridSpec, rung: int, *, decide: Callable[..., Any], rule: Any,
+                target: str, seed: int) -> dict[str, Any]:
+    """Rung ``rung``'s decision: the stored one, else computed from the stored results and stored."""
+    from race.grid import Store, load_tables
+
+    with Store(study_dir) as store:
+        stored = store.rung_decision(rung)
+    if stored is not None:
+        return stored
+    race = spec.race
+    assert race is not None
+    tables = load_tables(study_dir)
+    decision = decide(tables["runs"], tables["evals"], target_budget=race.target_budget,
+                      rung_budgets=race.rung_budgets(), rung=rung, target=target, rule=rule, seed=seed)
+    with Store(study_dir) as store:
+        return store.record_rung_decision(rung, race.rung_budgets()[rung], decision.as_dict())
+
+
+def race_recommendation(evals: Any, runs: Any, target: str, target_budget: float, race: dict[str, Any], *,
+                        seed: int = 0) -> Any:
+    """The racing pick (``race.analysis.racing.race_pick``) of a study whose grid's
+    ``race:`` settings are ``race`` (as stored: rungs as fractions of its target budget);
+    of a race still running, the pick after the rungs run so far."""
+    import numpy as np
+
+    from race.analysis.racing import race_pick
+
+    rungs = [float(f) * float(race["target_budget"]) for f in race["rungs"]]
+    ran = runs.loc[runs["status"].astype(str) == "complete", "budget"].astype(float).to_numpy()
+    reached = [b for b in rungs if np.isclose(ran, b, rtol=1e-9, atol=0.0).any()]
+    if not reached:
+        raise ReportError(f"no run of the first rung ({rungs[0]:.3g} FLOPs) has completed yet: run the race first")
+    return race_pick(runs, evals, target_budget=target_budget, rung_budgets=rungs[: rungs.index(reached[-1]) + 1],
+                     target=target,
+                     rule=racing_rule(race.get("rule") or {}, int(race.get("later_seeds", 1))), seed=seed)
+
+
+def run_race(spec: "GridSpec | dict | str | Path", study_dir: str | Path | None = None, *,
+             decide: Callable[..., Any] | None = None, seed: int = 0,
+             on_event: Callable[[Any], None] | None = None, on_rung: Callable[[dict[str, Any]], None] | None = None,
+             runner: str | None = None, workers: int | None = None, threads_per_worker: int | None = None,
+             ray_address: str | None = None, retry_failed: bool = False, poll_s: float = 0.5) -> RaceResult:
+    """Run (or resume) a racing study into ``study_dir`` (default ``studies/<study>``), rung
+    by rung (module docstring). ``decide``: the decision function (default
+    ``race.analysis.racing.rung_decision``); ``on_rung``: called with each rung's decision."""
+    from race.grid import load_tables, run_grid
+    from race.grid.runners import default_study_dir
+
+    spec = as_grid_spec(spec)
+    if not spec.racing or spec.race is None:
+        raise ReportError(f"study {spec.study}: protocol is {spec.protocol!r}; run_race runs protocol: race grids")
+    if decide is None:
+        from race.analysis.racing import rung_decision as decide
+    rule = racing_rule(spec.race.rule, spec.race.later_seeds)
+    target = primary_target(spec)
+    sdir = (Path(study_dir) if study_dir is not None else default_study_dir(spec)).resolve()
+    out = RaceResult(study=spec.study, study_dir=sdir)
+    labels: set[str] | None = None
+    for rung in range(len(spec.race.rungs)):
+        cells = rung_cells(spec, rung, labels)
+        res = run_grid(spec, sdir, cells=cells, runner=runner, workers=workers, threads_per_worker=threads_per_worker,
+                       ray_address=ray_address, retry_failed=retry_failed, on_event=on_event, poll_s=poll_s)
+        out.cells += len(cells)
+        out.failed += res.failed
+        out.notes += [n for n in res.notes if n not in out.notes]
+        if res.refused:
+            out.notes.append(f"rung {rung}: {len(res.refused)} cell(s) refused by the plan ("
+                             f"{res.refused[0].refusal}); their allocations do not reach this rung")
+        decision = decide_rung(sdir, spec, rung, decide=decide, rule=rule, target=target, seed=seed)
+        out.decisions.append(decision)
+        if on_rung is not None:
+            on_rung(decision)
+        names = key_labels(load_tables(sdir)["runs"])
+        missing = [k for k in decision["go_on"] if k not in names]
+        if missing:
+            raise ReportError(f"rung {rung}'s decision names allocations the study does not hold: {missing}")
+        labels = {names[k] for k in decision["go_on"]}
+    return out
+
+
+__all__ = ["RaceResult", "decide_rung", "key_labels", "primary_target", "race_recommendation", "racing_rule",
+           "run_race"]

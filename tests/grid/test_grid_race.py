@@ -1,0 +1,188 @@
+"""The racing protocol's grid side (``protocol: race``): the grid file's refusals, the plan's
+pricing, the driver running rungs on the fake engine with a small injected rule (each rung's
+decision stored, later rungs extending the earlier rungs' runs), and a SIGKILL of the driver
+between rungs that resumes at the same decisions with nothing lost or run twice."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from race.grid import Store, load_tables, study_status
+from race.grid.race_plan import plan_race
+from race.protocol.racing import run_race
+from race.spec.cells import rung_cells
+from race.spec.errors import GridSpecError
+from race.spec.grid import grid_spec_from_dict
+
+from .conftest import grid, snapshot, write_grid
+from .race_rule import top_half
+
+T = 6.4e10
+
+
+def race_grid(**changes):
+    g = grid(budgets=[1e9], seeds=[0, 1], protocol="race", require_budget_span=False,
+             race={"target_budget": T, "rungs": ["1/32", "1/8", "1/3"]})
+    g["base"]["eval"] = {**g["base"]["eval"], "num_points": 1}
+    g.update(changes)
+    return g
+
+
+@pytest.mark.parametrize("change, needle", [
+    ({"race": {"target_budget": T, "rungs": [0.03125, 0.125, 0.6]}}, "2-3x below the target"),
+    ({"race": {"target_budget": T, "rungs": [0.03125, 0.125, 0.2]}}, "5x below it"),
+    ({"race": {"target_budget": T, "rungs": ["1/8", "1/32", "1/3"]}}, "ascending order"),
+    ({"race": {"target_budget": T, "rungs": ["1/3", 1.0]}}, "in (0, 1)"),
+    ({"race": {"target_budget": T, "rungs": ["x/3"]}}, "not a fraction"),
+    ({"budgets": [1e9, 5e9]}, "contradict the rungs"),
+    ({"seeds": [0]}, "2 or more seeds"),
+    ({"race": {"target_budget": T, "rungs": ["1/8", "1/3"], "later_seeds": 3}}, "later_seeds=3"),
+    ({"gang": True}, "set gang: false"),
+    ({"protocol": "flat"}, "belong to protocol: race"),
+    ({"race": None}, "needs a race: section"),
+    ({"base": {"lr_scheduler_type": "cosine"}}, "lr_scheduler_type: constant"),
+    ({"engine": "trl", "base": {"drop_zero_variance_groups": False}}, "engine: builtin"),
+    ({"base": {"eval": {"num_points": 3}}}, "eval.num_points: 1"),
+])
+def test_racing_refusals_say_what_to_change(change, needle):
+    g = race_grid()
+    base = {**g["base"], **change.pop("base", {})}
+    g.update(base=base, **change)
+    if g.get("race") is None:
+        g.pop("race")
+    with pytest.raises(GridSpecError, match=re.escape(needle)):
+        grid_spec_from_dict(g)
+
+
+def test_the_grid_reads_rungs_and_chains_extensions():
+    spec = grid_spec_from_dict(race_grid(budgets=[1e9, T / 8]))  # a rung's budget may be repeated in budgets
+    assert spec.budgets == [1e9, T / 32, T / 8, T / 3]
+    first = spec.cells()
+    assert len(first) == 8 and {c.budget for c in first} == {T / 32} and not any(c.extends for c in first)
+    assert all(c.config.eval.at_budgets == [1e9] for c in first)
+    later = rung_cells(spec, 2, {first[0].label})
+    assert [c.seed for c in later] == [0] and later[0].config.eval.at_budgets == [1e9, T / 32, T / 8]
+    assert later[0].extends == rung_cells(spec, 1, {first[0].label})[0].run_id
+
+
+def test_the_plan_prices_both_ends_in_units_of_the_target():
+    spec = grid_spec_from_dict(race_grid())
+    per_step = 1e8  # each step costs 1e8 FLOPs: a run of budget b spends floor(b / 1e8) steps
+
+    def predictor(cfg):
+        steps = int(cfg.budget_flops // per_step)
+        return {"steps": steps, "step_flops": per_step, "rollout": 0.0, "learning": 0.0, "feedback": 0.0,
+                "total": steps * per_step}
+
+    race = plan_race(spec, predictor=predictor).race
+    r0, r1, r2 = T / 32, T / 8, T / 3
+    assert race["all"]["pilot_budget"] == pytest.approx(8 * r0 + 4 * (r1 - r0) + 4 * (r2 - r1))
+    assert race["least"]["pilot_budget"] == pytest.approx(8 * r0 + (r2 - r0))
+    assert race["all"]["pilot_budget_T"] == pytest.approx(race["all"]["pilot_budget"] / T)
+    spend = lambda b: (b // per_step) * per_step  # noqa: E731
+    assert race["least"]["pilot_flops"] == pytest.approx(8 * spend(r0) + spend(r2) - spend(r0))
+    assert race["reused_budget"] == pytest.approx(r2) and race["reused_flops"] == pytest.approx(spend(r2))
+    assert race["target_extension_flops"] == pytest.approx(spend(T) - spend(r2))
+    assert "cap" not in race
+    # the rule's compute cap: at most max_unreused T the target run does not reuse, plus what it reuses
+    capped = plan_race(spec, predictor=predictor, max_unreused=0.5).race["cap"]
+    assert capped["pilot_budget"] == pytest.approx(0.5 * T + r2) and capped["pilot_budget_T"] == pytest.approx(0.5 + r2 / T)
+    assert plan_race(spec, predictor=predictor, max_unreused=100.0).race["cap"]["pilot_budget"] == pytest.approx(
+        race["all"]["pilot_budget"])  # never more than every allocation at every rung
+
+
+def _race(study: Path, spec) -> None:
+    res = run_race(spec, study, decide=top_half, poll_s=0.05)
+    assert res.finished and not res.failed
+
+
+def test_a_race_runs_rungs_decided_from_the_store_and_extends_runs(tmp_path):
+    spec = grid_spec_from_dict(race_grid())
+    study = tmp_path / "race"
+    _race(study, spec)
+    with Store(study, create=False) as s:
+        decisions = s.rung_decisions()
+        rows = {r["run_id"]: r for r in s.runs()}
+    assert [d["rung"] for d in decisions] == [0, 1, 2] and len(decisions[0]["go_on"]) == 2
+    assert len(decisions[1]["go_on"]) == 1 and decisions[2]["go_on"] == [decisions[2]["leader"]]
+    assert len(rows) == 8 + 2 + 1  # rung 0: 4 allocations x 2 seeds; rung 1: 2 x 1 seed; rung 2: 1
+    ext = [r for r in rows.values() if r["extends"]]
+    assert len(ext) == 3
+    for r in ext:  # an extension continues its parent's ledger; the parent becomes its prefix
+        parent = rows[r["extends"]]
+        assert parent["prefix_of"] == r["run_id"] and parent["prefix_step"] == parent["steps"]
+        assert json.loads(r["run_json"])["extends"]["run_id"] == parent["run_id"]
+        assert r["total_flops"] > parent["total_flops"]
+    t = load_tables(study)
+    led = t["ledger"]
+    for r in ext:
+        mine = led[led["run_id"] == r["run_id"]].drop(columns=["run_id", "seconds"]).reset_index(drop=True)
+        theirs = led[led["run_id"] == r["extends"]].drop(columns=["run_id", "seconds"]).reset_index(drop=True)
+        assert mine.iloc[: len(theirs)].equals(theirs)  # the ledger continues: nothing charged twice
+    st = study_status(study)
+    assert st.counts["complete"] == 11  # every cell, extended ones included
+    top = [r for r in rows.values() if not r["prefix_of"]]
+    assert st.flops_done == pytest.approx(sum(r["total_flops"] for r in top))  # counted once per trajectory
+    again = run_race(spec, study, decide=top_half, poll_s=0.05)  # a finished race runs nothing again
+    assert again.decisions == decisions
+
+
+DRIVER = ("import sys; sys.path.insert(0, sys.argv[3]); from race_rule import top_half; "
+          "from race.protocol.racing import run_race; run_race(sys.argv[1], sys.argv[2], decide=top_half)")
+
+
+@pytest.mark.skipif(not Path("/proc").exists(), reason="needs /proc")
+def test_a_race_killed_between_rungs_resumes_at_the_same_decisions(tmp_path):
+    spec = race_grid()
+    _race(tmp_path / "ref", grid_spec_from_dict(spec))
+    grid_file = write_grid(tmp_path / "grid.yaml", spec)
+    study = tmp_path / "killed"
+    env = {**os.environ, "RACE_FAKE_STEP_SLEEP": "0.02"}
+    proc = subprocess.Popen([sys.executable, "-c", DRIVER, str(grid_file), str(study), str(Path(__file__).parent)],
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.time() + 120
+        while True:  # kill once rung 0 is decided and a rung-1 extension is part-way
+            assert proc.poll() is None, proc.stderr.read().decode()
+            assert time.time() < deadline, "the race driver made no progress"
+            decided = running = 0
+            if (study / "study.sqlite").exists():
+                try:
+                    con = sqlite3.connect(study / "study.sqlite", timeout=5)
+                    decided = con.execute("SELECT COUNT(*) FROM rung_decisions").fetchone()[0]
+                    running = con.execute("SELECT COUNT(*) FROM runs WHERE status='running' AND extends IS NOT NULL"
+                                          ).fetchone()[0]
+                    con.close()
+                except sqlite3.OperationalError:
+                    pass
+            if decided == 1 and running:
+                break
+            time.sleep(0.05)
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+    _race(study, grid_spec_from_dict(spec))
+    with Store(study, create=False) as a, Store(tmp_path / "ref", create=False) as b:
+        assert a.rung_decisions() == b.rung_decisions()
+    assert snapshot(study) == snapshot(tmp_path / "ref")  # every cell once, every row once, same numbers
+
+
+def test_the_rule_counts_the_grids_later_seeds_and_refuses_a_contradiction():
+    from race.protocol.errors import ReportError
+    from race.protocol.racing import racing_rule
+
+    assert racing_rule({"p_keep": 0.1}, 2).later_seeds == 2 and racing_rule({}, 1).p_keep >= 0
+    with pytest.raises(ReportError, match="contradicts race.later_seeds=1"):
+        racing_rule({"later_seeds": 2}, 1)
+    with pytest.raises(ReportError, match="unknown setting"):
+        racing_rule({"no_such": 1}, 1)
