@@ -125,11 +125,7 @@ def regret(r: dict, pick: str) -> float:
 
 def paired_interval(d: np.ndarray, n_boot: int = 4000, seed: int = 0) -> tuple[float, float]:
     """95% world-bootstrap percentile interval of mean(d) (d: per-world paired differences)."""
-    if len(d) == 0:
-        return float("nan"), float("nan")
-    idx = np.random.default_rng(seed).integers(0, len(d), size=(n_boot, len(d)))
-    m = d[idx].mean(axis=1)
-    return float(np.quantile(m, 0.025)), float(np.quantile(m, 0.975))
+    return ratio_interval(np.asarray(d, dtype=float), np.ones(len(d)), n_boot, seed)
 
 
 def ratio_interval(num: np.ndarray, den: np.ndarray, n_boot: int = 4000, seed: int = 1) -> tuple[float, float]:

@@ -94,7 +94,9 @@ def test_the_compute_cap_holds_in_every_world():
     stays within max_unreused x T whatever the rule lets go on; a cap with no room keeps the leader alone."""
     from race.analysis.synthetic import random_world
 
-    for s in (1001, 1003, 1004):
+    # 5126: 3 seeds, one allocation stopped at rung 0, three alive at rung 1; counting only the live
+    # allocations' compute there let all three go on to T/3 (0.948 T not reused, on 56c47ea)
+    for s in (1001, 1003, 1004, 5126):
         w = random_world(s)
         out = simulate_race(w, DESIGN, RacingRule(max_unreused=0.9))
         assert out["pilot_T"] - out["reused_T"] <= 0.9 + 1e-9

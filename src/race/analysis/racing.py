@@ -220,7 +220,7 @@ def rung_decision(runs: pd.DataFrame, evals: pd.DataFrame, *, target_budget: flo
     if not last and rule.max_unreused is not None:
         # n go on to the next rung, then (at the least) the leader alone to the last: the pilots not reused
         # by the target run are spent + s n (b_next - b) + s (b_last - b_next) - b_last <= cap T
-        spent, s_l, nxt = spent_flops(sub_runs, budget), rule.later_seeds, budgets[rung + 1]
+        spent, s_l, nxt = spent_flops(runs, budget), rule.later_seeds, budgets[rung + 1]
         free = rule.max_unreused * target_budget - spent - s_l * (budgets[-1] - nxt) + budgets[-1]
         room = int(np.floor(free / (s_l * (nxt - budget)) * (1 + 1e-9))) - 1
         cap_note = (f"the compute cap ({rule.max_unreused:g} T not reused by the target run, {spent / target_budget:.2f} T "
