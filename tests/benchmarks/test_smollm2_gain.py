@@ -25,16 +25,16 @@ def test_the_gain_against_the_control_is_the_difference_in_differences(load_scri
     b = load_script("benchmarks/smollm2_gain.py")
     base = [0] * 70 + [1] * 30
     run = _run_dir(tmp_path, "rl", base, [1] * 60 + [0] * 10 + [1] * 30)  # +60 problems
-    ctl = _run_dir(tmp_path, "ctl", base, [0] * 100)                      # -30 problems
+    ctl = _run_dir(tmp_path, "ctl", [1] * 50 + [0] * 50, [0] * 100)       # -50 problems
     rows = {r[0]: r for r in b.gain_rows(b._evals(run), b._evals(ctl))}
     label, before, after, mean, lo, hi, n = rows["RL: first -> last"]
     assert (before, after, n) == (0.3, 0.9, 100) and abs(mean - 0.6) < 1e-12 and 0 < lo < mean < hi <= 1
-    assert abs(rows["control: first -> last"][3] + 0.3) < 1e-12
+    assert abs(rows["control: first -> last"][3] + 0.5) < 1e-12
     did = rows["RL gain - control gain"]
-    assert abs(did[3] - 0.9) < 1e-12 and did[4] > 0  # 0.6 - (-0.3); a gain the control does not have
+    assert abs(did[3] - 1.1) < 1e-12 and did[4] > 0  # 0.6 - (-0.5), not the last scores' 0.9 apart
     assert b.main([str(run), str(ctl)]) == 0
     out = capsys.readouterr().out
-    assert "| RL gain - control gain | 0.000 | 0.900 | +0.900 |" in out
+    assert "| RL gain - control gain | 0.000 | 0.900 | +1.100 |" in out
     assert "3 steps, 5 counted FLOPs, 4 s in its ledger; last 10 steps: 50.0% of rollouts cut" in out
 
 
