@@ -1293,3 +1293,44 @@ def test_the_recipe_lookup_scan_catches_one(tmp_path):
     bad = recipe_lookups_outside(tmp_path)
     assert len(bad) == 3 and all("race/builds/demand.py:6: race.builds.demand" in b for b in bad), bad
     assert sum("RM_RECIPES.get" in b for b in bad) == 1
+
+
+# -- one cost context: no function takes shape, lora and conventions loose ----------------------------
+#: Where the three are taken apart: the per-pass formulas over the model's matrices.
+PER_MATRIX_FORMULAS = {"race.accounting.passes"}
+LOOSE_COST = {"shape", "lora", "conventions"}
+
+
+def loose_cost_contexts(src: Path) -> list[str]:
+    """One message per function outside :data:`PER_MATRIX_FORMULAS` whose parameters
+    include ``shape``, ``lora`` and ``conventions`` (in any position or kind): those travel
+    together as a ``race.accounting.PolicyCost`` (or the ``StepPlan`` holding one)."""
+    bad = []
+    for mod, rel, node in walk_nodes(src):
+        if mod in PER_MATRIX_FORMULAS or not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        a = node.args
+        names = {x.arg for x in (*a.posonlyargs, *a.args, *a.kwonlyargs)}
+        if LOOSE_COST <= names:
+            bad.append(f"{rel}:{node.lineno}: {mod}.{node.name} takes shape, lora and conventions loose: "
+                       "take a PolicyCost (race.accounting.policy) or a StepPlan")
+    return bad
+
+
+def test_no_function_takes_the_cost_context_loose():
+    bad = loose_cost_contexts(SRC)
+    assert not bad, "\n".join(bad)
+
+
+def test_the_cost_context_scan_catches_loose_parameters_in_any_kind(tmp_path):
+    pkg = package_dir(tmp_path, "accounting")
+    (pkg / "passes.py").write_text("def forward_components(shape, work, *, lora=None, conventions=None):\n"
+                                   "    return {}\n")
+    (pkg / "trl_step.py").write_text(
+        "def bound(plan, shape, *, lora, conventions):\n    return 0\n\n\n"
+        "class Meter:\n    def __init__(self, shape, lora, conventions='race'):\n        pass\n\n\n"
+        "def ok(plan, policy, *, conventions=None):\n    return 0\n")
+    bad = loose_cost_contexts(tmp_path)
+    assert len(bad) == 2, bad  # the formula module is allowed; a function with two of the three is not flagged
+    assert "trl_step.py:1: race.accounting.trl_step.bound takes shape, lora and conventions loose" in bad[0]
+    assert "trl_step.py:6: race.accounting.trl_step.__init__ takes" in bad[1]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from race.accounting import LoRA, ModelShape, generate_components
+from race.accounting import PolicyCost, LoRA, ModelShape, generate_components
 from race.spec.run import LoraSettings
 
 PROMPTS = ["Q:12+5-3\nA:", "Q:1+2\nA:", "Q:40-13+2-7\nA:"]
@@ -60,7 +60,7 @@ def test_fast_decoder_matches_hf_and_the_analytic_flops(name, lora, char_tokeniz
         plain = generate_components(shape, [ro.prompt_len] * len(PROMPTS), decoded,
                                     lora=None if ro.merged else adapter, share_prompt=True, conventions="torch")
         expected = sum(plain.values()) + (lora_merge_flops(shape, adapter) if ro.merged else 0)
-        assert fc.get_total_flops() == expected == sum(rollout_flops(shape, ro, lora=adapter, conventions="torch").values())
+        assert fc.get_total_flops() == expected == sum(rollout_flops(PolicyCost(shape, adapter, "torch"), ro).values())
 
 
 def test_merged_rollout_leaves_the_model_alone_and_sees_adapter_updates(char_tokenizer):
@@ -181,9 +181,9 @@ def test_finished_rows_leave_the_batch_tokens_unchanged_and_flops_as_charged(gre
     assert fa.decoded is not None and int(fa.decoded.min()) < T == int(fa.decoded.max())  # some rows left early
     assert bool((fa.decoded >= fa.lengths).all())  # a row leaves only after its EOS
     shape = ModelShape.from_hf_config(m.get_base_model().config.to_dict())
-    charged = sum(rollout_flops(shape, fa, lora=LoRA(4), conventions="torch").values())
+    charged = sum(rollout_flops(PolicyCost(shape, LoRA(4), "torch"), fa).values())
     fa.decoded = None  # what keeping every row to the end would charge
-    assert fc.get_total_flops() == charged < sum(rollout_flops(shape, fa, lora=LoRA(4), conventions="torch").values())
+    assert fc.get_total_flops() == charged < sum(rollout_flops(PolicyCost(shape, LoRA(4), "torch"), fa).values())
 
 
 def _ragged_eos(completions: torch.Tensor) -> int:

@@ -113,15 +113,14 @@ def sample(model: Any, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, **kw
                    decoded=None if ro.decoded is None else ro.decoded.clone())
 
 
-def rollout_flops(shape: Any, ro: Rollout, *, lora: Any, conventions: Any) -> dict[str, int]:
+def rollout_flops(policy: Any, ro: Rollout) -> dict[str, int]:
     """``prefill``, ``decode`` (and ``merge`` for a merged rollout) FLOPs that ``ro``
-    executed (the rule: :func:`race.accounting.rollout.executed_rollout`), ``d`` decoded
+    executed on ``policy`` (a :class:`race.accounting.PolicyCost`) (the rule: :func:`race.accounting.rollout.executed_rollout`), ``d`` decoded
     tokens per row (``T`` for every row when rows were not dropped)."""
     from race.accounting.rollout import executed_rollout
 
     decoded = [ro.completion_len] * len(ro.lengths) if ro.decoded is None else [int(d) for d in ro.decoded.tolist()]
-    return executed_rollout(shape, ro.prompt_len, ro.n_prompts, decoded, lora=lora, merged=ro.merged,
-                            conventions=conventions)
+    return executed_rollout(policy, ro.prompt_len, ro.n_prompts, decoded, merged=ro.merged)
 
 
 def _sample(model: Any, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, *, group: int, max_new_tokens: int,

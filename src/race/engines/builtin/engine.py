@@ -329,8 +329,7 @@ class BuiltinEngine:
         t0 = device_clock(st.device)
         ro = self.rollout(step, ids, mask)
         t_roll = device_clock(st.device) - t0
-        roll = {f"rollout/{k}": v for k, v in rollout_flops(st.shape, ro, lora=st.lora,
-                                                             conventions=cfg.conventions).items()}
+        roll = {f"rollout/{k}": v for k, v in rollout_flops(st.step_plan.policy, ro).items()}
         # 2-3. reward and advantages; groups whose rewards are all equal carry no signal
         sc = score_rollout(self, problems, ro)
         if not fits_exactly(self, step, roll, sc, t_roll):  # the bound was low: no update, ran recorded as overrun
