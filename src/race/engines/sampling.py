@@ -44,15 +44,16 @@ from typing import Any
 
 import torch
 
+from race.tasks import step_seed
 
-SAMPLING_SEED_STRIDE = 7_919  # apart from race.tasks.step_seed's stride: sampling and problems draw apart
+
 
 
 def sampling_generator(seed: int, step: int) -> torch.Generator:
     """The CPU generator of the sampling draws a run with seed ``seed`` makes at step ``step``,
-    seeded ``seed * 7_919 + step`` (every engine that samples a step uses it, so a gang
-    member draws what the solo engine draws)."""
-    return torch.Generator(device="cpu").manual_seed(seed * SAMPLING_SEED_STRIDE + step)
+    seeded ``step_seed(seed, step, "sampling")`` (``seed * 7_919 + step``: every engine that
+    samples a step uses it, so a gang member draws what the solo engine draws)."""
+    return torch.Generator(device="cpu").manual_seed(step_seed(seed, step, "sampling"))
 
 
 @dataclass

@@ -324,7 +324,7 @@ class BuiltinEngine:
         """One step, charged to the ledger; False (nothing charged, what ran recorded as
         ``overrun``) when its exact cost does not fit the budget."""
         cfg, st = self.cfg, self.state
-        torch.manual_seed(cfg.seed * 1_000_033 + step)  # LoRA dropout etc.
+        torch.manual_seed(step_seed(cfg.seed, step, "torch"))  # LoRA dropout etc.
         # 1. rollout
         t0 = device_clock(st.device)
         ro = self.rollout(step, ids, mask)

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from race.accounting import PHASES, LoRA, ModelShape, PolicyCost
-from race.accounting.guard import BUDGET_STOP, step_bound, steps_in_budget
+from race.accounting.guard import BUDGET_STOP, reaches, step_bound, steps_in_budget
 from race.cards import write_card
 from race.engines.common import EvalSchedule, Progress, RunDir, make_task, run_evaluator, start_policy
 from race.engines.grpo_math import lr_at
@@ -108,7 +108,7 @@ class TrlEngine:
                 texts.append(text)
             longest = max(longest, width)
             floor += trl_batch_floor(plan, cost, n_seqs=n, prompt_width=width)
-            if floor >= cfg.budget_flops:
+            if reaches(floor, cfg.budget_flops):
                 break
         ds = Dataset.from_dict({"prompt": texts, "problem_idx": list(range(len(texts)))})
         return ds, problems, longest
