@@ -177,7 +177,7 @@ def test_gang_greedy_tokens_are_each_members_argmax(name, char_tokenizer):
 
     from race.engines.gang.sample import SampleJob, executed_rollout_flops, gang_sample
     from race.engines.sampling import encode_prompts
-    from race.engines.builtin import fast_forward
+    from race.engines.kernels import fast_forward
 
     models = _members(name)
     tok = char_tokenizer
@@ -237,7 +237,7 @@ def test_fast_gang_decode_gives_each_member_its_solo_rollout(name, greedy, char_
     out at different steps the gang executes less than without drops."""
     from torch.utils.flop_counter import FlopCounterMode
 
-    from race.engines.builtin import fast_forward
+    from race.engines.kernels import fast_forward
     from race.engines.gang.decode import fast_gang_sample
     from race.engines.gang.sample import SampleJob
     from race.engines.sampling import encode_prompts

@@ -31,7 +31,7 @@ def test_fast_decoder_matches_hf_and_the_analytic_flops(name, lora, char_tokeniz
     charges them (a merged rollout: the base passes plus the merge matmuls)."""
     from torch.utils.flop_counter import FlopCounterMode
 
-    from race.engines.builtin.fast_decode import FastDecoder
+    from race.engines.kernels.fast_decode import FastDecoder
     from race.accounting.lora import lora_merge_flops
     from race.engines.sampling import encode_prompts, rollout_flops, sample
 
@@ -88,7 +88,7 @@ def test_merge_only_when_it_costs_fewer_flops(char_tokenizer):
     """A one-prompt, two-token rollout of tiny-xs runs fewer positions (13) than merging
     costs in adapter-positions (sum in*out / sum (in+out) = 23040 / 816 > 28): no merge,
     and the charge is the LoRA convention's; a full rollout merges."""
-    from race.engines.builtin.fast_decode import FastDecoder
+    from race.engines.kernels.fast_decode import FastDecoder
     from race.engines.sampling import encode_prompts, sample
 
     m = _model("tiny-xs", True)
@@ -208,7 +208,7 @@ def test_fast_decoder_on_a_bfloat16_base_with_float32_adapters_is_as_close_as_hf
     """PEFT keeps LoRA weights in fp32 over a bf16 base. The decoder's next-token logits
     must be as close to the fp32 model's as HF's own bf16 forward is (within 2x its error:
     both round every layer's output to bf16, in different op orders)."""
-    from race.engines.builtin.fast_decode import FastDecoder
+    from race.engines.kernels.fast_decode import FastDecoder
     from race.engines.sampling import encode_prompts
 
     ref = _model("tiny-m", True)  # fp32 base and adapters

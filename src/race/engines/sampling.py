@@ -44,6 +44,7 @@ from typing import Any
 
 import torch
 
+from race.engines.kernels.fast_decode import FastDecoder
 from race.tasks import step_seed
 
 
@@ -130,7 +131,7 @@ def _sample(model: Any, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, *, 
            merge_lora: bool | None = None, drop_finished: bool = True) -> Rollout:
     """Sample ``group`` completions for each prompt row (see module docstring).
 
-    ``fast``: use the functional decoder (``race.engines.builtin.fast_decode``) instead of the HF
+    ``fast``: use the functional decoder (``race.engines.kernels.fast_decode``) instead of the HF
     forward; default: whenever the architecture supports it. Both execute the same FLOPs.
     ``merge_lora`` (functional decoder only): fold LoRA into the weights for this rollout;
     default: when it executes fewer FLOPs at full length (module docstring).
@@ -140,8 +141,6 @@ def _sample(model: Any, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, *, 
     draw from ``generator`` as they would alone only when no row is greedy."""
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens={max_new_tokens}: must be >= 1")
-    from race.engines.builtin.fast_decode import FastDecoder
-
     n_prompts, P = prompt_ids.shape
     if fast is None:
         fast = FastDecoder.supports(model)

@@ -59,7 +59,8 @@ from race.engines.common import (
     run_evaluator,
     start_policy,
 )
-from race.engines.builtin import fast_forward, micro_batch
+from race.engines.builtin import micro_batch
+from race.engines.kernels import fast_forward
 from race.engines.builtin.state import BuiltinState, RunBooks
 from race.engines.builtin.step_parts import charge_step, fits_exactly, score_rollout
 from race.engines.grpo_math import grpo_loss, lr_at

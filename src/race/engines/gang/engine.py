@@ -83,7 +83,7 @@ class GangEngine:
         for e in self.engs:
             e.out.begin()
             e.start()
-        from race.engines.builtin import fast_forward
+        from race.engines.kernels import fast_forward
         from race.engines.gang.forward import share_base
 
         if not all(fast_forward.supports(e.state.model) for e in self.engs):
