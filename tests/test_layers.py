@@ -1366,3 +1366,55 @@ def test_the_cost_context_scan_catches_loose_parameters_in_any_kind(tmp_path):
     assert len(bad) == 2, bad  # the formula module is allowed; a function with two of the three is not flagged
     assert "trl_step.py:1: race.accounting.trl_step.bound takes shape, lora and conventions loose" in bad[0]
     assert "trl_step.py:6: race.accounting.trl_step.__init__ takes" in bad[1]
+
+
+# -- composers drive engines through their lifecycle, not their insides ------------------------------
+#: Modules that compose engines (module -> why it may not reach in): the gang's run loop.
+COMPOSERS = {"race.engines.gang.engine"}
+ENGINE_INSIDES = {"state", "books", "out", "schedule"}
+
+
+def engine_reaches(src: Path) -> list[str]:
+    """One message per ``x.<inside>.y`` in a composer, ``<inside>`` one of an engine's
+    :data:`ENGINE_INSIDES` (its state, books, run-directory writer, evaluation schedule):
+    a composer asks the engine through ``race.engines.EngineLifecycle`` instead."""
+    bad = []
+    for mod, rel, node in walk_nodes(src):
+        if mod in COMPOSERS and isinstance(node, ast.Attribute) and isinstance(node.value, ast.Attribute) \
+                and node.value.attr in ENGINE_INSIDES:
+            bad.append(f"{rel}:{node.lineno}: {mod} reaches {ast.unparse(node)}: use the engine's lifecycle "
+                       "(race.engines.EngineLifecycle)")
+    return bad
+
+
+def test_the_gang_drives_its_members_through_the_lifecycle():
+    bad = engine_reaches(SRC)
+    assert not bad, "\n".join(bad)
+
+
+def test_the_engine_reach_scan_catches_a_chain(tmp_path):
+    pkg = package_dir(tmp_path, "engines")
+    (pkg / "gang").mkdir()
+    (pkg / "gang" / "__init__.py").write_text("")
+    (pkg / "gang" / "engine.py").write_text("def step(e, bound):\n"
+                                            "    return e.books.guard.may_start(bound), e.may_step(0, bound)\n")
+    bad = engine_reaches(tmp_path)
+    assert len(bad) == 1 and "engine.py:2: race.engines.gang.engine reaches e.books.guard" in bad[0], bad
+
+
+def test_the_builtin_engine_implements_the_lifecycle():
+    """Every stage ``race.engines.EngineLifecycle`` declares is a member of BuiltinEngine,
+    with the declared parameters."""
+    import inspect
+
+    sys.path.insert(0, str(SRC))
+    from race.engines import EngineLifecycle
+    from race.engines.builtin import BuiltinEngine
+
+    stages = {n for n in vars(EngineLifecycle) if not n.startswith("_")} - {"cfg", "run_dir"}
+    assert {"prepare", "begin", "resume_from", "may_step", "save_meta", "checkpoint", "finish"} <= stages
+    for n in stages:
+        want, got = getattr(EngineLifecycle, n), getattr(BuiltinEngine, n, None)
+        assert got is not None, f"BuiltinEngine lacks {n}"
+        if callable(want) and not isinstance(want, property):
+            assert list(inspect.signature(got).parameters) == list(inspect.signature(want).parameters), n
