@@ -1333,25 +1333,32 @@ PER_MATRIX_FORMULAS = {"race.accounting.passes"}
 LOOSE_COST = {"shape", "lora", "conventions"}
 
 
+def flagged(src: Path, message) -> list[str]:
+    """``file:line: text`` for every AST node of ``src`` for which ``message(module, node)``
+    returns a text (the node breaks a rule), in file order."""
+    return [f"{rel}:{node.lineno}: {text}" for mod, rel, node in walk_nodes(src)
+            if (text := message(mod, node)) is not None]
+
+
+def _loose_cost(mod: str, node: ast.AST) -> str | None:
+    if mod in PER_MATRIX_FORMULAS or not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return None
+    a = node.args
+    if LOOSE_COST <= {x.arg for x in (*a.posonlyargs, *a.args, *a.kwonlyargs)}:
+        return (f"{mod}.{node.name} takes shape, lora and conventions loose: take a PolicyCost "
+                "(race.accounting.policy) or a StepPlan")
+    return None
+
+
 def loose_cost_contexts(src: Path) -> list[str]:
     """One message per function outside :data:`PER_MATRIX_FORMULAS` whose parameters
     include ``shape``, ``lora`` and ``conventions`` (in any position or kind): those travel
     together as a ``race.accounting.PolicyCost`` (or the ``StepPlan`` holding one)."""
-    bad = []
-    for mod, rel, node in walk_nodes(src):
-        if mod in PER_MATRIX_FORMULAS or not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            continue
-        a = node.args
-        names = {x.arg for x in (*a.posonlyargs, *a.args, *a.kwonlyargs)}
-        if LOOSE_COST <= names:
-            bad.append(f"{rel}:{node.lineno}: {mod}.{node.name} takes shape, lora and conventions loose: "
-                       "take a PolicyCost (race.accounting.policy) or a StepPlan")
-    return bad
+    return flagged(src, _loose_cost)
 
 
 def test_no_function_takes_the_cost_context_loose():
-    bad = loose_cost_contexts(SRC)
-    assert not bad, "\n".join(bad)
+    assert not (bad := loose_cost_contexts(SRC)), "\n".join(bad)
 
 
 def test_the_cost_context_scan_catches_loose_parameters_in_any_kind(tmp_path):
@@ -1374,22 +1381,22 @@ COMPOSERS = {"race.engines.gang.engine"}
 ENGINE_INSIDES = {"state", "books", "out", "schedule"}
 
 
+def _engine_reach(mod: str, node: ast.AST) -> str | None:
+    if mod in COMPOSERS and isinstance(node, ast.Attribute) and isinstance(node.value, ast.Attribute) \
+            and node.value.attr in ENGINE_INSIDES:
+        return f"{mod} reaches {ast.unparse(node)}: use the engine's lifecycle (race.engines.EngineLifecycle)"
+    return None
+
+
 def engine_reaches(src: Path) -> list[str]:
     """One message per ``x.<inside>.y`` in a composer, ``<inside>`` one of an engine's
     :data:`ENGINE_INSIDES` (its state, books, run-directory writer, evaluation schedule):
     a composer asks the engine through ``race.engines.EngineLifecycle`` instead."""
-    bad = []
-    for mod, rel, node in walk_nodes(src):
-        if mod in COMPOSERS and isinstance(node, ast.Attribute) and isinstance(node.value, ast.Attribute) \
-                and node.value.attr in ENGINE_INSIDES:
-            bad.append(f"{rel}:{node.lineno}: {mod} reaches {ast.unparse(node)}: use the engine's lifecycle "
-                       "(race.engines.EngineLifecycle)")
-    return bad
+    return flagged(src, _engine_reach)
 
 
 def test_the_gang_drives_its_members_through_the_lifecycle():
-    bad = engine_reaches(SRC)
-    assert not bad, "\n".join(bad)
+    assert not (bad := engine_reaches(SRC)), "\n".join(bad)
 
 
 def test_the_engine_reach_scan_catches_a_chain(tmp_path):
