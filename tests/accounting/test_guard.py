@@ -15,6 +15,7 @@ from race.accounting import (
     FlopLedger,
     LoRA,
     ModelShape,
+    PolicyCost,
     StepPlan,
     grpo_step_flops,
     learning_components,
@@ -120,9 +121,8 @@ def test_a_step_plan_gives_what_the_formulas_give_with_its_settings(kw):
     learn = {k: v for k, v in settings.items() if k not in ("reward", "share_prompt")}
     assert plan.learning(seqs, T) == learning_components(SHAPE, seqs, T, prompt_groups=groups, **learn)
     plens = P[::4] if kw.get("share_prompt") else P
-    assert plan.rollout(plens, T) == rollout_components(SHAPE, plens, T, lora=kw.get("lora"),
-                                                        share_prompt=kw.get("share_prompt", False),
-                                                        conventions=kw.get("conventions"))
+    assert plan.rollout(plens, T) == rollout_components(PolicyCost(SHAPE, kw.get("lora"), kw.get("conventions")),
+                                                        plens, T, share_prompt=kw.get("share_prompt", False))
 
 
 def test_a_step_plan_accepts_iterators_and_shares_prompts_for_less():

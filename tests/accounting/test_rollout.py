@@ -2,7 +2,7 @@
 weights (no LoRA term) plus one fold per adapted matrix; an unmerged one carries the LoRA
 term in every pass. Integer arithmetic, so every comparison is exact."""
 
-from race.accounting import LoRA, ModelShape, generate_components
+from race.accounting import LoRA, ModelShape, PolicyCost, generate_components
 from race.accounting.lora import lora_merge_flops
 from race.accounting.rollout import executed_gang_decode, executed_rollout
 
@@ -12,21 +12,21 @@ DECODED = [7, 12, 12, 3, 9, 12, 12, 1]  # 2 prompts x group 4, rows dropped at d
 
 
 def test_an_unmerged_rollout_is_the_shared_prompt_generation_with_the_lora_term():
-    got = executed_rollout(SHAPE, 20, 2, DECODED, lora=LORA, merged=False)
+    got = executed_rollout(PolicyCost(SHAPE, LORA), 20, 2, DECODED, merged=False)
     assert got == generate_components(SHAPE, [20, 20], DECODED, lora=LORA, share_prompt=True)
     assert "merge" not in got
 
 
 def test_a_merged_rollout_drops_the_lora_term_and_charges_the_fold_once():
-    merged = executed_rollout(SHAPE, 20, 2, DECODED, lora=LORA, merged=True)
+    merged = executed_rollout(PolicyCost(SHAPE, LORA), 20, 2, DECODED, merged=True)
     base = generate_components(SHAPE, [20, 20], DECODED, share_prompt=True)
     assert merged == {**base, "merge": lora_merge_flops(SHAPE, LORA)}
-    unmerged = executed_rollout(SHAPE, 20, 2, DECODED, lora=LORA, merged=False)
+    unmerged = executed_rollout(PolicyCost(SHAPE, LORA), 20, 2, DECODED, merged=False)
     assert merged["prefill"] < unmerged["prefill"] and merged["decode"] < unmerged["decode"]
 
 
 def test_merged_without_lora_is_the_plain_rollout():
-    assert executed_rollout(SHAPE, 20, 2, DECODED, merged=True) == executed_rollout(SHAPE, 20, 2, DECODED)
+    assert executed_rollout(PolicyCost(SHAPE), 20, 2, DECODED, merged=True) == executed_rollout(PolicyCost(SHAPE), 20, 2, DECODED)
 
 
 def test_a_gang_decode_charges_every_members_fold_and_no_lora_term():

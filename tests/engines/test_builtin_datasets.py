@@ -5,6 +5,7 @@ the test file."""
 
 from __future__ import annotations
 
+from race.accounting import PolicyCost
 import json
 import shutil
 from pathlib import Path
@@ -89,8 +90,8 @@ def _check_prefill(cfg, rows: list[dict], step: int) -> None:
     merged = any(r["step"] == step and r["phase"] == "rollout" and r["component"] == "merge" for r in rows)
 
     def prefill(width: int) -> int:
-        return rollout_components(shape, [width] * cfg.prompts_per_step, [1] * n, lora=None if merged else lora,
-                                  share_prompt=True, conventions=cfg.conventions)["rollout/prefill"]
+        return rollout_components(PolicyCost(shape, None if merged else lora, cfg.conventions),
+                                  [width] * cfg.prompts_per_step, [1] * n, share_prompt=True)["rollout/prefill"]
 
     assert pre["flops"] == prefill(width) > prefill(bare_width)
 

@@ -183,9 +183,9 @@ def test_gradient_checkpointing_records_the_recompute_it_runs(tiny_model_dir, tm
     from race.accounting import LoRA, backward_components, recompute_flops, sequence_work
     from race.models import load_policy, model_shape
 
-    # a checkpointed model runs HF's forward (race.engines.builtin.fast_forward falls back); the
+    # a checkpointed model runs HF's forward (race.engines.kernels.fast_forward falls back); the
     # plain run is made to run it too, so the updates compare the same arithmetic
-    monkeypatch.setattr("race.engines.builtin.fast_forward.supports", lambda model: False)
+    monkeypatch.setattr("race.engines.kernels.fast_forward.supports", lambda model: False)
     _sgd_optimizer(monkeypatch)
     plain, _, s0 = _measured_run(_cfg(tiny_model_dir), tmp_path / "plain", monkeypatch)
     ck, measured, s1 = _measured_run(_cfg(tiny_model_dir, gradient_checkpointing=True), tmp_path / "ck", monkeypatch)
@@ -215,7 +215,7 @@ def test_gradient_checkpointing_full_fine_tuning_is_measured_exactly(tiny_model_
     """Full fine-tuning (lora: null) with checkpointing: ledger counted + recompute ==
     FlopCounterMode, and the counted FLOPs equal the plain run's (the embedding is
     trainable, so layer 0's input gradients run either way) when that runs unshared too."""
-    monkeypatch.setattr("race.engines.builtin.fast_forward.supports", lambda model: False)  # the checkpointed run's forward
+    monkeypatch.setattr("race.engines.kernels.fast_forward.supports", lambda model: False)  # the checkpointed run's forward
     plain, m0, _ = _measured_run(_cfg(tiny_model_dir, lora=None, learning_rate=1e-5), tmp_path / "p", monkeypatch)
     ck, m1, _ = _measured_run(_cfg(tiny_model_dir, lora=None, learning_rate=1e-5, gradient_checkpointing=True),
                               tmp_path / "c", monkeypatch)

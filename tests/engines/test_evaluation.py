@@ -3,7 +3,7 @@ ran alone (greedy rows), and evaluation FLOPs equal to what FlopCounterMode meas
 
 from __future__ import annotations
 
-from race.accounting import LoRA, ModelShape
+from race.accounting import PolicyCost, LoRA, ModelShape
 from race.spec.run import EvalSettings, LoraSettings
 from race.tasks import ArithTask
 
@@ -13,8 +13,8 @@ def _evaluator(tok, model, settings, batch_size=256):
     from race.engines.evaluation import Evaluator
 
     shape = ModelShape.from_hf_config(model.get_base_model().config.to_dict())
-    return Evaluator(ArithTask(), settings, tokenizer=tok, max_new_tokens=24, temperature=1.0, shape=shape,
-                     lora=LoRA(4), conventions="torch", device="cpu", verify=_verify_fn(), batch_size=batch_size)
+    return Evaluator(ArithTask(), settings, tokenizer=tok, max_new_tokens=24, temperature=1.0,
+                     policy=PolicyCost(shape, LoRA(4), "torch"), device="cpu", verify=_verify_fn(), batch_size=batch_size)
 
 
 def _policy():
@@ -57,8 +57,8 @@ def test_pass_at_1_is_the_mean_accuracy_of_the_pass_at_k_samples(char_tokenizer)
     shape = ModelShape.from_hf_config(model.get_base_model().config.to_dict())
     # an untrained model solves nothing: a verifier that accepts completions holding a "1"
     # gives the samples of one problem different outcomes
-    ev = Evaluator(ArithTask(), settings, tokenizer=char_tokenizer, max_new_tokens=16, temperature=1.0, shape=shape,
-                   lora=LoRA(4), conventions="torch", device="cpu", verify=lambda p, text: "1" in text)
+    ev = Evaluator(ArithTask(), settings, tokenizer=char_tokenizer, max_new_tokens=16, temperature=1.0,
+                   policy=PolicyCost(shape, LoRA(4), "torch"), device="cpu", verify=lambda p, text: "1" in text)
     rows = {r["target"]: r for r in ev.evaluate(model).rows}
     assert list(rows) == ["pass@k", "pass@1"]
     per1 = rows["pass@1"]["per_problem"]
@@ -67,6 +67,6 @@ def test_pass_at_1_is_the_mean_accuracy_of_the_pass_at_k_samples(char_tokenizer)
     assert rows["pass@1"]["score"] == sum(per1) / 9 == rows["pass@k"]["pass1"]
     assert rows["pass@k"]["per_problem"] == [1 if v > 0 else 0 for v in per1]
     only1 = Evaluator(ArithTask(), EvalSettings(n_pass_problems=9, pass_k=k, targets=["pass@1"]),
-                      tokenizer=char_tokenizer, max_new_tokens=16, temperature=1.0, shape=shape, lora=LoRA(4),
-                      conventions="torch", device="cpu", verify=lambda p, text: "1" in text)
+                      tokenizer=char_tokenizer, max_new_tokens=16, temperature=1.0,
+                      policy=PolicyCost(shape, LoRA(4), "torch"), device="cpu", verify=lambda p, text: "1" in text)
     assert [r["target"] for r in only1.evaluate(model).rows] == ["pass@1"]

@@ -48,7 +48,7 @@ def _pass(m, ro, fast: bool):
 
 @pytest.mark.parametrize("name,lora", [("tiny-xs", True), ("tiny-xs", False), ("tiny-l", True)])
 def test_functional_logprobs_and_gradients_match_hf(name, lora, char_tokenizer):
-    from race.engines.builtin import fast_forward
+    from race.engines.kernels import fast_forward
 
     m = _model(name, lora)
     assert fast_forward.supports(m)
@@ -100,7 +100,7 @@ def test_lora_dropout_applies_in_training_only(char_tokenizer):
 
 
 def test_gradient_checkpointing_model_keeps_the_hf_forward(char_tokenizer):
-    from race.engines.builtin import fast_forward
+    from race.engines.kernels import fast_forward
 
     m = _model("tiny-xs", True)
     base = m.get_base_model()

@@ -12,7 +12,7 @@ import pytest
 import torch
 from shared_passes import shared_pass
 
-from race.accounting import LoRA, ModelShape, learning_components, prompt_groups
+from race.accounting import PolicyCost, LoRA, ModelShape, learning_components, prompt_groups
 from race.spec.run import LoraSettings
 
 PROMPTS = [["Q:12+5-3\nA:", "Q:1+2\nA:"], ["Q:40-13+2-7\nA:"], ["Q:3+3\nA:", "Q:9-1+4\nA:", "Q:7+7\nA:"]]
@@ -177,7 +177,7 @@ def test_gang_greedy_tokens_are_each_members_argmax(name, char_tokenizer):
 
     from race.engines.gang.sample import SampleJob, executed_rollout_flops, gang_sample
     from race.engines.sampling import encode_prompts
-    from race.engines.builtin import fast_forward
+    from race.engines.kernels import fast_forward
 
     models = _members(name)
     tok = char_tokenizer
@@ -192,7 +192,7 @@ def test_gang_greedy_tokens_are_each_members_argmax(name, char_tokenizer):
     checked = 0
     for m, ro, (r, targets, _, _) in zip(models, ros, MEMBERS):
         lora = LoRA(r, tuple(LoraSettings(r=r, target_modules=targets).target_modules))
-        want += sum(executed_rollout_flops(shape, ro, lora=lora, conventions="torch").values())
+        want += sum(executed_rollout_flops(PolicyCost(shape, lora, "torch"), ro).values())
         ids = torch.cat([ro.prompt_ids, ro.completion_ids], 1)
         mask = torch.cat([ro.prompt_mask, ro.completion_mask], 1)
         pos = (mask.long().cumsum(-1) - 1).clamp(min=0)
@@ -237,7 +237,7 @@ def test_fast_gang_decode_gives_each_member_its_solo_rollout(name, greedy, char_
     out at different steps the gang executes less than without drops."""
     from torch.utils.flop_counter import FlopCounterMode
 
-    from race.engines.builtin import fast_forward
+    from race.engines.kernels import fast_forward
     from race.engines.gang.decode import fast_gang_sample
     from race.engines.gang.sample import SampleJob
     from race.engines.sampling import encode_prompts

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from race.accounting import LoRA, ModelShape, generate_components
+from race.accounting import PolicyCost, LoRA, ModelShape, generate_components
 from race.spec.run import LoraSettings
 
 PROMPTS = ["Q:12+5-3\nA:", "Q:1+2\nA:", "Q:40-13+2-7\nA:"]
@@ -31,7 +31,7 @@ def test_fast_decoder_matches_hf_and_the_analytic_flops(name, lora, char_tokeniz
     charges them (a merged rollout: the base passes plus the merge matmuls)."""
     from torch.utils.flop_counter import FlopCounterMode
 
-    from race.engines.builtin.fast_decode import FastDecoder
+    from race.engines.kernels.fast_decode import FastDecoder
     from race.accounting.lora import lora_merge_flops
     from race.engines.sampling import encode_prompts, rollout_flops, sample
 
@@ -60,7 +60,7 @@ def test_fast_decoder_matches_hf_and_the_analytic_flops(name, lora, char_tokeniz
         plain = generate_components(shape, [ro.prompt_len] * len(PROMPTS), decoded,
                                     lora=None if ro.merged else adapter, share_prompt=True, conventions="torch")
         expected = sum(plain.values()) + (lora_merge_flops(shape, adapter) if ro.merged else 0)
-        assert fc.get_total_flops() == expected == sum(rollout_flops(shape, ro, lora=adapter, conventions="torch").values())
+        assert fc.get_total_flops() == expected == sum(rollout_flops(PolicyCost(shape, adapter, "torch"), ro).values())
 
 
 def test_merged_rollout_leaves_the_model_alone_and_sees_adapter_updates(char_tokenizer):
@@ -88,7 +88,7 @@ def test_merge_only_when_it_costs_fewer_flops(char_tokenizer):
     """A one-prompt, two-token rollout of tiny-xs runs fewer positions (13) than merging
     costs in adapter-positions (sum in*out / sum (in+out) = 23040 / 816 > 28): no merge,
     and the charge is the LoRA convention's; a full rollout merges."""
-    from race.engines.builtin.fast_decode import FastDecoder
+    from race.engines.kernels.fast_decode import FastDecoder
     from race.engines.sampling import encode_prompts, sample
 
     m = _model("tiny-xs", True)
@@ -181,9 +181,9 @@ def test_finished_rows_leave_the_batch_tokens_unchanged_and_flops_as_charged(gre
     assert fa.decoded is not None and int(fa.decoded.min()) < T == int(fa.decoded.max())  # some rows left early
     assert bool((fa.decoded >= fa.lengths).all())  # a row leaves only after its EOS
     shape = ModelShape.from_hf_config(m.get_base_model().config.to_dict())
-    charged = sum(rollout_flops(shape, fa, lora=LoRA(4), conventions="torch").values())
+    charged = sum(rollout_flops(PolicyCost(shape, LoRA(4), "torch"), fa).values())
     fa.decoded = None  # what keeping every row to the end would charge
-    assert fc.get_total_flops() == charged < sum(rollout_flops(shape, fa, lora=LoRA(4), conventions="torch").values())
+    assert fc.get_total_flops() == charged < sum(rollout_flops(PolicyCost(shape, LoRA(4), "torch"), fa).values())
 
 
 def _ragged_eos(completions: torch.Tensor) -> int:
@@ -208,7 +208,7 @@ def test_fast_decoder_on_a_bfloat16_base_with_float32_adapters_is_as_close_as_hf
     """PEFT keeps LoRA weights in fp32 over a bf16 base. The decoder's next-token logits
     must be as close to the fp32 model's as HF's own bf16 forward is (within 2x its error:
     both round every layer's output to bf16, in different op orders)."""
-    from race.engines.builtin.fast_decode import FastDecoder
+    from race.engines.kernels.fast_decode import FastDecoder
     from race.engines.sampling import encode_prompts
 
     ref = _model("tiny-m", True)  # fp32 base and adapters

@@ -3,6 +3,7 @@ and the cross-check with the built-in engine's accounting."""
 
 from __future__ import annotations
 
+from race.accounting import PolicyCost
 import json
 import re
 from pathlib import Path
@@ -104,15 +105,15 @@ def test_cross_check_with_the_builtin_engine(tiny_model_dir, tmp_path):
     builtin.start()
     shape, lora, P, T, G = builtin.state.shape, builtin.state.lora, 20, 12, 4
     for ckpt in (False, True):
-        rows = compare_with_builtin(shape, prompts=2, num_generations=G, prompt_len=P, completion_len=T, lora=lora,
-                                    num_iterations=2, beta=0.1, gradient_checkpointing=ckpt)
+        rows = compare_with_builtin(PolicyCost(shape, lora), prompts=2, num_generations=G, prompt_len=P,
+                                    completion_len=T, num_iterations=2, beta=0.1, gradient_checkpointing=ckpt)
         by = {r["key"]: r for r in rows}
         # the built-in column is the built-in engine's step cost at these shapes
         assert sum(r["builtin"] for r in rows) == builtin.step_bound(P)
         # the TRL column is what the TRL plan charges (counted) for one batch, plus hardware recompute
         plan = TrlStepPlan(per_device_train_batch_size=8, num_generations=G, num_iterations=2, beta=0.1)
-        trl = counted(generation_components(shape, plan, n_seqs=8, prompt_len=P, completion_len=T, lora=lora))
-        trl += 2 * counted(update_components(shape, plan, n_seqs=8, seq_len=P + T, completion_len=T, lora=lora,
+        trl = counted(generation_components(plan, PolicyCost(shape, lora), n_seqs=8, prompt_len=P, completion_len=T))
+        trl += 2 * counted(update_components(plan, PolicyCost(shape, lora), n_seqs=8, seq_len=P + T, completion_len=T,
                                              inputs_require_grad=ckpt))
         assert sum(r["trl"] for r in rows if not r["key"].startswith("recompute/")) == trl
         same = {k for k, r in by.items() if r["same"]}
@@ -276,6 +277,6 @@ def test_builtin_same_shapes_shares_prompts_and_takes_a_partial_group():
 
     shape = resolve_shape("tiny-s")
     for rows in (8, 6):
-        out = builtin_same_shapes(shape, [(rows, 10, 8)], num_generations=4, lora=LoRA(8), conventions="torch")
+        out = builtin_same_shapes(PolicyCost(shape, LoRA(8), "torch"), [(rows, 10, 8)], num_generations=4)
         plain = learning_components(shape, [18] * rows, [8] * rows, lora=LoRA(8), conventions="torch")
         assert 0 < out["update"] < plain["update/forward"] + plain["update/backward"]

@@ -4,6 +4,7 @@ decided from the global total, on the same optimizer step on both ranks."""
 
 from __future__ import annotations
 
+from race.accounting import PolicyCost
 import json
 import os
 import signal
@@ -41,8 +42,8 @@ def _global_bound(model_dir: Path) -> int:
     P = len(build_char_tokenizer()(text="Q:12+30-4\nA:")["input_ids"])  # the longest prompt
     T, shape = 4, tiny_shape("tiny-xs")
     plan = TrlStepPlan(per_device_train_batch_size=4, num_generations=4)
-    rank = counted(generation_components(shape, plan, n_seqs=4, prompt_len=P, completion_len=T)) + counted(
-        update_components(shape, plan, n_seqs=4, seq_len=P + T, completion_len=T))
+    rank = counted(generation_components(plan, PolicyCost(shape), n_seqs=4, prompt_len=P, completion_len=T)) + counted(
+        update_components(plan, PolicyCost(shape), n_seqs=4, seq_len=P + T, completion_len=T))
     return 2 * rank
 
 

@@ -4,6 +4,7 @@ and FSDP place it at ``accelerate.prepare``), the per-call synchronize switch,
 
 from __future__ import annotations
 
+from race.accounting import PolicyCost
 import pytest
 
 
@@ -86,7 +87,7 @@ def test_sync_switch_keeps_the_flops_and_drops_the_per_call_synchronizes(monkeyp
         lm(input_ids=ids).logits.sum().backward()
         calls = tracker.drain()
         tracker.detach()
-        comps.append(calls_components(model_shape(lm), calls, lora=None))
+        comps.append(calls_components(PolicyCost(model_shape(lm)), calls))
         counts.append((len(syncs), len(calls), [c.seconds for c in calls]))
     assert comps[0] == comps[1] and comps[0]["update/forward"] > 0 and comps[0]["rollout/decode"] > 0
     (on, n_calls, _), (off, _, seconds) = counts
@@ -127,7 +128,7 @@ def test_compiled_model_keeps_the_ledger_and_breaks_only_at_the_lm_boundary():
         with torch.no_grad():
             f(ids)
         f(ids).sum().backward()
-        return calls_components(model_shape(lm), tracker.drain(), lora=None)
+        return calls_components(PolicyCost(model_shape(lm)), tracker.drain())
 
     eager = run(outer)
     torch._dynamo.reset()
@@ -213,7 +214,7 @@ def test_fsdp_checkpoint_wrapper_is_seen_as_checkpointing(impl):
     n_layers = len(_decoder_layers(lm))
     assert call.recompute == ("early_stop" if impl == "no_reentrant" else "full")
     assert call.recompute_layers == n_layers
-    comps = calls_components(model_shape(lm), [call], lora=None, conventions="torch")
+    comps = calls_components(PolicyCost(model_shape(lm), None, "torch"), [call])
     assert comps["recompute/forward"] > 0
     assert sum(comps.values()) == c.total
 

@@ -10,6 +10,7 @@ DeepSpeed is not installed: its reward-model wrapper is covered by a stand-in
 
 from __future__ import annotations
 
+from race.accounting import PolicyCost
 import json
 import os
 import signal
@@ -70,6 +71,6 @@ def test_fsdp2_sharded_checkpointed_model_is_charged_like_the_unsharded_one(tmp_
             lm(input_ids=ids, use_cache=False).logits.float().sum().backward()
             with torch.no_grad():
                 lm(input_ids=ids, use_cache=False)
-        plain = calls_components(model_shape(lm), tracker.drain(), lora=None, conventions="torch")
+        plain = calls_components(PolicyCost(model_shape(lm), None, "torch"), tracker.drain())
         assert rep["components"] == plain and sum(plain.values()) == c.total
         assert plain["recompute/forward"] > 0

@@ -10,6 +10,7 @@ recomputed in its backward)."""
 
 from __future__ import annotations
 
+from race.accounting import PolicyCost
 from collections import defaultdict
 
 import pytest
@@ -137,10 +138,10 @@ def test_trl_ledger_equals_measured_flops(tiny_model_dir, tmp_path):
     plan = TrlStepPlan.from_args(trainer.args)
     assert plan.needs_old_logprobs and len(cb.tracker.generations) == 2
     for step, (rows, P, W) in zip((1, 3), cb.tracker.generations):
-        comps = generation_components(cb.shape, plan, n_seqs=rows, prompt_len=P, completion_len=W, lora=cb.lora,
-                                      conventions="torch")
-        upd = update_components(cb.shape, plan, n_seqs=rows, seq_len=P + W, completion_len=W, lora=cb.lora,
-                                inputs_require_grad=True, recompute="early_stop", conventions="torch")
+        cost = PolicyCost(cb.shape, cb.lora, "torch")
+        comps = generation_components(plan, cost, n_seqs=rows, prompt_len=P, completion_len=W)
+        upd = update_components(plan, cost, n_seqs=rows, seq_len=P + W, completion_len=W,
+                                inputs_require_grad=True, recompute="early_stop")
         comps.update(upd)
         assert {k: v for k, v in ledger[step].items() if not k.startswith("reward/")} == comps
         if step == 1:

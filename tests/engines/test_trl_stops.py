@@ -8,13 +8,13 @@ PROMPTS = ["Q:1+2\nA:", "Q:12+30-4\nA:"]
 
 def _step_bound(tok, T: int, rows: int) -> int:
     """Counted FLOPs of one full fine-tuning step (tiny-xs, no checkpointing) at the maximum lengths."""
+    from race.accounting import PolicyCost
     from race.accounting.trl_step import TrlStepPlan, trl_batch_bound
     from race.models.refs import tiny_shape
 
     P = max(len(tok(text=p)["input_ids"]) for p in PROMPTS)
     plan = TrlStepPlan(per_device_train_batch_size=rows, num_generations=4)
-    return trl_batch_bound(tiny_shape("tiny-xs"), plan, prompt_len=P, completion_len=T, num_iterations=1, lora=None,
-                           conventions=None)
+    return trl_batch_bound(plan, PolicyCost(tiny_shape("tiny-xs")), prompt_len=P, completion_len=T)
 
 
 def test_budget_stop_saves_a_checkpoint_and_evaluates(tiny_model_dir, tmp_path):

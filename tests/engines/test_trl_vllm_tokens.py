@@ -9,6 +9,7 @@ positions, rows truncated at ``max_completion_length``."""
 
 from __future__ import annotations
 
+from race.accounting import PolicyCost
 import copy
 from collections import defaultdict
 
@@ -66,15 +67,15 @@ def test_rollout_blocks_equal_what_the_hooks_measure_row_by_row(tiny_policy, con
     assert len(set(clens)) > 1 and max(clens) == T_MAX and len({len(p) for p in prompt_ids}) > 1
     measured = tracker.drain()
     blocks = rollout_blocks(prompt_ids, completions, lora=False)
-    got = calls_components(shape, blocks, lora=None, conventions=conventions)
-    assert got == calls_components(shape, measured, lora=None, conventions=conventions)
+    got = calls_components(PolicyCost(shape, None, conventions), blocks)
+    assert got == calls_components(PolicyCost(shape, None, conventions), measured)
     assert set(got) == {"rollout/prefill", "rollout/decode"} and min(got.values()) > 0
     assert calls_tokens_seconds(blocks)[0] == calls_tokens_seconds(measured)[0] == {
         "rollout/prefill": sum(len(p) for p in prompt_ids), "rollout/decode": sum(c - 1 for c in clens)}
     # the accounting's own rollout rule, no prefix shared: the same numbers
     from race.accounting import rollout_components
 
-    assert got == rollout_components(shape, [len(p) for p in prompt_ids], clens, conventions=conventions)
+    assert got == rollout_components(PolicyCost(shape, None, conventions), [len(p) for p in prompt_ids], clens)
 
 
 def test_rollout_blocks_refuse_mismatched_rows():
@@ -194,7 +195,7 @@ def test_continuous_batching_is_charged_from_its_tokens_not_as_log_prob_passes(t
     keys = cb.ledger.totals_by_key()
     assert len(rows) == 8 and cb.watch.charged_rows == 8
     assert "old_logprobs/forward" not in keys and "reference/forward" not in keys  # no paged forward misread
-    want = rollout_components(cb.shape, [len(p) for p, _ in rows], [len(c) for _, c in rows])
+    want = rollout_components(PolicyCost(cb.shape), [len(p) for p, _ in rows], [len(c) for _, c in rows])
     assert {k: keys[k] for k in want} == want
 
 
@@ -226,7 +227,7 @@ def test_rollout_func_is_charged_from_the_ids_it_returns(tiny_model_dir, tmp_pat
     trainer.train()
     assert len(rows) == 8 and cb.watch.charged_rows == 8
     keys = cb.ledger.totals_by_key()
-    want = rollout_components(cb.shape, [len(p) for p, _ in rows], [len(c) for _, c in rows])
+    want = rollout_components(PolicyCost(cb.shape), [len(p) for p, _ in rows], [len(c) for _, c in rows])
     assert {k: keys[k] for k in want} == want and min(want.values()) > 0
     assert trainer.rollout_func is rollout_func  # unwrapped when training ends
 
@@ -256,9 +257,9 @@ def test_vllm_rollouts_of_a_lora_policy_carry_no_adapter_flops(tiny_model_dir, t
     c_lens = [len(c) for _, c in trainer.vllm_generation.rows]
     assert len(p_ids) == 8
     keys = cb.ledger.totals_by_key()
-    dense = rollout_components(cb.shape, [len(p) for p in p_ids], c_lens)
+    dense = rollout_components(PolicyCost(cb.shape), [len(p) for p in p_ids], c_lens)
     assert {k: keys[k] for k in dense} == dense
-    assert dense != rollout_components(cb.shape, [len(p) for p in p_ids], c_lens, lora=cb.lora)
+    assert dense != rollout_components(PolicyCost(cb.shape, cb.lora), [len(p) for p in p_ids], c_lens)
 
 
 def test_vllm_server_records_executed_prefill_location_and_weight_sync_apart(tiny_model_dir, tmp_path, monkeypatch):

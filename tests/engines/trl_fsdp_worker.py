@@ -6,6 +6,7 @@ backward and one no-grad forward. Writes ``rank<r>.json``."""
 
 from __future__ import annotations
 
+from race.accounting import PolicyCost
 import json
 import os
 import sys
@@ -46,7 +47,7 @@ def main(out: str) -> None:
     report = {"rank": rank, "model_class": type(lm).__name__, "same_shape": shape == plain_shape,
               "lora": lora_of(lm, shape) is not None, "ids": ids.tolist(),
               "calls": [[c.phase, c.recompute, c.recompute_layers, c.batch, c.new_tokens] for c in calls],
-              "components": calls_components(shape, calls, lora=None, conventions="torch")}
+              "components": calls_components(PolicyCost(shape, None, "torch"), calls)}
     (Path(out) / f"rank{rank}.json").write_text(json.dumps(report))
     dist.barrier()
     os._exit(0)  # see trl_ddp_worker.py: gloo's destructor can deadlock

@@ -15,8 +15,6 @@ from .grpo import (
     SPLIT_COLUMNS,
     PhaseFlops,
     RewardSystem,
-    grpo_step_flops,
-    learning_components,
     phase_flops,
     prompt_groups,
     reward_model_flops,
@@ -24,8 +22,9 @@ from .grpo import (
     learning_flops,
     split_sums,
     step_flops,
-    uniform_step_flops,
 )
+from .compat import grpo_step_flops, learning_components, uniform_step_flops
+from .policy import PolicyCost
 from .ledger import BudgetExceededError, FlopLedger, LedgerCorruptError, LedgerRecord
 from .lora import LoRA
 from .passes import (
@@ -49,7 +48,7 @@ __all__ = [
     "AccountingError", "Allocation", "allocations", "BudgetExceededError", "BudgetGuard", "StepPlan", "check_budget",
     "counted",
     "steps_bought", "CONVENTION_PRESETS", "Conventions", "FlopLedger",
-    "LAYER_MATRICES", "LedgerCorruptError", "LedgerRecord", "LoRA", "ModelShape", "PHASES", "PhaseFlops", "RULE",
+    "LAYER_MATRICES", "LedgerCorruptError", "LedgerRecord", "LoRA", "ModelShape", "PHASES", "PhaseFlops", "PolicyCost", "RULE",
     "SPLIT", "SPLIT_COLUMNS", "split_sums",
     "ReportCard", "RewardSystem", "Work", "backward_components", "forward_components", "forward_flops",
     "generate_components", "generate_flops", "generate_work", "grpo_step_flops", "step_flops", "layers_forward_flops",

@@ -16,8 +16,10 @@ Phases and when they run (docs/design.md section 2):
   iteration: hardware FLOPs, reported apart and excluded from ``total`` (model FLOPs).
 
 The formulas take a :class:`StepPlan` (a step's shapes and settings) and the lengths of the
-call (:func:`step_flops`, :func:`learning_flops`); ``grpo_step_flops``,
-``learning_components`` and ``uniform_step_flops`` are their keyword forms, which build one.
+call (:func:`step_flops`, :func:`learning_flops`); the plan holds the policy's
+:class:`race.accounting.policy.PolicyCost` (shape, adapter, conventions). The keyword forms
+``grpo_step_flops``, ``learning_components`` and ``uniform_step_flops``, which build a plan,
+live in :mod:`race.accounting.compat`.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal, Sequence, Union
 
-from .conventions import Conventions, resolve
+from .conventions import Conventions
 from .errors import AccountingError
 from .lora import LoRA
 from .passes import (
@@ -38,6 +40,7 @@ from .passes import (
     sequence_work,
     shared_prompt_work,
 )
+from .policy import PolicyCost
 from .phases import PHASES, SPLIT, SPLIT_COLUMNS, split_sums  # the vocabulary, re-exported
 from .reward_kinds import RULE, RewardSystem  # the reward kinds' table (re-exported)
 from .shapes import ModelShape
@@ -117,13 +120,12 @@ def reward_model_flops(reward: RewardSystem, seq_lens: Sequence[int], *, head_po
     return {"reward/forward": c["dense"] + c["attention"] + c["embedding"], "reward/head": c["head"]}
 
 
-def rollout_components(shape: ModelShape, prompt_lens: Sequence[int], completion_lens: Sequence[int], *,
-                       lora: LoRA | None = None, share_prompt: bool = False,
-                       conventions: "Conventions | str | None" = None) -> dict[str, int]:
-    """``rollout/prefill`` and ``rollout/decode`` FLOPs (see ``generate_work``). With
-    ``share_prompt`` give one prompt length per prompt, else one per sequence."""
-    g = generate_components(shape, prompt_lens, completion_lens, lora=lora, share_prompt=share_prompt,
-                            conventions=conventions)
+def rollout_components(policy: PolicyCost, prompt_lens: Sequence[int], completion_lens: Sequence[int], *,
+                       share_prompt: bool = False) -> dict[str, int]:
+    """``rollout/prefill`` and ``rollout/decode`` FLOPs of ``policy`` (see ``generate_work``).
+    With ``share_prompt`` give one prompt length per prompt, else one per sequence."""
+    g = generate_components(policy.shape, prompt_lens, completion_lens, lora=policy.lora, share_prompt=share_prompt,
+                            conventions=policy.conventions)
     return {"rollout/prefill": g["prefill"], "rollout/decode": g["decode"]}
 
 
@@ -140,7 +142,7 @@ def learning_flops(plan: "StepPlan", seq_lens: Sequence[int], completion_lens: S
     prompt of length ``seq_len - completion_len`` (equal within a group). Needs
     ``train_logits="completion"`` and no recompute (gradient checkpointing runs the
     unshared HF forward). ``plan.num_generations`` is not read: the passes see rows."""
-    conv, shape, lora, mu = resolve(plan.conventions), plan.shape, plan.lora, plan.num_iterations
+    conv, shape, lora, mu = plan.policy.conv, plan.shape, plan.lora, plan.num_iterations
     needs_old_logprobs = plan.old_logprobs
     if prompt_groups is None:
         work = sequence_work(seq_lens, _train_logits(plan.train_logits, completion_lens), conv)
@@ -163,21 +165,6 @@ def learning_flops(plan: "StepPlan", seq_lens: Sequence[int], completion_lens: S
         comps["recompute/forward"] = mu * recompute_flops(shape, work, lora=lora, conventions=conv,
                                                           early_stop=plan.recompute_early_stop)
     return comps
-
-
-def learning_components(shape: ModelShape, seq_lens: Sequence[int], completion_lens: Sequence[int], *,
-                        lora: LoRA | None = None, num_iterations: int = 1, beta: float = 0.0,
-                        needs_old_logprobs: bool | None = None, recompute: bool = False,
-                        recompute_early_stop: bool = True, train_logits: TrainLogits = "completion",
-                        inputs_require_grad: bool = False, prompt_groups: Sequence[int] | None = None,
-                        conventions: "Conventions | str | None" = None) -> dict[str, int]:
-    """:func:`learning_flops` with the settings as keywords (the documented public form):
-    builds the :class:`StepPlan` and calls it."""
-    plan = StepPlan(shape, 1, lora=lora, num_iterations=num_iterations, beta=beta,
-                    needs_old_logprobs=needs_old_logprobs, recompute=recompute,
-                    recompute_early_stop=recompute_early_stop, train_logits=train_logits,
-                    inputs_require_grad=inputs_require_grad, conventions=conventions)
-    return learning_flops(plan, seq_lens, completion_lens, prompt_groups)
 
 
 def prompt_groups(n: int, group: int, micro_batch: int) -> list[int]:
@@ -247,10 +234,6 @@ def step_flops(plan: "StepPlan", prompt_lens: Sequence[int], completion_lens: Se
     G = plan.num_generations
     if not isinstance(G, int) or G < 2:
         raise AccountingError(f"num_generations={G!r}: GRPO needs a group of at least 2; set it >= 2")
-    if plan.num_iterations < 1:
-        raise AccountingError(f"num_iterations={plan.num_iterations}: must be >= 1")
-    if plan.beta < 0:
-        raise AccountingError(f"beta={plan.beta}: the KL coefficient must be >= 0")
     plens, clens = list(prompt_lens), list(completion_lens)
     if len(plens) != len(clens):
         raise AccountingError(f"prompt_lens ({len(plens)}) and completion_lens ({len(clens)}) need one entry per sequence")
@@ -267,42 +250,13 @@ def step_flops(plan: "StepPlan", prompt_lens: Sequence[int], completion_lens: Se
     return phase_flops(comps)
 
 
-def grpo_step_flops(shape: ModelShape, prompt_lens: Sequence[int], completion_lens: Sequence[int], *,
-                    num_generations: int, lora: LoRA | None = None, num_iterations: int = 1, beta: float = 0.0,
-                    needs_old_logprobs: bool | None = None, reward: RewardSystem = RULE,
-                    reward_seq_lens: Sequence[int] | None = None, reward_head_positions: HeadPositions = None,
-                    judge_completion_lens: Sequence[int] | None = None, share_prompt: bool = False,
-                    recompute: bool = False, recompute_early_stop: bool = True,
-                    train_logits: TrainLogits = "completion", inputs_require_grad: bool = False,
-                    prompt_groups: Sequence[int] | None = None,
-                    conventions: "Conventions | str | None" = None) -> PhaseFlops:
-    """:func:`step_flops` with the settings as keywords (the documented public form: README,
-    ``race``'s exports): builds the :class:`StepPlan` and calls it. ``prompt_groups``: the
-    training passes share prompts (see :func:`learning_flops`)."""
-    plan = StepPlan(shape, num_generations, lora=lora, num_iterations=num_iterations, beta=beta,
-                    needs_old_logprobs=needs_old_logprobs, recompute=recompute,
-                    recompute_early_stop=recompute_early_stop, inputs_require_grad=inputs_require_grad,
-                    train_logits=train_logits, share_prompt=share_prompt, reward=reward, conventions=conventions)
-    return step_flops(plan, prompt_lens, completion_lens, prompt_groups, reward_seq_lens=reward_seq_lens,
-                      reward_head_positions=reward_head_positions, judge_completion_lens=judge_completion_lens)
-
-
-def _uniform_count(prompts: int, num_generations: int, prompt_len: int, completion_len: int) -> int:
+def uniform_count(prompts: int, num_generations: int, prompt_len: int, completion_len: int) -> int:
     """Sequences of a uniform step (``prompts`` x G), refusing no prompt or empty lengths."""
     if prompts < 1:
         raise AccountingError(f"prompts={prompts}: need at least 1 prompt per step")
     if prompt_len < 1 or completion_len < 1:
         raise AccountingError(f"prompt_len={prompt_len}, completion_len={completion_len}: lengths must be >= 1")
     return prompts * num_generations
-
-
-def uniform_step_flops(shape: ModelShape, *, prompts: int, num_generations: int, prompt_len: int,
-                       completion_len: int, **kwargs: object) -> PhaseFlops:
-    """``grpo_step_flops`` with every prompt at ``prompt_len`` and every completion at
-    ``completion_len`` (a step's upper bound when those are the maxima)."""
-    n = _uniform_count(prompts, num_generations, prompt_len, completion_len)
-    return grpo_step_flops(shape, [prompt_len] * n, [completion_len] * n, num_generations=num_generations,
-                           **kwargs)  # type: ignore[arg-type]
 
 
 # -- a step's shapes and settings ----------------------------------------------------------------------
@@ -335,11 +289,24 @@ class StepPlan:
     reward: RewardSystem = RULE
     conventions: "Conventions | str | None" = None
     optimizer_steps: int = 1
+    policy: PolicyCost = field(init=False, repr=False, compare=False)  # shape, lora, conventions: set once
 
     def __post_init__(self) -> None:
+        """Validation, once: the policy (``PolicyCost``: the adapter fits the shape, the
+        conventions resolve), the iterations, the KL coefficient and the optimizer steps."""
         if not isinstance(self.optimizer_steps, int) or self.optimizer_steps < 1:
             raise AccountingError(f"optimizer_steps={self.optimizer_steps!r}: optimizer steps per generation must "
                                   "be an integer >= 1")
+        if self.num_iterations < 1:
+            raise AccountingError(f"num_iterations={self.num_iterations}: must be >= 1")
+        if self.beta < 0:
+            raise AccountingError(f"beta={self.beta}: the KL coefficient must be >= 0")
+        object.__setattr__(self, "policy", PolicyCost(self.shape, self.lora, self.conventions))
+
+    @classmethod
+    def of(cls, policy: PolicyCost, num_generations: int, **settings: Any) -> "StepPlan":
+        """The plan of ``policy`` (its shape, adapter and conventions) with these settings."""
+        return cls(policy.shape, num_generations, lora=policy.lora, conventions=policy.conventions, **settings)
 
     @property
     def old_logprobs(self) -> bool:
@@ -354,8 +321,7 @@ class StepPlan:
 
     def rollout(self, prompt_lens: Sequence[int], completion_lens: Sequence[int]) -> dict[str, int]:
         """``rollout/*`` FLOPs (one prompt length per prompt when ``share_prompt``, else per sequence)."""
-        return rollout_components(self.shape, prompt_lens, completion_lens, lora=self.lora,
-                                  share_prompt=self.share_prompt, conventions=self.conventions)
+        return rollout_components(self.policy, prompt_lens, completion_lens, share_prompt=self.share_prompt)
 
     def learning(self, seq_lens: Sequence[int], completion_lens: Sequence[int]) -> dict[str, int]:
         """:func:`learning_flops` of this plan, prompts shared per :meth:`prompt_groups`."""
@@ -381,10 +347,10 @@ class StepPlan:
     def uniform(self, prompts: int, prompt_len: int, completion_len: int, **reward_lens: Any) -> PhaseFlops:
         """:meth:`step` with every prompt at ``prompt_len`` and every completion at
         ``completion_len`` (the step's upper bound when those are the maxima)."""
-        n = _uniform_count(prompts, self.num_generations, prompt_len, completion_len)
+        n = uniform_count(prompts, self.num_generations, prompt_len, completion_len)
         return self.step([prompt_len] * n, [completion_len] * n, **reward_lens)
 
 
-__all__ = ["PHASES", "SPLIT", "RewardSystem", "RULE", "PhaseFlops", "StepPlan", "grpo_step_flops", "step_flops",
-           "uniform_step_flops", "rollout_components", "learning_components", "learning_flops", "phase_flops",
+__all__ = ["PHASES", "SPLIT", "RewardSystem", "RULE", "PhaseFlops", "PolicyCost", "StepPlan", "step_flops",
+           "rollout_components", "learning_flops", "phase_flops",
            "reward_model_flops", "Work", "generate_work"]

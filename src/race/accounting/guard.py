@@ -81,6 +81,13 @@ def fits(spent: float, flops: float, budget: float | None) -> bool:
     return budget is None or spent + flops <= budget
 
 
+def reaches(flops: float, budget: float) -> bool:
+    """Whether ``flops`` reach ``budget`` (``flops >= budget``): a lower bound of what is
+    planned that reaches the budget leaves room for nothing more (the TRL engine's dataset
+    stops growing once its batches' floors reach it)."""
+    return flops >= budget
+
+
 def steps_bought(budget: float, step_flops: float, max_steps: int | None = None) -> int:
     """``floor(budget / step_flops)`` whole steps (0 when not even one fits), at most
     ``max_steps`` when given."""
@@ -235,5 +242,5 @@ class BudgetGuard:
 
 
 __all__ = ["BUDGET_STOP", "BudgetExceededError", "BudgetGuard", "StepPlan", "UNCOUNTED_PHASES", "check_budget",
-           "counted", "fits", "is_budget", "is_counted", "record_overrun_step", "steps_bought", "steps_in_budget",
+           "counted", "fits", "is_budget", "reaches", "is_counted", "record_overrun_step", "steps_bought", "steps_in_budget",
            "RewardBound", "plan_step_bound", "step_bound", "stops_before"]

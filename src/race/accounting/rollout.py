@@ -17,15 +17,16 @@ from typing import Sequence
 from .conventions import Conventions
 from .lora import LoRA, lora_merge_flops
 from .passes import generate_components
+from .policy import PolicyCost
 from .shapes import ModelShape
 
 
-def executed_rollout(shape: ModelShape, prompt_len: int, n_prompts: int, decoded: Sequence[int], *,
-                     lora: LoRA | None = None, merged: bool = False,
-                     conventions: "Conventions | str | None" = None) -> dict[str, int]:
-    """``{"prefill", "decode"}`` FLOPs of one rollout (module docstring), plus ``"merge"``
-    when ``merged`` and ``lora`` is given (then the passes carry no LoRA term); without
-    LoRA ``merged`` changes nothing."""
+def executed_rollout(policy: PolicyCost, prompt_len: int, n_prompts: int, decoded: Sequence[int], *,
+                     merged: bool = False) -> dict[str, int]:
+    """``{"prefill", "decode"}`` FLOPs of one rollout of ``policy`` (module docstring), plus
+    ``"merge"`` when ``merged`` and the policy has an adapter (then the passes carry no LoRA
+    term); without LoRA ``merged`` changes nothing."""
+    shape, lora, conventions = policy.shape, policy.lora, policy.conventions
     merged = merged and lora is not None
     comps = generate_components(shape, [prompt_len] * n_prompts, list(decoded), lora=None if merged else lora,
                                 share_prompt=True, conventions=conventions)

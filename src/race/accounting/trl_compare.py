@@ -7,22 +7,19 @@ from __future__ import annotations
 from typing import Any, Iterable
 
 from . import terms
-from .conventions import resolve
 from .grpo import StepPlan, rollout_components
-from .lora import LoRA
 from .passes import backward_components, forward_components, recompute_flops, sequence_work, shared_prompt_work
-from .shapes import ModelShape
-from .trl_step import ConvLike, TrlStepPlan
+from .policy import PolicyCost
+from .trl_step import TrlStepPlan
 
 
 def _split(c: dict[str, int]) -> tuple[int, int]:
     return sum(v for k, v in c.items() if k != "head"), c.get("head", 0)
 
 
-def compare_with_builtin(shape: ModelShape, *, prompts: int, num_generations: int, prompt_len: int,
-                         completion_len: int, lora: LoRA | None = None, num_iterations: int = 1,
-                         beta: float = 0.0, gradient_checkpointing: bool = False, compact_head: bool = False,
-                         conventions: ConvLike = None) -> list[dict[str, Any]]:
+def compare_with_builtin(policy: PolicyCost, *, prompts: int, num_generations: int, prompt_len: int,
+                         completion_len: int, num_iterations: int = 1, beta: float = 0.0,
+                         gradient_checkpointing: bool = False, compact_head: bool = False) -> list[dict[str, Any]]:
     """Per-phase FLOPs the built-in engine and TRL charge for ONE batch of ``prompts`` x G
     sequences at the same padded lengths, with no group dropped (the built-in engine's
     ``drop_zero_variance_groups`` is a difference of what runs, not of shapes).
@@ -32,15 +29,15 @@ def compare_with_builtin(shape: ModelShape, *, prompts: int, num_generations: in
     the output head (``.../head``): the layers agree wherever both run the same pass; the
     head runs at T positions per row in the built-in engine and at TRL's fused-head
     positions (S-1 on CPU, the real completion tokens with Triton)."""
-    conv = resolve(conventions)
+    shape, lora, conv = policy.shape, policy.lora, policy.conv
     G, P, T = num_generations, prompt_len, completion_len
     n, S = prompts * G, prompt_len + completion_len
     mu = num_iterations
     plan = TrlStepPlan(per_device_train_batch_size=n, num_generations=G, num_iterations=mu, beta=beta,
                        compact_head=compact_head)
     needs_old = mu > 1  # both engines: the policy moves between the passes over one batch
-    b_roll = rollout_components(shape, [P] * prompts, [T] * n, lora=lora, share_prompt=True, conventions=conv)
-    t_roll = rollout_components(shape, [P] * n, [T] * n, lora=lora, share_prompt=False, conventions=conv)
+    b_roll = rollout_components(policy, [P] * prompts, [T] * n, share_prompt=True)
+    t_roll = rollout_components(policy, [P] * n, [T] * n, share_prompt=False)
     rows: list[dict[str, Any]] = []
 
     def row(key: str, b: int, t: int, why: str = "") -> None:
@@ -87,21 +84,20 @@ def compare_with_builtin(shape: ModelShape, *, prompts: int, num_generations: in
     return rows
 
 
-def builtin_same_shapes(shape: ModelShape, generations: Iterable[tuple[int, int, int]], *, num_generations: int,
-                        num_iterations: int = 1, beta: float = 0.0, lora: LoRA | None = None,
-                        conventions: ConvLike = None, needs_old_logprobs: bool | None = None) -> dict[str, int]:
+def builtin_same_shapes(policy: PolicyCost, generations: Iterable[tuple[int, int, int]], *, num_generations: int,
+                        num_iterations: int = 1, beta: float = 0.0,
+                        needs_old_logprobs: bool | None = None) -> dict[str, int]:
     """Per-phase FLOPs the built-in engine would charge for the same batches: each
     generation ``(rows, padded prompt length, generated width)`` prefilled once per prompt,
     decoded to the same width, and trained ``num_iterations`` times with each prompt run
     once per group and the head at the completion predictions (no group dropped, no
     checkpointing, one micro-batch). ``needs_old_logprobs`` (default ``num_iterations > 1``):
     the run's rule (``RunConfig.needs_old_logprobs``: also several optimizer steps per generation)."""
-    conv = resolve(conventions)
     out: dict[str, int] = {}
     old = num_iterations > 1 if needs_old_logprobs is None else needs_old_logprobs
     for rows, P, W in generations:  # one micro-batch: the generation's rows
-        plan = StepPlan(shape, num_generations, lora=lora, num_iterations=num_iterations, beta=beta,
-                        needs_old_logprobs=old, share_prompt=True, micro_batch=rows, conventions=conv)
+        plan = StepPlan.of(policy, num_generations, num_iterations=num_iterations, beta=beta,
+                           needs_old_logprobs=old, share_prompt=True, micro_batch=rows)
         comps = plan.rollout([P] * (rows // num_generations), [W] * rows)
         comps.update(plan.learning([P + W] * rows, [W] * rows))
         for k, v in comps.items():

@@ -52,9 +52,8 @@ from .conventions import Conventions, resolve
 from .errors import AccountingError
 from .grpo import StepPlan, rollout_components
 from .guard import counted, step_bound  # what the budget is charged: the one rule (re-exported here)
-from .lora import LoRA
 from .passes import Work, backward_components, forward_components, recompute_flops, sequence_work
-from .shapes import ModelShape
+from .policy import PolicyCost
 
 ConvLike = Conventions | str | None
 
@@ -114,12 +113,11 @@ class ModelCall:
                 self.recompute_layers)
 
 
-def calls_components(shape: ModelShape, calls: Iterable[ModelCall], *, lora: LoRA | None,
-                     conventions: ConvLike = None) -> dict[str, int]:
-    """``phase/component`` FLOPs of executed calls (FLOPs are linear in the work, so calls
-    with the same flags are summed first). ``lora`` describes the adapter; it is charged
-    only on calls that ran with the adapter on."""
-    conv = resolve(conventions)
+def calls_components(policy: PolicyCost, calls: Iterable[ModelCall]) -> dict[str, int]:
+    """``phase/component`` FLOPs of executed calls of ``policy`` (FLOPs are linear in the
+    work, so calls with the same flags are summed first). Its adapter is charged only on
+    calls that ran with the adapter on."""
+    shape, lora, conv = policy.shape, policy.lora, policy.conv
     groups: dict[tuple, tuple[ModelCall, Work, int]] = {}
     for c in calls:
         w = c.work(conv)
@@ -242,9 +240,8 @@ class TrlStepPlan:
         return completion_len if self.compact_head else seq_len - 1
 
 
-def generation_components(shape: ModelShape, plan: TrlStepPlan, *, n_seqs: int, prompt_len: int,
-                          completion_len: int, lora: LoRA | None = None, conventions: ConvLike = None,
-                          reference_lora: bool = False) -> dict[str, int]:
+def generation_components(plan: TrlStepPlan, policy: PolicyCost, *, n_seqs: int, prompt_len: int,
+                          completion_len: int, reference_lora: bool = False) -> dict[str, int]:
     """Counted FLOPs of one TRL generation of ``n_seqs`` rows at these padded lengths:
     rollout (no shared prefix), old-policy log-probs (if the plan needs them) and reference
     log-probs (if beta != 0; adapter off unless ``reference_lora``).
@@ -252,14 +249,12 @@ def generation_components(shape: ModelShape, plan: TrlStepPlan, *, n_seqs: int, 
     Tools (``plan.tool_iterations`` = k): TRL's ``_tool_call_loop`` re-generates a row up to k
     more times from its history (within ``P + T`` tokens), decoding up to ``T``: each turn is
     bounded as every row at prompt ``P + T``, completion ``T`` (log-prob passes: ``P + T``)."""
-    conv = resolve(conventions)
+    shape, lora, conv = policy.shape, policy.lora, policy.conv
     P = round_up(prompt_len, plan.pad_to_multiple_of)
     T = round_up(completion_len, plan.pad_to_multiple_of)
-    comps = rollout_components(shape, [P] * n_seqs, [completion_len] * n_seqs, lora=lora, share_prompt=False,
-                               conventions=conv)
+    comps = rollout_components(policy, [P] * n_seqs, [completion_len] * n_seqs, share_prompt=False)
     if plan.tool_iterations:
-        turn = rollout_components(shape, [P + T] * n_seqs, [completion_len] * n_seqs, lora=lora, share_prompt=False,
-                                  conventions=conv)
+        turn = rollout_components(policy, [P + T] * n_seqs, [completion_len] * n_seqs, share_prompt=False)
         for k, v in turn.items():
             comps[k] = comps.get(k, 0) + plan.tool_iterations * v
     S = P + T
@@ -272,49 +267,43 @@ def generation_components(shape: ModelShape, plan: TrlStepPlan, *, n_seqs: int, 
     return comps
 
 
-def update_components(shape: ModelShape, plan: TrlStepPlan, *, n_seqs: int, seq_len: int, completion_len: int,
-                      lora: LoRA | None = None, inputs_require_grad: bool = True, recompute: str | None = None,
-                      conventions: ConvLike = None) -> dict[str, int]:
-    """FLOPs of one update micro-batch (forward + backward over ``n_seqs`` rows of
-    ``seq_len`` padded tokens); ``recompute/*`` keys are hardware FLOPs."""
-    conv = resolve(conventions)
+def update_components(plan: TrlStepPlan, policy: PolicyCost, *, n_seqs: int, seq_len: int, completion_len: int,
+                      inputs_require_grad: bool = True, recompute: str | None = None) -> dict[str, int]:
+    """FLOPs of one update micro-batch of ``policy`` (forward + backward over ``n_seqs`` rows
+    of ``seq_len`` padded tokens); ``recompute/*`` keys are hardware FLOPs."""
     head = plan.head_positions(seq_len, completion_len)
-    step = StepPlan(shape, plan.num_generations, lora=lora, needs_old_logprobs=False, recompute=recompute is not None,
-                    recompute_early_stop=recompute != "full", train_logits=head,
-                    inputs_require_grad=inputs_require_grad, conventions=conv)
+    step = StepPlan.of(policy, plan.num_generations, needs_old_logprobs=False, recompute=recompute is not None,
+                       recompute_early_stop=recompute != "full", train_logits=head,
+                       inputs_require_grad=inputs_require_grad)
     comps = step.learning([seq_len] * n_seqs, [completion_len] * n_seqs)
-    comps["recompute/lm_head"] = terms.head_flops(n_seqs * head, shape.head_matrices())
+    comps["recompute/lm_head"] = terms.head_flops(n_seqs * head, policy.shape.head_matrices())
     return comps
 
 
 # -- the bounds ---------------------------------------------------------------------------------
-def trl_batch_bound(shape: ModelShape, plan: TrlStepPlan, *, prompt_len: int, completion_len: int,
-                    num_iterations: int, lora: LoRA | None, conventions: ConvLike) -> int:
+def trl_batch_bound(plan: TrlStepPlan, policy: PolicyCost, *, prompt_len: int, completion_len: int) -> int:
     """Counted policy FLOPs of one generation batch at its maximum lengths (the reward's
     apart): its generation (and log-prob passes) over ``plan.generation_batch_size`` rows,
-    plus ``num_iterations`` updates over them at ``prompt_len + completion_len`` (FLOPs are
+    plus ``plan.num_iterations`` updates over them at ``prompt_len + completion_len`` (FLOPs are
     linear in rows, so the micro-batches of a step sum to this). The TRL engine's lr
     schedule length is the steps a budget buys at this bound plus the reward's."""
     n = plan.generation_batch_size
-    gen = counted(generation_components(shape, plan, n_seqs=n, prompt_len=prompt_len, completion_len=completion_len,
-                                        lora=lora, conventions=conventions))
-    upd = counted(update_components(shape, plan, n_seqs=n, seq_len=prompt_len + completion_len,
-                                    completion_len=completion_len, lora=lora, conventions=conventions))
-    return gen + num_iterations * upd
+    gen = counted(generation_components(plan, policy, n_seqs=n, prompt_len=prompt_len, completion_len=completion_len))
+    upd = counted(update_components(plan, policy, n_seqs=n, seq_len=prompt_len + completion_len,
+                                    completion_len=completion_len))
+    return gen + plan.num_iterations * upd
 
 
-def trl_batch_floor(shape: ModelShape, plan: TrlStepPlan, *, n_seqs: int, prompt_width: int, num_iterations: int,
-                    lora: LoRA | None, conventions: ConvLike) -> int:
-    """Counted FLOPs a batch costs at least: its ``num_iterations`` updates over ``n_seqs``
-    rows of its prompt width plus one token (the TRL engine stops building its dataset once
-    the batches' floors reach the budget)."""
-    return num_iterations * counted(update_components(shape, plan, n_seqs=n_seqs, seq_len=prompt_width + 1,
-                                                      completion_len=1, lora=lora, inputs_require_grad=False,
-                                                      conventions=conventions))
+def trl_batch_floor(plan: TrlStepPlan, policy: PolicyCost, *, n_seqs: int, prompt_width: int) -> int:
+    """Counted FLOPs a batch costs at least: its ``plan.num_iterations`` updates over
+    ``n_seqs`` rows of its prompt width plus one token (the TRL engine stops building its
+    dataset once the batches' floors reach the budget)."""
+    return plan.num_iterations * counted(update_components(plan, policy, n_seqs=n_seqs, seq_len=prompt_width + 1,
+                                                           completion_len=1, inputs_require_grad=False))
 
 
-def trl_step_bound(plan: TrlStepPlan, shape: ModelShape, micro_step: int, *, prompt_len: int, completion_len: int,
-                   lora: LoRA | None, conventions: Any, reference_lora: bool,
+def trl_step_bound(plan: TrlStepPlan, policy: PolicyCost, micro_step: int, *, prompt_len: int, completion_len: int,
+                   reference_lora: bool,
                    last_generation: tuple[int, int, int] | None, reward_bound: Callable[[int, int, int], int],
                    reward_models: Any, buffered: bool | None = None) -> int:
     """Upper bound of the counted FLOPs of the optimizer step whose first micro-step is
@@ -340,14 +329,12 @@ def trl_step_bound(plan: TrlStepPlan, shape: ModelShape, micro_step: int, *, pro
     for i in range(plan.gradient_accumulation_steps):
         m = micro_step + i
         if plan.generates(m) or width is None:
-            gen = generation_components(shape, plan, n_seqs=plan.generation_batch_size, prompt_len=P,
-                                        completion_len=T, lora=lora, conventions=conventions,
-                                        reference_lora=reference_lora)
+            gen = generation_components(plan, policy, n_seqs=plan.generation_batch_size, prompt_len=P,
+                                        completion_len=T, reference_lora=reference_lora)
             total += step_bound(counted(gen), rewards, plan.generation_batch_size, P, T)  # the guard's rule
             width = (round_up(P, pad) + round_up(T, pad), round_up(T, pad))
-        total += counted(update_components(shape, plan, n_seqs=plan.per_device_train_batch_size,
-                                           seq_len=width[0], completion_len=width[1], lora=lora,
-                                           inputs_require_grad=True, conventions=conventions))
+        total += counted(update_components(plan, policy, n_seqs=plan.per_device_train_batch_size,
+                                           seq_len=width[0], completion_len=width[1], inputs_require_grad=True))
     return total
 
 

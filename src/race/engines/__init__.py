@@ -22,6 +22,54 @@ class Engine(Protocol):
     def run(self) -> dict[str, Any]: ...
 
 
+class EngineLifecycle(Protocol):
+    """An engine's lifecycle in stages, for what composes runs (the gang,
+    ``race.engines.gang``), so a composer drives each run through these and never through
+    its state or books. ``run()`` is the same stages in order for one run:
+
+    - setup: ``prepare()`` (the run directory opened; policy, task, reward, optimizer,
+      evaluator, step plan; ``model`` is then the policy);
+    - begin: ``begin()`` for a fresh run, or ``resume_from(meta, step, total_steps)`` after
+      the composer restored the weights from its checkpoint (``meta``: :meth:`save_meta`'s);
+    - step: ``may_step(step, bound)`` (the budgets the run passes, then whether a step of
+      ``bound`` FLOPs may start), ``evaluate(step)`` when ``eval_due()``;
+      (``last_eval_step``: the last evaluation's step);
+    - save: ``save_meta()`` (what a checkpoint records of the run's files) and
+      ``checkpoint(step)`` (the run's own checkpoint);
+    - finish: ``finish(step, status, stop_reason, error, wall)`` returns run.json's dict.
+    """
+
+    cfg: RunConfig
+    run_dir: Path
+
+    @property
+    def total_steps(self) -> int: ...  # the lr schedule's length (once begun)
+
+    @property
+    def model(self) -> Any: ...  # the policy being trained (once set up)
+
+    @property
+    def last_eval_step(self) -> int: ...
+
+    def prepare(self) -> None: ...
+
+    def begin(self) -> None: ...
+
+    def resume_from(self, meta: dict[str, Any], step: int, total_steps: int) -> None: ...
+
+    def may_step(self, step: int, bound: int) -> bool: ...
+
+    def eval_due(self) -> bool: ...
+
+    def evaluate(self, step: int) -> list[dict[str, Any]]: ...
+
+    def save_meta(self) -> dict[str, Any]: ...
+
+    def checkpoint(self, step: int) -> None: ...
+
+    def finish(self, step: int, status: str, stop_reason: str, error: str | None, wall: float) -> dict[str, Any]: ...
+
+
 EngineFactory = Callable[[RunConfig, Path, "Progress | None"], Engine]
 
 #: Engines by name: ``"module:Class"`` (imported on first use; the engines' modules load
@@ -63,4 +111,4 @@ def run_engine(cfg: RunConfig, run_dir: str | Path, progress: Progress | None = 
         sink.close()
 
 
-__all__ = ["ENGINES", "Engine", "EngineFactory", "engine_for", "register_engine", "run_engine"]
+__all__ = ["ENGINES", "Engine", "EngineFactory", "EngineLifecycle", "engine_for", "register_engine", "run_engine"]

@@ -114,11 +114,12 @@ def start_policy(cfg: RunConfig, schedule: EvalSchedule) -> RunPolicy:
 
 def run_evaluator(cfg: RunConfig, task: Any, policy: RunPolicy) -> Any:
     """The run's evaluation targets on ``task`` (both engines evaluate the same way)."""
+    from race.accounting import PolicyCost
     from race.engines.evaluation import Evaluator
 
     return Evaluator(task, cfg.eval, tokenizer=policy.tok, max_new_tokens=cfg.max_completion_length,
-                     temperature=cfg.temperature, shape=policy.shape, lora=policy.lora,
-                     conventions=cfg.conventions, device=policy.device, verify=_verify_fn())
+                     temperature=cfg.temperature, policy=PolicyCost(policy.shape, policy.lora, cfg.conventions),
+                     device=policy.device, verify=_verify_fn())
 
 
 @dataclass

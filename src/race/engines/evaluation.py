@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 import torch
 
-from race.accounting import LoRA, ModelShape
+from race.accounting import PolicyCost
 from race.engines.sampling import decode_completions, encode_prompts, rollout_flops, sample
 
 EVAL_SEED = 1_000_003  # problems seed shared by every run
@@ -34,11 +34,11 @@ class Evaluator:
     """Runs the configured evaluation targets on a policy."""
 
     def __init__(self, task: Any, settings: Any, *, tokenizer: Any, max_new_tokens: int, temperature: float,
-                 shape: ModelShape, lora: LoRA | None, conventions: str, device: Any,
-                 verify: Callable[[Any, str], bool], batch_size: int = 256) -> None:
+                 policy: PolicyCost, device: Any, verify: Callable[[Any, str], bool],
+                 batch_size: int = 256) -> None:
         self.task, self.s, self.tok = task, settings, tokenizer
         self.max_new, self.temperature = max_new_tokens, temperature
-        self.shape, self.lora, self.conv, self.device = shape, lora, conventions, device
+        self.policy, self.device = policy, device  # what the evaluation's rollouts are charged as
         self.verify, self.batch_size = verify, batch_size
         self.drop_finished = True  # finished rows leave the decode batch (race.engines.sampling)
         self.test = task.problems("test", settings.n_problems, seed=EVAL_SEED) if "greedy" in settings.targets else []
@@ -87,7 +87,7 @@ class Evaluator:
                             drop_finished=self.drop_finished)
                 for (j, _), text in zip(chunk, decode_completions(self.tok, ro)):
                     correct[j].append(self.verify(jobs[j][1], text))
-                comps = rollout_flops(self.shape, ro, lora=self.lora, conventions=self.conv)
+                comps = rollout_flops(self.policy, ro)
                 flops += sum(comps.values())
                 tokens += int(ro.lengths.sum())
                 row_steps[0] += int(ro.decoded.sum()) if ro.decoded is not None else ro.completion_ids.numel()

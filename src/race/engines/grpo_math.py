@@ -20,6 +20,8 @@ from typing import Any
 
 import torch
 
+from race.engines.kernels import fast_forward
+
 
 def group_advantages(rewards: torch.Tensor, group: int, *, scale: str | bool = "group",
                      eps: float = 1e-4) -> tuple[torch.Tensor, torch.Tensor]:
@@ -54,15 +56,13 @@ def completion_logprobs(model: Any, prompt_ids: torch.Tensor, prompt_mask: torch
     One forward over prompt+completion; the head runs only at the T positions that
     predict completion tokens (P-1 .. P+T-2), which is what the ledger charges
     (``train_logits="completion"``). Logits are divided by the sampling temperature, as TRL does.
-    ``fast``: run the functional forward (``race.engines.builtin.fast_forward``: the same FLOPs,
+    ``fast``: run the functional forward (``race.engines.kernels.fast_forward``: the same FLOPs,
     forward and backward, without the HF/PEFT module overhead); default: whenever it
     supports the model (not for a gradient-checkpointing one).
 
     ``seg`` (B,): the prefix-shared pass (``fast_forward.shared_prompt_logits``, charged
     as ``learning_components(prompt_groups=...)``): ``prompt_ids``/``prompt_mask`` are
     then the S distinct prompts and completion row i continues prompt ``seg[i]``."""
-    from race.engines.builtin import fast_forward
-
     if seg is not None:
         if not fast_forward.supports(model):
             raise ValueError("the prefix-shared pass needs the functional forward, which does not support this "

@@ -44,15 +44,17 @@ from typing import Any
 
 import torch
 
+from race.engines.kernels.fast_decode import FastDecoder
+from race.tasks import step_seed
 
-SAMPLING_SEED_STRIDE = 7_919  # apart from race.tasks.step_seed's stride: sampling and problems draw apart
+
 
 
 def sampling_generator(seed: int, step: int) -> torch.Generator:
     """The CPU generator of the sampling draws a run with seed ``seed`` makes at step ``step``,
-    seeded ``seed * 7_919 + step`` (every engine that samples a step uses it, so a gang
-    member draws what the solo engine draws)."""
-    return torch.Generator(device="cpu").manual_seed(seed * SAMPLING_SEED_STRIDE + step)
+    seeded ``step_seed(seed, step, "sampling")`` (``seed * 7_919 + step``: every engine that
+    samples a step uses it, so a gang member draws what the solo engine draws)."""
+    return torch.Generator(device="cpu").manual_seed(step_seed(seed, step, "sampling"))
 
 
 @dataclass
@@ -113,15 +115,14 @@ def sample(model: Any, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, **kw
                    decoded=None if ro.decoded is None else ro.decoded.clone())
 
 
-def rollout_flops(shape: Any, ro: Rollout, *, lora: Any, conventions: Any) -> dict[str, int]:
+def rollout_flops(policy: Any, ro: Rollout) -> dict[str, int]:
     """``prefill``, ``decode`` (and ``merge`` for a merged rollout) FLOPs that ``ro``
-    executed (the rule: :func:`race.accounting.rollout.executed_rollout`), ``d`` decoded
+    executed on ``policy`` (a :class:`race.accounting.PolicyCost`) (the rule: :func:`race.accounting.rollout.executed_rollout`), ``d`` decoded
     tokens per row (``T`` for every row when rows were not dropped)."""
     from race.accounting.rollout import executed_rollout
 
     decoded = [ro.completion_len] * len(ro.lengths) if ro.decoded is None else [int(d) for d in ro.decoded.tolist()]
-    return executed_rollout(shape, ro.prompt_len, ro.n_prompts, decoded, lora=lora, merged=ro.merged,
-                            conventions=conventions)
+    return executed_rollout(policy, ro.prompt_len, ro.n_prompts, decoded, merged=ro.merged)
 
 
 def _sample(model: Any, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, *, group: int, max_new_tokens: int,
@@ -130,7 +131,7 @@ def _sample(model: Any, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, *, 
            merge_lora: bool | None = None, drop_finished: bool = True) -> Rollout:
     """Sample ``group`` completions for each prompt row (see module docstring).
 
-    ``fast``: use the functional decoder (``race.engines.builtin.fast_decode``) instead of the HF
+    ``fast``: use the functional decoder (``race.engines.kernels.fast_decode``) instead of the HF
     forward; default: whenever the architecture supports it. Both execute the same FLOPs.
     ``merge_lora`` (functional decoder only): fold LoRA into the weights for this rollout;
     default: when it executes fewer FLOPs at full length (module docstring).
@@ -140,8 +141,6 @@ def _sample(model: Any, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, *, 
     draw from ``generator`` as they would alone only when no row is greedy."""
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens={max_new_tokens}: must be >= 1")
-    from race.engines.builtin.fast_decode import FastDecoder
-
     n_prompts, P = prompt_ids.shape
     if fast is None:
         fast = FastDecoder.supports(model)

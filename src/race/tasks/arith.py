@@ -40,15 +40,23 @@ FINAL_MARK = "#"
 END_MARK = "."
 OPS = ("+", "-")
 SPLITS = ("train", "test", "hard")
-STEP_SEED_STRIDE = 1_000_003  # runs whose seeds differ draw different problems for their first million steps
+#: The per-step seed streams (name -> stride): a run's seed times the stride plus the step.
+#: Runs whose seeds differ draw apart for ``stride`` steps; the streams draw apart from each
+#: other. ``problems``: the step's training problems; ``sampling``: the rollout's draws
+#: (``race.engines.sampling.sampling_generator``); ``torch``: torch's global generator at
+#: the start of a built-in step (LoRA dropout).
+SEED_STREAMS = {"problems": 1_000_003, "sampling": 7_919, "torch": 1_000_033}
+STEP_SEED_STRIDE = SEED_STREAMS["problems"]  # different problems for the first million steps
 
 
-def step_seed(seed: int, step: int) -> int:
-    """The seed of the training problems a run (or a warm-start / reward-model recipe) with
-    seed ``seed`` draws at step ``step``: ``seed * 1_000_003 + step``. Every trainer draws
-    its step's problems with it (the built-in engine's step b and the TRL engine's batch b
-    are the same problems)."""
-    return seed * STEP_SEED_STRIDE + step
+def step_seed(seed: int, step: int, stream: str = "problems") -> int:
+    """The one per-step seed: what a run (or a warm-start / reward-model recipe) with seed
+    ``seed`` seeds ``stream`` with at step ``step`` (:data:`SEED_STREAMS`); for the
+    problems ``seed * 1_000_003 + step``. Every trainer draws its step's problems with it
+    (the built-in engine's step b and the TRL engine's batch b are the same problems)."""
+    if stream not in SEED_STREAMS:
+        raise ValueError(f"unknown seed stream {stream!r}; choose one of {', '.join(SEED_STREAMS)}")
+    return seed * SEED_STREAMS[stream] + step
 
 _BUCKETS = {"test": range(0, 10), "hard": range(10, 20), "train": range(20, 100)}
 

@@ -59,7 +59,8 @@ from race.engines.common import (
     run_evaluator,
     start_policy,
 )
-from race.engines.builtin import fast_forward, micro_batch
+from race.engines.builtin import micro_batch
+from race.engines.kernels import fast_forward
 from race.engines.builtin.state import BuiltinState, RunBooks
 from race.engines.builtin.step_parts import charge_step, fits_exactly, score_rollout
 from race.engines.grpo_math import grpo_loss, lr_at
@@ -258,9 +259,61 @@ class BuiltinEngine:
         return self.schedule.evaluate(st.evaluator, st.model, books.ledger, books.metrics, step)
 
     def checkpoint(self, step: int) -> None:
-        meta = dict(self.out.checkpoint_meta(self.schedule, self.state.reward), ledger_records=len(self.books.ledger),
+        save_checkpoint(self.run_dir, model=self.state.model, optimizer=self.state.optimizer, step=step,
+                        meta=self.save_meta())
+
+    # -- the lifecycle in stages (race.engines.EngineLifecycle: what the gang drives) -----------
+    @property
+    def total_steps(self) -> int:
+        return self.books.total_steps
+
+    @property
+    def model(self) -> Any:
+        """The policy being trained (once set up)."""
+        return self.state.model
+
+    @property
+    def last_eval_step(self) -> int:
+        """The step of the run's last evaluation."""
+        return self.schedule.last_step
+
+    def prepare(self) -> None:
+        """Setup: the run directory opened for writing, the run's state built."""
+        self.out.begin()
+        self.start()
+
+    def begin(self) -> None:
+        """A fresh run: the run directory started over, its books opened."""
+        self.out.start_over()
+        self.open_books(None)
+
+    def resume_from(self, meta: dict[str, Any], step: int, total_steps: int) -> None:
+        """Continue at ``step`` from a checkpoint's ``meta`` (the weights already restored):
+        the run directory's files cut back to it, the books reopened with ``total_steps``."""
+        self._restore_files(meta)
+        self.open_books(step, total_steps)
+
+    def _restore_files(self, meta: dict[str, Any]) -> None:
+        self.out.resume(meta, self.schedule, self.state.reward)
+        if "ledger_records" in meta:  # back to exactly what was written when the checkpoint was taken
+            cut_lines(self.run_dir / "ledger.jsonl", int(meta["ledger_records"]))
+            cut_lines(self.run_dir / "metrics.jsonl", int(meta["metrics_rows"]))
+
+    def may_step(self, step: int, bound: int) -> bool:
+        """Before step ``step + 1`` of at most ``bound`` FLOPs: evaluate at the smaller budgets
+        this run passes (``eval.at_budgets``), then whether the guard lets the step start."""
+        st, books = self.state, self.books
+        self.schedule.reach_budgets(st.evaluator, st.model, books.ledger, books.metrics, step, bound)
+        return books.guard.may_start(bound)
+
+    def eval_due(self) -> bool:
+        """Whether the evaluation schedule is due at the FLOPs spent so far."""
+        return self.schedule.due(self.books.ledger.total)
+
+    def save_meta(self) -> dict[str, Any]:
+        """What a checkpoint records of the run: its files' state and the record counts."""
+        return dict(self.out.checkpoint_meta(self.schedule, self.state.reward), ledger_records=len(self.books.ledger),
                     metrics_rows=len(self.books.metrics.rows))
-        save_checkpoint(self.run_dir, model=self.state.model, optimizer=self.state.optimizer, step=step, meta=meta)
 
     def _resume(self) -> int | None:
         """The checkpoint's step (its state restored, the files cut back to it), else None."""
@@ -269,10 +322,7 @@ class BuiltinEngine:
             self.out.start_over()
             return None
         meta = load_checkpoint(ckpt, model=self.state.model, optimizer=self.state.optimizer)
-        self.out.resume(meta, self.schedule, self.state.reward)
-        if "ledger_records" in meta:  # back to exactly what was written when the checkpoint was taken
-            cut_lines(self.run_dir / "ledger.jsonl", int(meta["ledger_records"]))
-            cut_lines(self.run_dir / "metrics.jsonl", int(meta["metrics_rows"]))
+        self._restore_files(meta)
         return int(meta["step"])
 
     # -- the run --------------------------------------------------------------------------
@@ -324,13 +374,12 @@ class BuiltinEngine:
         """One step, charged to the ledger; False (nothing charged, what ran recorded as
         ``overrun``) when its exact cost does not fit the budget."""
         cfg, st = self.cfg, self.state
-        torch.manual_seed(cfg.seed * 1_000_033 + step)  # LoRA dropout etc.
+        torch.manual_seed(step_seed(cfg.seed, step, "torch"))  # LoRA dropout etc.
         # 1. rollout
         t0 = device_clock(st.device)
         ro = self.rollout(step, ids, mask)
         t_roll = device_clock(st.device) - t0
-        roll = {f"rollout/{k}": v for k, v in rollout_flops(st.shape, ro, lora=st.lora,
-                                                             conventions=cfg.conventions).items()}
+        roll = {f"rollout/{k}": v for k, v in rollout_flops(st.step_plan.policy, ro).items()}
         # 2-3. reward and advantages; groups whose rewards are all equal carry no signal
         sc = score_rollout(self, problems, ro)
         if not fits_exactly(self, step, roll, sc, t_roll):  # the bound was low: no update, ran recorded as overrun

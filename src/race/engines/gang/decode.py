@@ -32,7 +32,7 @@ from typing import Any
 
 import torch
 
-from race.engines.builtin.fast_decode import FastDecoder
+from race.engines.kernels.fast_decode import FastDecoder
 from race.engines.gang.sample import SampleJob
 from race.engines.sampling import Rollout, positions
 

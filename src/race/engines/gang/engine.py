@@ -38,7 +38,6 @@ from typing import Any
 from race.accounting.guard import BUDGET_STOP
 from race.engines.builtin import BuiltinEngine
 from race.engines.common import Progress
-from race.engines.checkpoint import cut_lines
 from race.engines.gang.checkpoint import find_gang, load_member, read_gang, save_gang
 from race.engines.gang.members import gang_refusal
 from race.engines.gang.step import Work, gang_step
@@ -81,15 +80,14 @@ class GangEngine:
         t0 = time.perf_counter()
         self.gang_dir.mkdir(parents=True, exist_ok=True)
         for e in self.engs:
-            e.out.begin()
-            e.start()
-        from race.engines.builtin import fast_forward
+            e.prepare()
+        from race.engines.kernels import fast_forward
         from race.engines.gang.forward import share_base
 
-        if not all(fast_forward.supports(e.state.model) for e in self.engs):
+        if not all(fast_forward.supports(e.model) for e in self.engs):
             raise ValueError("a gang needs the functional forward (a Qwen2/Llama-style model without gradient "
                              "checkpointing or attention dropout); run these cells alone (gang: false)")
-        share_base([e.state.model for e in self.engs])
+        share_base([e.model for e in self.engs])
         step = self._restore(ckpt, state)
         setup = (time.perf_counter() - t0) / len(self.engs)
         for i in range(len(self.engs)):
@@ -108,19 +106,15 @@ class GangEngine:
                 self.total_steps[i] = int(state["total_steps"][i])
                 continue
             if state is None:
-                e.out.start_over()
-                e.open_books(None)  # its ledger, metrics and guard, as BuiltinEngine.run opens them
+                e.begin()  # its ledger, metrics and guard, as BuiltinEngine.run opens them
             else:
                 meta = load_member(ckpt, i, e.state)  # type: ignore[arg-type]
-                e.out.resume(meta, e.schedule, e.state.reward)
                 self.executed[i] = int(meta.get("rollout_flops_executed", 0))
                 self.wall[i] = float(meta.get("wall_s", 0.0))
                 # back to what it had written at the checkpoint (counts, not steps: a member that
                 # left recorded its final evaluation at its last step, which may be the checkpoint's)
-                cut_lines(e.run_dir / "ledger.jsonl", int(meta["ledger_records"]))
-                cut_lines(e.run_dir / "metrics.jsonl", int(meta["metrics_rows"]))
-                e.open_books(step, int(state["total_steps"][i]))
-            self.total_steps[i] = e.books.total_steps
+                e.resume_from(meta, step, int(state["total_steps"][i]))
+            self.total_steps[i] = e.total_steps
             if state is None:
                 t = time.perf_counter()
                 e.evaluate(0)
@@ -141,9 +135,9 @@ class GangEngine:
             problems, ids, mask = e.prompts_at(t)
             bound = e.step_bound(ids.shape[1], problems)
             t1 = time.perf_counter()  # the smaller budgets a run of this member would stop at (eval.at_budgets)
-            e.schedule.reach_budgets(e.state.evaluator, e.state.model, e.books.ledger, e.books.metrics, step, bound)
+            may = e.may_step(step, bound)
             self.wall[i] += time.perf_counter() - t1
-            if not e.books.guard.may_start(bound):
+            if not may:
                 leaving.append((i, "complete", BUDGET_STOP, None, step))
                 continue
             works.append(Work(i, e, problems, ids, mask))
@@ -160,7 +154,7 @@ class GangEngine:
                     leaving.append((w.index, "complete", BUDGET_STOP, None, step))
                 elif w.outcome == "diverged":
                     leaving.append((w.index, "diverged", "diverged", f"{w.error}; kept the last good checkpoint", t))
-                elif w.eng.schedule.due(w.eng.books.ledger.total):
+                elif w.eng.eval_due():
                     t1 = time.perf_counter()
                     w.eng.evaluate(t)
                     self.wall[w.index] += time.perf_counter() - t1
@@ -174,7 +168,7 @@ class GangEngine:
         """Member ``i`` finishes as its solo run does at ``step`` (``BuiltinEngine.run``'s end)."""
         e = self.engs[i]
         t0 = time.perf_counter()
-        if status == "complete" and e.schedule.last_step != step:
+        if status == "complete" and e.last_eval_step != step:
             e.evaluate(step)
         if status == "complete":
             e.checkpoint(step)
@@ -186,9 +180,7 @@ class GangEngine:
         self.left[i] = True
 
     def _checkpoint(self, step: int) -> None:
-        metas = [None if gone else dict(e.out.checkpoint_meta(e.schedule, e.state.reward), wall_s=self.wall[i],
-                                        rollout_flops_executed=self.executed[i], ledger_records=len(e.books.ledger),
-                                        metrics_rows=len(e.books.metrics.rows))
+        metas = [None if gone else dict(e.save_meta(), wall_s=self.wall[i], rollout_flops_executed=self.executed[i])
                  for i, (e, gone) in enumerate(zip(self.engs, self.left))]
         save_gang(self.gang_dir, step=step, run_ids=self.run_ids, left=list(self.left),
                   members=[e.state for e in self.engs], metas=metas, total_steps=list(self.total_steps))

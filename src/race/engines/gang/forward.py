@@ -14,7 +14,7 @@ and every decoder layer is executed with:
   shapes (``benchmarks/engine_speed.py --gang``), an uncapped update ran 1.16x slower
   than the members' solo updates;
 - each member's LoRA delta on its own contiguous slice of those rows, exactly as the
-  solo functional forward adds it (``race.engines.builtin.fast_decode._Proj``: the member's A
+  solo functional forward adds it (``race.engines.kernels.fast_decode._Proj``: the member's A
   matrices as one matmul, then one ``addmm`` per B into its output slice); a segment with
   no member (``member=None``) runs the base alone (the reference policy, adapter off);
 - attention per segment (its own keys, values and mask), as the solo forward runs it.
@@ -27,7 +27,7 @@ k-reduction of one output element may be split differently).
 
 ``GangDecoder`` builds the layer table once per pass from the members' live parameters
 (gradients reach each member's own adapter); ``shared_prompt_logits`` is the gang form of
-``race.engines.builtin.fast_forward.shared_prompt_logits`` (each prompt once per group and
+``race.engines.kernels.fast_forward.shared_prompt_logits`` (each prompt once per group and
 micro-batch, completions over its keys and values).
 """
 
@@ -39,8 +39,8 @@ from typing import Any, Callable
 import torch
 import torch.nn.functional as F
 
-from race.engines.builtin.fast_decode import FastDecoder, linear_add
-from race.engines.builtin.fast_forward import padding_bias
+from race.engines.kernels.fast_decode import FastDecoder, linear_add
+from race.engines.kernels.fast_forward import padding_bias
 
 KeysFn = Callable[[int, torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
 
@@ -186,7 +186,7 @@ class SharedItem:
 def shared_prompt_logits(gdec: GangDecoder, items: list[SharedItem]) -> list[torch.Tensor]:
     """Each item's logits (B, T, V) predicting its completion tokens 1..T, all items in two
     gang passes (prompts, then completions over their prompts' keys and values): the gang
-    form of ``race.engines.builtin.fast_forward.shared_prompt_logits``, same positions and masks."""
+    form of ``race.engines.kernels.fast_forward.shared_prompt_logits``, same positions and masks."""
     dt, dev = gdec.embed.dtype, items[0].prompt_ids.device
     prep = []
     top = 0

@@ -169,14 +169,14 @@ def gang_sample(models: list[Any], jobs: list[SampleJob], max_new_tokens: int) -
         return [m.rollout() for m in ms]
 
 
-def executed_rollout_flops(shape: Any, ro: Rollout, *, lora: Any, conventions: Any) -> dict[str, int]:
-    """What the gang's rollout executed for one member: the solo count with live LoRA at
-    every position (the gang never merges), whatever ``ro.merged`` says."""
+def executed_rollout_flops(policy: Any, ro: Rollout) -> dict[str, int]:
+    """What the gang's rollout executed for one member (``policy``: its
+    :class:`race.accounting.PolicyCost`): the solo count with live LoRA at every position (the gang never merges), whatever ``ro.merged`` says."""
     from race.engines.sampling import rollout_flops
 
     unmerged = Rollout(ro.prompt_ids, ro.prompt_mask, ro.completion_ids, ro.completion_mask, ro.truncated,
                        ro.n_prompts, ro.group, merged=False, decoded=ro.decoded)
-    return rollout_flops(shape, unmerged, lora=lora, conventions=conventions)
+    return rollout_flops(policy, unmerged)
 
 
 __all__ = ["SampleJob", "executed_rollout_flops", "gang_sample"]

@@ -77,8 +77,7 @@ def gang_step(step: int, works: list[Work]) -> float:
     for w, ro in zip(works, fast.rollouts):
         cfg, eng = w.eng.cfg, w.eng
         w.ro = ro
-        w.roll = {f"rollout/{k}": v for k, v in rollout_flops(eng.state.shape, ro, lora=eng.state.lora,
-                                                             conventions=cfg.conventions).items()}
+        w.roll = {f"rollout/{k}": v for k, v in rollout_flops(eng.state.step_plan.policy, ro).items()}
     executed = fast.executed(works[0].eng.state.shape, [w.eng.state.lora for w in works], works[0].eng.cfg.conventions)
     shares = [int(e) for e in split_seconds(float(executed), [counted(w.roll) for w in works])]
     shares[-1] = executed - sum(shares[:-1])  # the shares add up to what executed

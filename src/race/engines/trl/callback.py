@@ -50,6 +50,7 @@ from race.accounting import AccountingError, BudgetGuard, FlopLedger, LoRA, Mode
     counted, log_values
 from race.accounting.conventions import resolve
 from race.accounting.guard import is_counted
+from race.accounting.policy import PolicyCost
 from race.accounting.trl_step import TrlStepPlan, calls_components, calls_tokens_seconds, trl_step_bound
 from race.cards import write_card
 from race.engines.trl import internals, wiring
@@ -118,6 +119,7 @@ class RaceFlopCallback(TrainerCallback):
         self.guard: BudgetGuard | None = None  # the budget decisions over it (race.accounting.guard)
         self.shape: ModelShape | None = None
         self.lora: LoRA | None = None
+        self.policy: PolicyCost | None = None  # shape, lora and conventions: every charge's cost context
         self.plan: TrlStepPlan | None = None
         self.stop_reason: str | None = None
         self.reference_lora = False
@@ -219,11 +221,10 @@ class RaceFlopCallback(TrainerCallback):
         prompts at the longest prompt, every old/reference pass TRL would run. A micro-step
         generates when TRL's counter says so or when no generated batch is buffered
         (``buffered``; default: whether a generation was seen)."""
-        assert self.plan is not None and self.shape is not None and self.max_prompt_length is not None
+        assert self.plan is not None and self.policy is not None and self.max_prompt_length is not None
         given = self.reward_step_bound
-        return trl_step_bound(self.plan, self.shape, micro_step, prompt_len=self.max_prompt_length,
-                              completion_len=self._max_completion, lora=self.lora, conventions=self.conventions,
-                              reference_lora=self.reference_lora, last_generation=self.tracker.last_generation,
+        return trl_step_bound(self.plan, self.policy, micro_step, prompt_len=self.max_prompt_length,
+                              completion_len=self._max_completion, reference_lora=self.reference_lora, last_generation=self.tracker.last_generation,
                               reward_bound=given if given is not None else lambda n, p, t: self._reward_seen,
                               reward_models=self.reward_models, buffered=buffered)
 
@@ -255,6 +256,7 @@ class RaceFlopCallback(TrainerCallback):
             self.tracker.sync = not bool(getattr(args, "torch_compile", False))
         self.shape = model_shape(policy)
         self.lora = lora_of(policy, self.shape)
+        self.policy = PolicyCost(self.shape, self.lora, self.conventions)
         peft_ref = hasattr(policy, "peft_config") and "ref" in getattr(policy, "peft_config", {})
         self.reference_lora = bool(peft_ref)
         if float(getattr(args, "beta", 0.0)) != 0 and self.lora is None and not self._has_ref_model:
@@ -304,8 +306,7 @@ class RaceFlopCallback(TrainerCallback):
             key = f"eval/{k.replace('/', '_')}"
             comps[key] = comps.get(key, 0) + v
         if calls:
-            for k, v in calls_components(self.shape, calls, lora=self.lora,  # type: ignore[arg-type]
-                                         conventions=self.conventions).items():
+            for k, v in calls_components(self.policy, calls).items():  # type: ignore[arg-type]
                 if is_counted(k):  # model FLOPs only: hardware recompute is not evaluation
                     key = f"eval/{k.replace('/', '_')}"
                     comps[key] = comps.get(key, 0) + v
@@ -313,13 +314,13 @@ class RaceFlopCallback(TrainerCallback):
             self.ledgers.record_uncounted(step, comps)
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        assert self.ledger is not None and self.shape is not None and self.plan is not None
+        assert self.ledger is not None and self.policy is not None and self.plan is not None
         self.micro_steps += 1
         self._in_step = False
         now = device_clock(self._device)
         wall = now - (self._t_step or now)
         calls = self.tracker.drain()
-        comps = calls_components(self.shape, calls, lora=self.lora, conventions=self.conventions)
+        comps = calls_components(self.policy, calls)
         tokens, seconds = calls_tokens_seconds(calls)
         if any(c.phase == "rollout" for c in calls):  # the generate loop's own time, split like its calls
             roll = seconds.get("rollout/prefill", 0.0) + seconds.get("rollout/decode", 0.0)

@@ -33,8 +33,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from race.accounting import PHASES, LoRA, ModelShape
-from race.accounting.guard import BUDGET_STOP, step_bound, steps_in_budget
+from race.accounting import PHASES, LoRA, ModelShape, PolicyCost
+from race.accounting.guard import BUDGET_STOP, reaches, step_bound, steps_in_budget
 from race.cards import write_card
 from race.engines.common import EvalSchedule, Progress, RunDir, make_task, run_evaluator, start_policy
 from race.engines.grpo_math import lr_at
@@ -55,6 +55,7 @@ class TrlState:
     tok: Any  # the policy's tokenizer
     lora: LoRA | None  # the accounting's LoRA (rank, targets)
     shape: ModelShape  # the policy's shape
+    cost: PolicyCost  # shape, lora and conventions: what every FLOP rule of the run takes
     device: Any  # where the policy was loaded
     plan: Any  # the TrlStepPlan of the config (race.accounting.trl_step)
     task: Any  # the run's task
@@ -81,8 +82,7 @@ class TrlEngine:
         self.state: TrlState  # built by setup() (not for a run already complete)
 
     # -- setup ---------------------------------------------------------------------------
-    def _dataset(self, tok: Any, task: Any, shape: ModelShape, plan: Any,
-                 lora: LoRA | None) -> tuple[Any, list[Any], int]:
+    def _dataset(self, tok: Any, task: Any, plan: Any, cost: PolicyCost) -> tuple[Any, list[Any], int]:
         """Prompts of batches 1..N (batch b = the built-in engine's step-b problems), cut to
         their last ``max_prompt_length`` tokens; N stops once even the cheapest possible
         steps would spend the budget. Returns (dataset, problems, longest prompt)."""
@@ -107,9 +107,8 @@ class TrlEngine:
                 problems.append(p)
                 texts.append(text)
             longest = max(longest, width)
-            floor += trl_batch_floor(shape, plan, n_seqs=n, prompt_width=width,
-                                     num_iterations=cfg.num_iterations, lora=lora, conventions=cfg.conventions)
-            if floor >= cfg.budget_flops:
+            floor += trl_batch_floor(plan, cost, n_seqs=n, prompt_width=width)
+            if reaches(floor, cfg.budget_flops):
                 break
         ds = Dataset.from_dict({"prompt": texts, "problem_idx": list(range(len(texts)))})
         return ds, problems, longest
@@ -142,7 +141,8 @@ class TrlEngine:
         task = make_task(cfg)
         reward = make_reward(cfg.reward, seed=cfg.seed, device=str(device), conventions=cfg.conventions,
                              task=task)
-        dataset, problems, max_prompt = self._dataset(tok, task, shape, plan, lora)
+        cost = PolicyCost(shape, lora, cfg.conventions)
+        dataset, problems, max_prompt = self._dataset(tok, task, plan, cost)
         # a reward model reads the full prompts of the dataset's problems, not TRL's cut ones
         flops = RaceFlopCallback(
             cfg.budget_flops, self.run_dir, conventions=cfg.conventions, max_prompt_length=max_prompt,
@@ -152,7 +152,7 @@ class TrlEngine:
         eos_ids |= set(gen_eos if isinstance(gen_eos, (list, tuple)) else [gen_eos] if gen_eos is not None else [])
         eos_ids.add(int(tok.pad_token_id))
         reward_fn = RaceReward(reward, problems, cfg.num_generations, flops.charge, eos_ids)
-        total_steps = self._schedule_steps(shape, plan, lora, reward, max_prompt, problems)
+        total_steps = self._schedule_steps(plan, cost, reward, max_prompt, problems)
         mu = cfg.num_iterations * cfg.optimizer_steps_per_generation  # optimizer steps per batch
         args = grpo_args(cfg, self.run_dir / "trl", use_cpu=device.type == "cpu",
                          max_steps=cfg.max_steps * mu if cfg.max_steps else 10 ** 9)
@@ -171,11 +171,11 @@ class TrlEngine:
         run_cb.attach(trainer)
         for quiet in (PrinterCallback, ProgressCallback):  # the engine reports progress itself
             trainer.remove_callback(quiet)
-        return TrlState(tok=tok, lora=lora, shape=shape, device=device, plan=plan, task=task, reward=reward,
+        return TrlState(tok=tok, lora=lora, shape=shape, cost=cost, device=device, plan=plan, task=task, reward=reward,
                         problems=problems, max_prompt=max_prompt, total_steps=total_steps, flops=flops,
                         reward_fn=reward_fn, run_cb=run_cb, trainer=trainer, model=trainer.model)
 
-    def _schedule_steps(self, shape: ModelShape, plan: Any, lora: LoRA | None, reward: Any, max_prompt: int,
+    def _schedule_steps(self, plan: Any, cost: PolicyCost, reward: Any, max_prompt: int,
                         problems: list[Any]) -> int:
         """Batches of prompts the budget buys at the first batch's maximum cost (the
         built-in engine's ``total_steps``; used by warmup/cosine/linear schedules)."""
@@ -183,8 +183,7 @@ class TrlEngine:
 
         cfg = self.cfg
         T = cfg.max_completion_length
-        policy = trl_batch_bound(shape, plan, prompt_len=max_prompt, completion_len=T,
-                                 num_iterations=cfg.num_iterations, lora=lora, conventions=cfg.conventions)
+        policy = trl_batch_bound(plan, cost, prompt_len=max_prompt, completion_len=T)
         bound = step_bound(policy, lambda n, p, t: reward_bound(reward, n, p, t, problems), plan.generation_batch_size,
                            max_prompt, T)
         return steps_in_budget(cfg.budget_flops, bound, cfg.max_steps, run=cfg.name)
@@ -237,9 +236,9 @@ class TrlEngine:
         if status == "complete":
             st.model.save_pretrained(self.run_dir / "adapter", safe_serialization=True)
         gens = st.flops.tracker.generations
-        same = builtin_same_shapes(st.shape, gens, num_generations=cfg.num_generations,
-                                   num_iterations=cfg.num_iterations, beta=cfg.beta, lora=st.lora,
-                                   conventions=cfg.conventions, needs_old_logprobs=cfg.needs_old_logprobs)
+        same = builtin_same_shapes(st.cost, gens, num_generations=cfg.num_generations,
+                                   num_iterations=cfg.num_iterations, beta=cfg.beta,
+                                   needs_old_logprobs=cfg.needs_old_logprobs)
         trl_phases = led.totals_by_phase()
         vs = {p: {"trl": int(trl_phases.get(p, 0)), "builtin_same_shapes": int(same.get(p, 0))}
               for p in (*(q for q in PHASES if q != "reward"), "recompute")}

@@ -1,7 +1,7 @@
 """The log-prob passes (old-policy, reference, update) without the HF/PEFT module stack.
 
 ``sequence_logits`` runs one forward over whole left-padded sequences with the functional
-decoder's weights (``race.engines.builtin.fast_decode``: live references to the model's
+decoder's weights (``race.engines.kernels.fast_decode``: live references to the model's
 parameters, so gradients reach the LoRA matrices, or every weight in full fine-tuning)
 and returns the logits at the positions asked for. It is HF's eager forward op for op in
 FLOP terms, forward and backward:
@@ -36,7 +36,7 @@ import torch.nn.functional as F
 def supports(model: Any) -> bool:
     """A Qwen2/Llama-style model the functional forward reproduces: no gradient
     checkpointing, no attention dropout."""
-    from race.engines.builtin.fast_decode import FastDecoder
+    from race.engines.kernels.fast_decode import FastDecoder
 
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     return (FastDecoder.supports(model) and not _checkpointing(base)
@@ -54,7 +54,7 @@ def sequence_logits(model: Any, ids: torch.Tensor, mask: torch.Tensor, pos: torc
                     first: int, count: int) -> torch.Tensor:
     """Logits (B, count, V) at positions ``first .. first + count - 1`` of ``ids`` (B, n)
     with attention ``mask`` (B, n) and position ids ``pos`` (B, n)."""
-    from race.engines.builtin.fast_decode import FastDecoder
+    from race.engines.kernels.fast_decode import FastDecoder
 
     dec = FastDecoder(model)
     n = ids.shape[1]
@@ -84,7 +84,7 @@ def shared_prompt_logits(model: Any, prompt_ids: torch.Tensor, prompt_mask: torc
     ``cat(prompt, completion)``: prompt padding is never attended, completion padding
     (after EOS) is masked as a key. The last completion token predicts nothing and is not
     run; row i's first logits are its prompt's last-position logits."""
-    from race.engines.builtin.fast_decode import FastDecoder
+    from race.engines.kernels.fast_decode import FastDecoder
 
     dec = FastDecoder(model)
     P = prompt_ids.shape[1]
