@@ -461,7 +461,9 @@ OTHER_STOPS = {"race.engines.trl.run_callback": "a diverged run (non-finite loss
 
 
 #: Orderings of a run's budget that decide nothing about FLOPs (module -> why).
-BUDGET_ORDERINGS = {"race.spec.run": "eval.at_budgets: a smaller budget against the run's (two budgets, no FLOPs)"}
+BUDGET_ORDERINGS = {"race.spec.run": "eval.at_budgets: a smaller budget against the run's (two budgets, no FLOPs)",
+                    "race.engines.common": "an extension: the shorter run's budget against the run's (two budgets)",
+                    "race.spec.cells": "a racing cell's reads: the study budgets below its own (two budgets)"}
 
 
 def _is_run_budget(node: ast.AST) -> bool:
@@ -660,7 +662,14 @@ def _is_step_seed(node: ast.AST) -> bool:
     if not (isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add)):
         return False
     return any(isinstance(x, ast.BinOp) and isinstance(x.op, ast.Mult)
-               and any(_mentions(y, "seed") for y in (x.left, x.right)) for x in (node.left, node.right))
+               and any(_is_seed(y) for y in (x.left, x.right)) for x in (node.left, node.right))
+
+
+def _is_seed(node: ast.AST) -> bool:
+    """A seed by name (``seed``, ``cfg.seed``, ``base_seed``), not a seed statistic
+    (``seed_sd``: a between-seed SD times a draw is no seed formula)."""
+    name = node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else ""
+    return name.lower() == "seed" or name.lower().endswith("_seed")
 
 
 _PHASES = ("rollout", "old_logprobs", "reference", "reward", "update")

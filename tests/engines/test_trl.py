@@ -15,7 +15,7 @@ from race.spec import ConfigError, run_config_from_dict
 # the keys of every engine's run.json (race.engines.common.RunDir.finish)
 RUN_KEYS = {"run_id", "name", "engine", "status", "stop_reason", "error", "budget_flops", "total_flops",
             "phase_flops", "steps", "wall_s", "phase_seconds", "model_params", "non_embedding_params", "initial",
-            "final", "diagnostics", "resumed_from", "conventions", "config"}
+            "final", "diagnostics", "resumed_from", "conventions", "config", "trajectory"}
 
 
 def _cfg(model_dir: Path, **over):

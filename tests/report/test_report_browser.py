@@ -32,9 +32,9 @@ def test_every_image_loads_and_key_numbers_render(tmp_path, full_report, full_ta
     dom = proc.stdout
     assert "<img" in dom, proc.stderr[-2000:]
     imgs = re.findall(r"<img\b[^>]*>", dom)
-    assert len(imgs) == len(full_report.figures) == 7
+    assert len(imgs) == len(full_report.figures) == 8
     assert all('data-loaded="yes"' in tag for tag in imgs), [t[:120] for t in imgs if 'data-loaded="yes"' not in t]
-    assert 'data-images-loaded="7"' in dom
+    assert 'data-images-loaded="8"' in dom
     text = unescape(re.sub(r"<[^>]+>", " ", dom))
     assert fmt_flops(rs.finished_flops(full_tables["runs"])) in text
     assert full_report.confidence in text
