@@ -181,6 +181,32 @@ def test_dispersion_recovers_known_overdispersion():
     assert np.mean(got) == pytest.approx(phi, rel=0.2)
 
 
+def test_dispersion_counts_the_effective_parameters_where_they_differ_from_6_plus_k():
+    """Issue 34 (joint_model.py:209), failing first: the dispersion divides the Pearson sum by n minus
+    the parameters the data pay for. With 4 points per allocation (n = 16) and allocation effects
+    twice the test above's, the penalties leave about 7.3 effective parameters, so the old count
+    6 + K = 10 left 6 degrees of freedom where there are about 8.7, and its phi also reweights
+    the fit: over 40 beta-binomial data sets (true phi 4, 500 problems) it averaged 7.56, the
+    effective count 4.57 (the fit's misfit adds a little). One estimate on about 8.7 df has SD
+    about 4 sqrt(2 / 8.7) = 1.9, the mean of 40 about 0.3: the band +-30% of 4 (1.2) is 4 SE,
+    and the old count lands 12 SE above the truth."""
+    N4, G4, r0 = np.array([1e5, 1e5, 4e5, 4e5]), np.array([4.0, 8.0, 4.0, 8.0]), np.array([0.2, 0.2, 0.3, 0.3])
+    dn, dg = np.log(N4) - np.log(N4).mean(), np.log(G4) - np.log(G4).mean()
+    x, k = np.tile(np.linspace(27.0, 33.0, 4), 4), np.repeat(np.arange(4), 4)
+    m = 29.5 + dn + 0.3 * dg + 2 * np.array([2.0, -2.0, -1.5, 1.5])
+    A = r0 + (1 - r0) * expit(0.5 + 0.4 * dn + 2 * np.array([-1.5, 1.5, 1.0, -1.0]))
+    s = 1.5 * np.exp(2 * np.array([0.4, -0.4, 0.3, -0.3]))
+    mu = r0[k] + (A - r0)[k] * expit(s[k] * (x - m[k]))
+    P, phi = 500, 4.0
+    rho = (phi - 1) / (P - 1)
+    got = []
+    for seed in range(40):
+        rng = np.random.default_rng(seed)
+        y = rng.binomial(P, rng.beta(mu * (1 / rho - 1), (1 - mu) * (1 / rho - 1))) / P
+        got.append(fit_joint(JointData(x, k, y[None], np.full((1, len(x)), float(P)), r0[None], dn, dg)).phi)
+    assert np.mean(got) == pytest.approx(phi, rel=0.3)
+
+
 def test_replicate_refits_spread_like_the_seed_mean():
     """Issue 34 (joint_forecast.py:60): refitting on seed-resampled replicates spreads the forecast
     by sqrt((m - 1) / m) of its standard error (2 seeds: a variance half the right one); the
