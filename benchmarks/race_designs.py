@@ -44,14 +44,15 @@ from pathlib import Path
 
 import numpy as np
 
+# the racing design (rungs as fractions of T, first-rung seeds), frozen with the rule RacingRule() on the tuning generator
+from race.analysis.racing import RACE_FIRST_SEEDS, RACE_RUNGS
+
 HERE = Path(__file__).resolve()
 RIGHT = 0.01
 #: racing designs run without analysis: (name, rungs as fractions of T, seeds on the first rung: None = the world's)
 KEEP_ALL = (("keep-all T/64,T/16,T/4", (1 / 64, 1 / 16, 1 / 4), None),
             ("keep-all T/32,T/8,T/3", (1 / 32, 1 / 8, 1 / 3), None),
             ("1 seed, every allocation to T/4", (1 / 16, 1 / 4), 1))
-#: the racing rule's design: rungs (fractions of T); the rule is race.analysis.racing.RacingRule() (both frozen on the tuning generator)
-RACE_RUNGS = (1 / 32, 1 / 8, 1 / 3)
 
 
 def make_world(generator: str, seed: int, walk: float = 0.0):
@@ -75,7 +76,7 @@ def rule_from(args_rule: str | None):
 
 
 def world_record(generator: str, seed: int, walk: float = 0.0, today: bool = False, rule_json: str | None = None,
-                 rungs: tuple[float, ...] = RACE_RUNGS) -> dict | None:
+                 rungs: tuple[float, ...] = RACE_RUNGS, first_seeds: int | None = RACE_FIRST_SEEDS) -> dict | None:
     """One learning world's record (None for a null world)."""
     from race.analysis import recommend
     from race.analysis.synthetic import world_tables
@@ -105,7 +106,7 @@ def world_record(generator: str, seed: int, walk: float = 0.0, today: bool = Fal
         out = simulate_race(w, RaceDesign(rungs=fr, first_seeds=first), None)
         rec["designs"][name] = {"pick": short(out["leader"]), "pilot": out["pilot_T"], "reused": out["reused_T"]}
     rule = rule_from(rule_json)
-    out = simulate_race(w, RaceDesign(rungs=rungs), rule)
+    out = simulate_race(w, RaceDesign(rungs=rungs, first_seeds=first_seeds), rule)
     p = out["pick"]
     rec["designs"]["race"] = {"pick": short(p.allocation), "pilot": out["pilot_T"], "reused": out["reused_T"],
                               "lo": p.predicted_lo, "hi": p.predicted_hi, "p_best": p.win_probability,
@@ -114,6 +115,7 @@ def world_record(generator: str, seed: int, walk: float = 0.0, today: bool = Fal
                               "leader": short(out["leader"])}
     rec["rule"] = rule.as_dict()
     rec["rungs"] = list(rungs)
+    rec["first_seeds"] = first_seeds
     rec["seconds"] = time.perf_counter() - t0
     return rec
 
@@ -236,7 +238,7 @@ def plot(groups: dict[str, list[dict]], path: str) -> None:
 def shard(args: argparse.Namespace) -> None:
     out = []
     for seed in range(args.first + args.shard, args.first + args.worlds, args.jobs):
-        r = world_record(args.generator, seed, args.walk, args.today, args.rule, tuple(args.rungs))
+        r = world_record(args.generator, seed, args.walk, args.today, args.rule, tuple(args.rungs), args.first_seeds)
         if r is not None:
             out.append(r)
         Path(args.out).write_text(json.dumps(out))
@@ -252,6 +254,8 @@ def main() -> None:
     ap.add_argument("--today", action="store_true", help="also RACE's recommendation on the flat grid")
     ap.add_argument("--rule", help="RacingRule fields as JSON (default: the frozen rule)")
     ap.add_argument("--rungs", type=float, nargs="+", default=list(RACE_RUNGS), help="the racing rule's rungs (fractions of T)")
+    ap.add_argument("--first-seeds", type=int, default=RACE_FIRST_SEEDS,
+                    help="seeds on the racing rule's first rung (default: the frozen design's)")
     ap.add_argument("--jobs", type=int, default=1)
     ap.add_argument("--save", help="write the per-world records here (JSON)")
     ap.add_argument("--load", nargs="+", help="summarise saved records instead of running")
@@ -273,6 +277,7 @@ def main() -> None:
                 cmd = [sys.executable, str(HERE), "--generator", args.generator, "--first", str(args.first),
                        "--worlds", str(args.worlds), "--walk", repr(args.walk), "--jobs", str(args.jobs),
                        "--shard", str(i), "--out", str(outs[-1]), "--rungs", *map(repr, args.rungs)]
+                cmd += ["--first-seeds", str(args.first_seeds)] if args.first_seeds is not None else []
                 cmd += ["--today"] if args.today else []
                 cmd += ["--rule", args.rule] if args.rule else []
                 procs.append(subprocess.Popen(cmd, env=env))
@@ -285,7 +290,8 @@ def main() -> None:
         groups = {title: records}
         print(f"# command: python benchmarks/race_designs.py --generator {args.generator} --first {args.first} "
               f"--worlds {args.worlds} --walk {args.walk:g} --jobs {args.jobs}" + (" --today" if args.today else "")
-              + (f" --rule '{args.rule}'" if args.rule else "") + f" --rungs {' '.join(f'{x:.6g}' for x in args.rungs)}")
+              + (f" --rule '{args.rule}'" if args.rule else "") + f" --rungs {' '.join(f'{x:.6g}' for x in args.rungs)}"
+              + (f" --first-seeds {args.first_seeds}" if args.first_seeds is not None else ""))
         print(f"# rule: {records[0]['rule'] if records else '-'}")
     for title, records in groups.items():
         print(table(records, title))
