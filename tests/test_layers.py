@@ -1386,52 +1386,108 @@ def test_the_cost_context_scan_catches_loose_parameters_in_any_kind(tmp_path):
 
 
 # -- composers drive engines through their lifecycle, not their insides ------------------------------
-#: Modules that compose engines (module -> why it may not reach in): the gang's run loop.
-COMPOSERS = {"race.engines.gang.engine"}
-ENGINE_INSIDES = {"state", "books", "out", "schedule"}
+#: The package that composes engines: every module of the gang (its run loop, its batched step
+#: and the step's parts) drives its members through ``race.engines.EngineLifecycle`` and
+#: ``race.engines.StepMember`` only.
+COMPOSER = "race.engines.gang"
+#: What an engine holds that its protocols do not declare (its state, books, run-directory
+#: writer, evaluation schedule, progress callback): a composer reads none of these, whole or in
+#: part (``test_engine_insides_are_what_the_protocols_leave_out`` derives the set).
+ENGINE_INSIDES = {"state", "books", "out", "schedule", "progress"}
 
 
 def _engine_reach(mod: str, node: ast.AST) -> str | None:
-    if mod in COMPOSERS and isinstance(node, ast.Attribute) and isinstance(node.value, ast.Attribute) \
-            and node.value.attr in ENGINE_INSIDES:
-        return f"{mod} reaches {ast.unparse(node)}: use the engine's lifecycle (race.engines.EngineLifecycle)"
+    if not (mod == COMPOSER or mod.startswith(COMPOSER + ".")) or not isinstance(node, ast.Attribute):
+        return None
+    if node.attr in ENGINE_INSIDES:
+        return (f"{mod} reaches {ast.unparse(node)}: use the engine's lifecycle and step stages "
+                "(race.engines.EngineLifecycle, race.engines.StepMember)")
+    if isinstance(node.value, ast.Attribute) and node.value.attr == "cfg":
+        return (f"{mod} reads {ast.unparse(node)}, a member's setting: ask the member's step stages "
+                "(race.engines.StepMember) or read the gang's own configs")
     return None
 
 
 def engine_reaches(src: Path) -> list[str]:
-    """One message per ``x.<inside>.y`` in a composer, ``<inside>`` one of an engine's
-    :data:`ENGINE_INSIDES` (its state, books, run-directory writer, evaluation schedule):
-    a composer asks the engine through ``race.engines.EngineLifecycle`` instead."""
+    """One message per ``x.<inside>`` in a composer (whole or in a chain), ``<inside>`` one
+    of an engine's :data:`ENGINE_INSIDES`, and per ``x.cfg.<setting>`` (a member's settings
+    read past its interface): a composer asks the engine through ``race.engines.EngineLifecycle``
+    and ``race.engines.StepMember`` instead."""
     return flagged(src, _engine_reach)
 
 
 def test_the_gang_drives_its_members_through_the_lifecycle():
     assert not (bad := engine_reaches(SRC)), "\n".join(bad)
+    gang = {mod for mod in modules_of(SRC) if mod.startswith(COMPOSER + ".")}
+    assert {"race.engines.gang.engine", "race.engines.gang.step", "race.engines.gang.checkpoint"} <= gang
 
 
 def test_the_engine_reach_scan_catches_a_chain(tmp_path):
+    """A chain in the run loop and in any other gang module, a member's state handed out
+    whole and a member's setting read through its config are caught; the step stages, a
+    local named like an inside and an engine reading its own state are not."""
     pkg = package_dir(tmp_path, "engines")
     (pkg / "gang").mkdir()
     (pkg / "gang" / "__init__.py").write_text("")
     (pkg / "gang" / "engine.py").write_text("def step(e, bound):\n"
                                             "    return e.books.guard.may_start(bound), e.may_step(0, bound)\n")
+    (pkg / "gang" / "step.py").write_text("def roll(w, step, save, state):\n"
+                                          "    m = w.eng.state.model\n"
+                                          "    t = w.member.cfg.temperature\n"
+                                          "    save(w.member.state)\n"
+                                          "    a = w.member.start_rollout(step)\n"
+                                          "    return m, t, a.group, w.member.model, state['step']\n")
+    (pkg / "builtin.py").write_text("class BuiltinEngine:\n    def rollout(self):\n        return self.state.model, "
+                                    "self.cfg.temperature\n")
     bad = engine_reaches(tmp_path)
-    assert len(bad) == 1 and "engine.py:2: race.engines.gang.engine reaches e.books.guard" in bad[0], bad
+    text = "\n".join(bad)
+    assert len(bad) == 4, text
+    assert "gang/engine.py:2: race.engines.gang.engine reaches e.books:" in text
+    assert "gang/step.py:2: race.engines.gang.step reaches w.eng.state:" in text
+    assert "gang/step.py:3: race.engines.gang.step reads w.member.cfg.temperature, a member's setting" in text
+    assert "gang/step.py:4: race.engines.gang.step reaches w.member.state:" in text
+
+
+def test_engine_insides_are_what_the_protocols_leave_out():
+    """:data:`ENGINE_INSIDES` is what ``BuiltinEngine.__init__`` declares (public) less what
+    ``EngineLifecycle`` and ``StepMember`` declare: a new attribute of the engine is an inside
+    until a protocol declares it."""
+    declared: set[str] = set()
+    for node in ast.walk(ast.parse((SRC / "race" / "engines" / "__init__.py").read_text())):
+        if isinstance(node, ast.ClassDef) and node.name in ("EngineLifecycle", "StepMember"):
+            for item in node.body:
+                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    declared.add(item.name)
+                elif isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name):
+                    declared.add(item.target.id)
+    assert {"cfg", "run_dir", "model", "start_rollout", "charge", "write_checkpoint"} <= declared
+    engine = ast.parse((SRC / "race" / "engines" / "builtin" / "engine.py").read_text())
+    init = next(f for c in engine.body if isinstance(c, ast.ClassDef) and c.name == "BuiltinEngine"
+                for f in c.body if isinstance(f, ast.FunctionDef) and f.name == "__init__")
+    held = {t.attr for n in ast.walk(init) for t in _assigned_attributes(n) if _on_self(t)}
+    assert ENGINE_INSIDES == {a for a in held - declared if not a.startswith("_")}
 
 
 def test_the_builtin_engine_implements_the_lifecycle():
-    """Every stage ``race.engines.EngineLifecycle`` declares is a member of BuiltinEngine,
-    with the declared parameters."""
+    """Every stage ``race.engines.EngineLifecycle`` and ``race.engines.StepMember`` declare
+    is a member of BuiltinEngine, with the declared parameters (a property where declared one)."""
     import inspect
 
     sys.path.insert(0, str(SRC))
     from race.engines import EngineLifecycle
     from race.engines.builtin import BuiltinEngine
 
-    stages = {n for n in vars(EngineLifecycle) if not n.startswith("_")} - {"cfg", "run_dir"}
-    assert {"prepare", "begin", "resume_from", "may_step", "save_meta", "checkpoint", "finish"} <= stages
-    for n in stages:
-        want, got = getattr(EngineLifecycle, n), getattr(BuiltinEngine, n, None)
+    from race.engines import StepMember
+
+    stages = {(P, n) for P in (EngineLifecycle, StepMember) for n in vars(P) if not n.startswith("_")}
+    stages -= {(EngineLifecycle, "cfg"), (EngineLifecycle, "run_dir")}
+    names = {n for _, n in stages}
+    assert {"prepare", "begin", "resume_from", "may_step", "save_meta", "checkpoint", "finish"} <= names
+    assert {"start_rollout", "score", "may_continue", "update_plan", "start_update", "optimizer_step",
+            "charge"} <= names
+    for P, n in stages:
+        want, got = getattr(P, n), getattr(BuiltinEngine, n, None)
         assert got is not None, f"BuiltinEngine lacks {n}"
+        assert isinstance(want, property) == isinstance(got, property), n
         if callable(want) and not isinstance(want, property):
             assert list(inspect.signature(got).parameters) == list(inspect.signature(want).parameters), n

@@ -6,9 +6,14 @@ from __future__ import annotations
 
 import importlib
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from race.spec.run import RunConfig
+
+if TYPE_CHECKING:
+    from race.accounting import PolicyCost
+    from race.engines.builtin.step_parts import Scored, UpdatePlan
+    from race.engines.sampling import Rollout, SampleArgs
 
 Progress = Callable[[dict[str, Any]], None]
 
@@ -30,12 +35,15 @@ class EngineLifecycle(Protocol):
     - setup: ``prepare()`` (the run directory opened; policy, task, reward, optimizer,
       evaluator, step plan; ``model`` is then the policy);
     - begin: ``begin()`` for a fresh run, or ``resume_from(meta, step, total_steps)`` after
-      the composer restored the weights from its checkpoint (``meta``: :meth:`save_meta`'s);
+      the composer restored the weights from its checkpoint with ``read_checkpoint(ckpt)``
+      (which returns ``meta``: what :meth:`save_meta` gave when it was written);
     - step: ``may_step(step, bound)`` (the budgets the run passes, then whether a step of
       ``bound`` FLOPs may start), ``evaluate(step)`` when ``eval_due()``;
       (``last_eval_step``: the last evaluation's step);
-    - save: ``save_meta()`` (what a checkpoint records of the run's files) and
-      ``checkpoint(step)`` (the run's own checkpoint);
+    - save: ``save_meta()`` (what a checkpoint records of the run's files),
+      ``write_checkpoint(directory, step, meta)`` (the policy's trainable weights and the
+      optimizer's state, with ``meta``, into a directory the composer chooses) and
+      ``checkpoint(step)`` (the run's own checkpoint, in its run directory);
     - finish: ``finish(step, status, stop_reason, error, wall)`` returns run.json's dict.
     """
 
@@ -65,9 +73,68 @@ class EngineLifecycle(Protocol):
 
     def save_meta(self) -> dict[str, Any]: ...
 
+    def write_checkpoint(self, directory: Path, step: int, meta: dict[str, Any]) -> None: ...
+
+    def read_checkpoint(self, ckpt: Path) -> dict[str, Any]: ...
+
     def checkpoint(self, step: int) -> None: ...
 
     def finish(self, step: int, status: str, stop_reason: str, error: str | None, wall: float) -> dict[str, Any]: ...
+
+
+class StepMember(EngineLifecycle, Protocol):
+    """A run as a member of a step that a composer batches over several runs (the gang's,
+    ``race.engines.gang.step``). The composer stacks the members' policies (``model``) and
+    runs the numerical passes over all of them at once (the rollout's decode, the old and
+    reference log-prob passes, the update's forward and backward); each member does what is
+    its own run's through these stages, never through its state or books. A solo step
+    (``BuiltinEngine._train_step``) calls the same stages in the same order:
+
+    - rollout: ``start_rollout(step)`` puts the policy in sampling mode and returns the
+      step's sampling arguments (``SampleArgs``: group size, maximum completion length, EOS
+      and pad ids, temperature, the generator seeded from (seed, step));
+      ``rollout_charge(ro)`` is what the run's ledger charges for rollout ``ro``;
+      ``policy_cost`` (shape, adapter, conventions) prices what the composer executed for
+      it; ``device`` is where the policy lives (the stages' clock);
+    - reward: ``score(problems, ro)`` (rewards, group advantages, the rows kept and their
+      batch with its learning FLOPs: a ``Scored``), then
+      ``may_continue(step, roll, scored, t_roll)``, the guard's exact-cost check (False: the step does not fit; what ran is recorded as
+      ``overrun`` and the member stops as its solo run would);
+    - learning: ``update_plan(batch)`` (``UpdatePlan``: the loss mask, micro-batch size and
+      temperature of the passes, whether the old-policy and reference passes run, the
+      update's iterations, each iteration's optimizer steps as micro-batch slices, the loss
+      settings), ``start_update(step)`` (the step's lr set, the policy in training mode;
+      returns the lr), and for each optimizer step ``zero_grad()`` before its gradients and
+      ``optimizer_step()`` after them (clipped at ``max_grad_norm``, then stepped);
+    - charge: ``charge(step, ro, roll, scored, upd, t_roll, learning_seconds, named)`` charges
+      the ledger with the solo step's components and appends its metrics row (``named``:
+      the progress event carries the run's name).
+    """
+
+    @property
+    def policy_cost(self) -> PolicyCost: ...
+
+    @property
+    def device(self) -> Any: ...
+
+    def start_rollout(self, step: int) -> SampleArgs: ...
+
+    def rollout_charge(self, ro: Rollout) -> dict[str, int]: ...
+
+    def score(self, problems: list[Any], ro: Rollout) -> Scored: ...
+
+    def may_continue(self, step: int, roll: dict[str, int], sc: Scored, t_roll: float) -> bool: ...
+
+    def update_plan(self, batch: Rollout) -> UpdatePlan: ...
+
+    def start_update(self, step: int) -> float: ...
+
+    def zero_grad(self) -> None: ...
+
+    def optimizer_step(self) -> None: ...
+
+    def charge(self, step: int, ro: Rollout, roll: dict[str, int], sc: Scored, upd: dict[str, float], t_roll: float,
+               learning_seconds: dict[str, float], named: bool = False) -> bool: ...
 
 
 EngineFactory = Callable[[RunConfig, Path, "Progress | None"], Engine]
@@ -111,4 +178,5 @@ def run_engine(cfg: RunConfig, run_dir: str | Path, progress: Progress | None = 
         sink.close()
 
 
-__all__ = ["ENGINES", "Engine", "EngineFactory", "EngineLifecycle", "engine_for", "register_engine", "run_engine"]
+__all__ = ["ENGINES", "Engine", "EngineFactory", "EngineLifecycle", "StepMember", "engine_for", "register_engine",
+           "run_engine"]

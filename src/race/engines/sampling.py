@@ -39,7 +39,7 @@ keeps a step's rollout charge at or below the unmerged bound the budget check us
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 import torch
@@ -55,6 +55,24 @@ def sampling_generator(seed: int, step: int) -> torch.Generator:
     seeded ``step_seed(seed, step, "sampling")`` (``seed * 7_919 + step``: every engine that
     samples a step uses it, so a gang member draws what the solo engine draws)."""
     return torch.Generator(device="cpu").manual_seed(step_seed(seed, step, "sampling"))
+
+
+@dataclass(frozen=True)
+class SampleArgs:
+    """One run's sampling arguments at one step (:func:`sample`'s keywords): its group size,
+    the completions' maximum length, its tokenizer's EOS and pad ids, its temperature and the
+    step's generator (:func:`sampling_generator`)."""
+
+    group: int
+    max_new_tokens: int
+    eos_id: int
+    pad_id: int
+    temperature: float
+    generator: torch.Generator | None
+
+    def kwargs(self) -> dict[str, Any]:
+        """:func:`sample`'s keywords (the generator itself, not a copy)."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
 @dataclass

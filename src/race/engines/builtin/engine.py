@@ -62,10 +62,10 @@ from race.engines.common import (
 from race.engines.builtin import micro_batch
 from race.engines.kernels import fast_forward
 from race.engines.builtin.state import BuiltinState, RunBooks
-from race.engines.builtin.step_parts import charge_step, fits_exactly, score_rollout
-from race.engines.grpo_math import grpo_loss, lr_at
+from race.engines.builtin.step_parts import StepStages
+from race.engines.grpo_math import grpo_loss
 from race.engines.run_io import MetricsLog
-from race.engines.sampling import Rollout, encode_prompts, rollout_flops, sample, sampling_generator
+from race.engines.sampling import Rollout, encode_prompts, sample
 from race.estimate import run_step_plan
 from race.models.timing import device_clock
 from race.rewards.base import reward_bound
@@ -75,8 +75,10 @@ from race.tasks import step_seed
 __all__ = ["BuiltinEngine", "DivergedError", "default_torch_threads", "run_builtin"]
 
 
-class BuiltinEngine:
-    """The GRPO loop (see module docstring). ``run()`` returns the run.json dict."""
+class BuiltinEngine(StepStages):
+    """The GRPO loop (see module docstring). ``run()`` returns the run.json dict. One run's
+    stages of a step are :class:`race.engines.builtin.step_parts.StepStages`' (what a gang
+    step asks of its members: ``race.engines.StepMember``)."""
 
     name = "builtin"
 
@@ -161,29 +163,9 @@ class BuiltinEngine:
         return plan_step_bound(st.step_plan, cfg.prompts_per_step, prompt_len, cfg.max_completion_length,
                                lambda n, p, t: reward_bound(st.reward, n, p, t, problems))
 
-    def learning_flops(self, prompt_len: int, completion_len: int, n: int) -> dict[str, int]:
-        """The learning passes over ``n`` rows (whole groups) padded to ``prompt_len`` +
-        ``completion_len``, prompts shared per group and micro-batch where the engine does."""
-        return self.state.step_plan.learning([prompt_len + completion_len] * n, [completion_len] * n)
-
     # -- stages -----------------------------------------------------------------------
     def rollout(self, step: int, ids: torch.Tensor, mask: torch.Tensor) -> Rollout:
-        st = self.state
-        gen = sampling_generator(self.cfg.seed, step)
-        st.model.eval()
-        return sample(st.model, ids, mask, group=self.cfg.num_generations,
-                      max_new_tokens=self.cfg.max_completion_length, eos_id=st.tok.eos_token_id,
-                      pad_id=st.tok.pad_token_id, temperature=self.cfg.temperature, generator=gen)
-
-    @staticmethod
-    def select_rows(ro: Rollout, rows: torch.Tensor) -> Rollout:
-        """Keep ``rows`` and trim padding columns no kept row uses (what the update runs on)."""
-        pm, cm = ro.prompt_mask[rows], ro.completion_mask[rows]
-        first = int(pm.any(0).long().argmax())
-        T = int(cm.sum(1).max())
-        return Rollout(prompt_ids=ro.prompt_ids[rows][:, first:], prompt_mask=pm[:, first:],
-                       completion_ids=ro.completion_ids[rows][:, :T], completion_mask=cm[:, :T],
-                       truncated=ro.truncated[rows], n_prompts=len(rows) // ro.group, group=ro.group)
+        return sample(self.state.model, ids, mask, **self.start_rollout(step).kwargs())
 
     def _logprobs(self, model: Any, ro: Rollout) -> torch.Tensor:
         return micro_batch.logprobs(model, ro, self.cfg.micro_batch_size, self.cfg.temperature,
@@ -197,21 +179,18 @@ class BuiltinEngine:
         (loss: the mean of its optimizer steps'; clip fraction and KL: token means)."""
         from race.models import reference_policy
 
-        cfg, st = self.cfg, self.state
+        st, plan = self.state, self.update_plan(batch)
         timings: dict[str, float] = {}
-        mask = batch.completion_mask.clone()
-        if cfg.mask_truncated_completions:
-            mask[batch.truncated] = 0
         t0 = device_clock(st.device)
         old = None
-        if cfg.needs_old_logprobs:
+        if plan.old:
             st.model.eval()
             with torch.no_grad():
                 old = self._logprobs(st.model, batch)
         timings["old_logprobs"] = device_clock(st.device) - t0
         t0 = device_clock(st.device)
         ref = None
-        if cfg.beta != 0:
+        if plan.ref:
             if st.ref_model is not None:
                 with torch.no_grad():
                     ref = self._logprobs(st.ref_model, batch)
@@ -220,27 +199,19 @@ class BuiltinEngine:
                     ref = self._logprobs(base, batch)
         timings["reference"] = device_clock(st.device) - t0
         t0 = device_clock(st.device)
-        lr = self.lr(step)
-        for g in st.optimizer.param_groups:
-            g["lr"] = lr
-        st.model.train()
+        lr = self.start_update(step)
         stats = None
-        kw = dict(epsilon=cfg.epsilon, epsilon_high=cfg.epsilon_high, loss_type=cfg.loss_type,
-                  max_completion_length=cfg.max_completion_length, beta=cfg.beta,
-                  sapo_temperatures=(cfg.sapo_temperature_pos, cfg.sapo_temperature_neg))
-        chunks = micro_batch.optimizer_steps(batch.prompt_ids.shape[0], cfg.micro_batch_size, cfg.accumulation_steps)
-        for _ in range(cfg.num_iterations):
+        chunks = plan.chunks
+        for _ in range(plan.iterations):
             acc = micro_batch.Accumulator()
             for slices in chunks:
-                st.optimizer.zero_grad(set_to_none=True)
-                stats = micro_batch.accumulate_gradients(st.model, batch, adv, mask, old, ref,
-                                                         size=cfg.micro_batch_size, temperature=cfg.temperature,
-                                                         loss_fn=grpo_loss, loss_kwargs=kw, step=step,
+                self.zero_grad()
+                stats = micro_batch.accumulate_gradients(st.model, batch, adv, plan.mask, old, ref, size=plan.size,
+                                                         temperature=plan.temperature, loss_fn=grpo_loss,
+                                                         loss_kwargs=plan.loss_kwargs, step=step,
                                                          share=st.share_prompts, slices=slices)
-                torch.nn.utils.clip_grad_norm_([p for p in st.model.parameters() if p.requires_grad],
-                                               cfg.max_grad_norm)
-                st.optimizer.step()
-                acc.add(stats, 1.0 / len(chunks), float(mask[micro_batch.span(slices)].sum()))
+                self.optimizer_step()
+                acc.add(stats, 1.0 / len(chunks), float(plan.mask[micro_batch.span(slices)].sum()))
             if len(chunks) > 1:
                 stats = acc.stats()
         timings["update"] = device_clock(st.device) - t0
@@ -248,19 +219,13 @@ class BuiltinEngine:
         return {"loss": stats.loss, "clip_frac": stats.clip_frac, "kl": stats.kl, "lr": lr, **{
             f"seconds_{k}": v for k, v in timings.items()}}
 
-    def lr(self, step: int) -> float:
-        cfg = self.cfg
-        return lr_at(step, base_lr=cfg.learning_rate, schedule=cfg.lr_scheduler_type, warmup_steps=cfg.warmup_steps,
-                     total_steps=self.books.total_steps)
-
     # -- bookkeeping --------------------------------------------------------------------
     def evaluate(self, step: int) -> list[dict[str, Any]]:
         st, books = self.state, self.books
         return self.schedule.evaluate(st.evaluator, st.model, books.ledger, books.metrics, step)
 
     def checkpoint(self, step: int) -> None:
-        save_checkpoint(self.run_dir, model=self.state.model, optimizer=self.state.optimizer, step=step,
-                        meta=self.save_meta())
+        self.write_checkpoint(self.run_dir, step, self.save_meta())
 
     # -- the lifecycle in stages (race.engines.EngineLifecycle: what the gang drives) -----------
     @property
@@ -315,13 +280,22 @@ class BuiltinEngine:
         return dict(self.out.checkpoint_meta(self.schedule, self.state.reward), ledger_records=len(self.books.ledger),
                     metrics_rows=len(self.books.metrics.rows))
 
+    def write_checkpoint(self, directory: Path, step: int, meta: dict[str, Any]) -> None:
+        """The policy's trainable weights and the optimizer's state at ``step``, with ``meta``,
+        written to ``directory`` as ``race.engines.checkpoint`` writes a run's checkpoint."""
+        save_checkpoint(directory, model=self.state.model, optimizer=self.state.optimizer, step=step, meta=meta)
+
+    def read_checkpoint(self, ckpt: Path) -> dict[str, Any]:
+        """Checkpoint ``ckpt``'s weights and optimizer state restored; returns its meta."""
+        return load_checkpoint(ckpt, model=self.state.model, optimizer=self.state.optimizer)
+
     def _resume(self) -> int | None:
         """The checkpoint's step (its state restored, the files cut back to it), else None."""
         ckpt = find_checkpoint(self.run_dir)
         if ckpt is None:
             self.out.start_over()
             return None
-        meta = load_checkpoint(ckpt, model=self.state.model, optimizer=self.state.optimizer)
+        meta = self.read_checkpoint(ckpt)
         self._restore_files(meta)
         return int(meta["step"])
 
@@ -379,10 +353,10 @@ class BuiltinEngine:
         t0 = device_clock(st.device)
         ro = self.rollout(step, ids, mask)
         t_roll = device_clock(st.device) - t0
-        roll = {f"rollout/{k}": v for k, v in rollout_flops(st.step_plan.policy, ro).items()}
+        roll = self.rollout_charge(ro)
         # 2-3. reward and advantages; groups whose rewards are all equal carry no signal
-        sc = score_rollout(self, problems, ro)
-        if not fits_exactly(self, step, roll, sc, t_roll):  # the bound was low: no update, ran recorded as overrun
+        sc = self.score(problems, ro)
+        if not self.may_continue(step, roll, sc, t_roll):  # the bound was low: no update, ran recorded as overrun
             return False
         upd: dict[str, float] = {}
         if sc.batch is not None:
@@ -392,7 +366,7 @@ class BuiltinEngine:
         learning_seconds = {"old_logprobs/forward": upd.get("seconds_old_logprobs", 0.0),
                             "reference/forward": upd.get("seconds_reference", 0.0),
                             "update/forward": upd.get("seconds_update", 0.0)}
-        return charge_step(self, step, ro, roll, sc, upd, t_roll, learning_seconds)
+        return self.charge(step, ro, roll, sc, upd, t_roll, learning_seconds)
 
     def finish(self, step: int, status: str, stop_reason: str, error: str | None, wall: float) -> dict[str, Any]:
         cfg, st, books = self.cfg, self.state, self.books

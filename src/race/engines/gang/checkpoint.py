@@ -17,13 +17,14 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from race.engines.checkpoint import find_checkpoint, load_checkpoint, publish, save_checkpoint
+from race.engines.checkpoint import find_checkpoint, publish
 
 
 def save_gang(gang_dir: Path, *, step: int, run_ids: list[str], left: list[bool], members: list[Any],
               metas: list[dict[str, Any] | None], total_steps: list[int]) -> None:
-    """Write the gang's state at ``step``; ``members[i]`` has ``.model``/``.optimizer`` (its
-    ``BuiltinState``; unused for a member that left); ``metas[i]``: its ``RunDir.checkpoint_meta``."""
+    """Write the gang's state at ``step``; ``members[i]`` writes its weights and optimizer
+    state (``EngineLifecycle.write_checkpoint``; unused for a member that left); ``metas[i]``:
+    what its checkpoint records of its run (``EngineLifecycle.save_meta``, with the gang's figures)."""
     tmp, final = gang_dir / "checkpoint.tmp", gang_dir / "checkpoint"
     if tmp.exists():
         shutil.rmtree(tmp)
@@ -32,7 +33,7 @@ def save_gang(gang_dir: Path, *, step: int, run_ids: list[str], left: list[bool]
         if not gone:
             d = tmp / f"m{i}"
             d.mkdir()
-            save_checkpoint(d, model=m.model, optimizer=m.optimizer, step=step, meta=metas[i] or {})
+            m.write_checkpoint(d, step, metas[i] or {})
     state = {"step": step, "run_ids": run_ids, "left": left, "total_steps": total_steps}
     (tmp / "gang.json").write_text(json.dumps(state))
     publish(tmp, final)  # the members' folders were made durable by save_checkpoint
@@ -57,12 +58,12 @@ def read_gang(ckpt: Path, run_ids: list[str]) -> dict[str, Any]:
 
 
 def load_member(ckpt: Path, i: int, member: Any) -> dict[str, Any]:
-    """Restore member ``i``'s weights and optimizer (``member``: its ``BuiltinState``);
-    returns its resume metadata."""
+    """Restore member ``i``'s weights and optimizer (``member``: its engine, through
+    ``EngineLifecycle.read_checkpoint``); returns its resume metadata."""
     d = find_checkpoint(ckpt / f"m{i}")
     if d is None:
         raise RuntimeError(f"{ckpt} has no state for live member {i}; delete the gang directory to start over")
-    return load_checkpoint(d, model=member.model, optimizer=member.optimizer)
+    return member.read_checkpoint(d)
 
 
 __all__ = ["find_gang", "load_member", "read_gang", "save_gang"]

@@ -56,6 +56,7 @@ class GangEngine:
         if why:
             raise ValueError(why)
         self.gang_dir = Path(gang_dir)
+        self.cfgs = [c for c, _ in members]  # the members' configs (the gang reads these, not the members')
         self.engs = [BuiltinEngine(c, Path(d), progress) for c, d in members]
         self.run_ids = [c.run_id() for c, _ in members]
         self.left = [False] * len(self.engs)
@@ -67,7 +68,7 @@ class GangEngine:
 
     def gang_info(self, i: int) -> dict[str, Any]:
         return {"members": self.run_ids, "index": i, "size": len(self.engs),
-                "names": [e.cfg.name for e in self.engs], "rollout_flops_executed": self.executed[i]}
+                "names": [c.name for c in self.cfgs], "rollout_flops_executed": self.executed[i]}
 
     # -- the run --------------------------------------------------------------------------
     def run(self) -> list[dict[str, Any]]:
@@ -108,7 +109,7 @@ class GangEngine:
             if state is None:
                 e.begin()  # its ledger, metrics and guard, as BuiltinEngine.run opens them
             else:
-                meta = load_member(ckpt, i, e.state)  # type: ignore[arg-type]
+                meta = load_member(ckpt, i, e)  # type: ignore[arg-type]
                 self.executed[i] = int(meta.get("rollout_flops_executed", 0))
                 self.wall[i] = float(meta.get("wall_s", 0.0))
                 # back to what it had written at the checkpoint (counts, not steps: a member that
@@ -128,7 +129,7 @@ class GangEngine:
         for i, e in enumerate(self.engs):
             if self.left[i]:
                 continue
-            cfg = e.cfg
+            cfg = self.cfgs[i]
             if cfg.max_steps and step >= cfg.max_steps:
                 leaving.append((i, "complete", "max_steps", None, step))
                 continue
@@ -154,9 +155,9 @@ class GangEngine:
                     leaving.append((w.index, "complete", BUDGET_STOP, None, step))
                 elif w.outcome == "diverged":
                     leaving.append((w.index, "diverged", "diverged", f"{w.error}; kept the last good checkpoint", t))
-                elif w.eng.eval_due():
+                elif w.member.eval_due():
                     t1 = time.perf_counter()
-                    w.eng.evaluate(t)
+                    w.member.evaluate(t)
                     self.wall[w.index] += time.perf_counter() - t1
         for i, status, reason, error, at in sorted(leaving):
             self._leave(i, status, reason, error, at)
@@ -183,7 +184,7 @@ class GangEngine:
         metas = [None if gone else dict(e.save_meta(), wall_s=self.wall[i], rollout_flops_executed=self.executed[i])
                  for i, (e, gone) in enumerate(zip(self.engs, self.left))]
         save_gang(self.gang_dir, step=step, run_ids=self.run_ids, left=list(self.left),
-                  members=[e.state for e in self.engs], metas=metas, total_steps=list(self.total_steps))
+                  members=self.engs, metas=metas, total_steps=list(self.total_steps))
 
 
 def run_gang(members: list[tuple[RunConfig, Path]], gang_dir: Path,
