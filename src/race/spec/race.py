@@ -3,10 +3,11 @@
 ```yaml
 protocol: race
 budgets: [2.0e+10, 4.0e+10]          # optional: where the first rung is also read (nested), below it
-seeds: [0, 1, 2]                     # the first rung's seeds (2 or more: the learning gate pools them)
+seeds: [0, 1]                        # the first rung's seeds (2 or more: the learning gate pools them)
 race:
   target_budget: 2.0e+12             # T: the expensive run the study plans
-  rungs: [1/32, 1/8, 1/3]            # fractions of T, ascending; the last 2-3x below T
+  rungs: [1/64, 1/8, 1/3]            # fractions of T, ascending; the last 2-3x below T (the frozen
+                                     # design: race.analysis.racing.RACE_RUNGS, RACE_FIRST_SEEDS)
   later_seeds: 1                     # seeds that go on past the first rung (the first ones listed)
   rule: {level: 0.95}                # overrides of race.analysis.racing.RacingRule, by field name
 ```
@@ -79,7 +80,7 @@ class RaceSettings(BaseModel):
         bad = [f for f in v if not (math.isfinite(f) and 0 < f < 1)]
         if bad:
             raise ValueError(f"race.rungs {v}: each rung is a fraction of the target budget in (0, 1), e.g. "
-                             "[1/32, 1/8, 1/3]; the target run itself is not a rung")
+                             "[1/64, 1/8, 1/3]; the target run itself is not a rung")
         if any(b <= a for a, b in zip(v, v[1:])):
             raise ValueError(f"race.rungs {v}: list the rungs in ascending order, each larger than the one before")
         lo, hi = LAST_RUNG_REACH
