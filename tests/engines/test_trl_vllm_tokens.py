@@ -187,7 +187,10 @@ def test_continuous_batching_is_charged_from_its_tokens_not_as_log_prob_passes(t
     model, tok = load_policy(str(tiny_model_dir), device="cpu")
     args = GRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, per_device_train_batch_size=8,
                       num_generations=4, max_completion_length=6, max_steps=1, report_to="none", disable_tqdm=True,
-                      save_strategy="no", activation_checkpointing=False, use_transformers_continuous_batching=True)
+                      save_strategy="no", activation_checkpointing=False, use_transformers_continuous_batching=True,
+                      # a paged cache sized for 8 short rows: unset, transformers sizes it from free memory (0.9 of it:
+                      # about 11 GB on a 24 GiB CPU machine, the suite's whole peak)
+                      transformers_continuous_batching_config={"num_blocks": 16, "max_batch_tokens": 512})
     trainer = Seen(model=model, reward_funcs=lambda completions, **k: [0.0] * len(completions), args=args,
                    train_dataset=Dataset.from_dict({"prompt": PROMPTS * 4}), processing_class=tok)
     cb = add_race_accounting(trainer, budget_flops=1e13)
