@@ -69,8 +69,10 @@ class ConfidenceRules:
     ``own_pairs``: with this many back-test pairs at the target's reach ratio or more, the
     extrapolation error is the study's own, without the prior (:meth:`BackTest.pooled`); never
     by default (the flat and nested grids have 1-3 pairs); ``pair_reach``: which pairs count
-    (:class:`race.analysis.backtest.PairRule`, by ratio by default); the racing protocol sets
-    both (``race.analysis.racing.RacingRule``)."""
+    (:class:`race.analysis.backtest.PairRule`, by ratio by default); ``trend_weight`` and
+    ``trend_scale``: the local trend as a second forecaster in the replicates
+    (:class:`race.analysis.forecast.TrendMix`; off by default); the racing protocol sets all
+    four (``race.analysis.racing.RacingRule``)."""
 
     max_extrapolation: float = 10.0
     min_win_prob: float = 0.9
@@ -80,6 +82,8 @@ class ConfidenceRules:
     lead_alpha: float = 0.05
     own_pairs: float = float("inf")  # back-test pairs from which the study's own error scale is used without the prior
     pair_reach: float | None = None  # back-test pairs by reach (x the target's), not by ratio (race.analysis.backtest.PairRule)
+    trend_weight: float = 0.0  # replicates drawn around the local trend (race.analysis.forecast.TrendMix); 0: none
+    trend_scale: float = 1.0  # their spread, x the curve model's
 
 
 def declining(sm: StudyMatrix, allocation: str) -> tuple[float, float] | None:

@@ -11,6 +11,8 @@ budget (:func:`standings`) and the predictions table (:func:`summarise`) live he
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pandas as pd
 from scipy.special import expit
@@ -180,11 +182,90 @@ def forecast_parts(sm: StudyMatrix, reps: Replicates, allocs: list[str], familie
     return info_df, np.column_stack(cols), bt.effective(reach, info_df["factor"].to_numpy(float)), bt
 
 
+@dataclass(frozen=True)
+class TrendMix:
+    """A second forecaster beside the curve model: the local trend (:func:`trend_forecast`).
+
+    ``weight``: the share of replicates, per allocation, drawn around the trend forecast
+    instead of the curve model's (0: none, the curve model alone; the draws of the other
+    replicates are unchanged); ``scale``: those replicates deviate from the trend forecast by
+    ``scale`` x the curve model's deviation from its own point (its seeds, problems and
+    back-tested extrapolation error) in the same replicate. The point forecast stays the curve
+    model's; the interval and P(best) are read from the mixture, so where the two forecasters
+    disagree the interval spans both (model uncertainty the back-tests of one model do not see)."""
+
+    weight: float = 0.0
+    scale: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.weight <= 1:
+            raise ValueError(f"the trend weight (trend_weight) must be in [0, 1], got {self.weight!r}")
+        if not self.scale > 0:
+            raise ValueError(f"the trend scale (trend_scale) must be > 0, got {self.scale!r}")
+
+
+def trend_forecast(sm: StudyMatrix, allocation: str, x_target: float, min_points: int = 3) -> float | None:
+    """Logit of the allocation's local trend at ln C = ``x_target``: a straight line in
+    (ln C, logit score) through the evaluation points of its longest runs (the runs at its
+    largest budget) within the last d of ln C, d = ``x_target`` - their largest ln C (a window
+    as long as the reach). Slope: pooled within-run least squares (each run's own offset
+    removed, so seeds do not tilt it); level: the points' mean. None with fewer than
+    ``min_points`` points in the window, a window of no width, or no reach.
+
+    Where the curve model assumes saturation, the trend assumes the last stretch goes on as it
+    went: it is right about curves still rising at a steady or growing rate in logit (power
+    laws, log-linear growth) and wrong about curves about to bend; neither is known from the
+    pilots alone."""
+    idx = _runs_of(sm, allocation)
+    if not len(idx):
+        return None
+    b = sm.runs.loc[idx, "budget"].to_numpy(float)
+    idx = idx[b >= b.max() * (1 - 1e-9)]
+    pts = sm.points[sm.points["run"].isin(idx).to_numpy()]
+    if pts.empty:
+        return None
+    x = np.log(pts["flops"].to_numpy(float))
+    reach = float(x_target - x.max())
+    if not reach > 0:
+        return None
+    win = x >= x.max() - reach
+    x, y, run = x[win], logit(pts["score"].to_numpy(float)[win]), pts["run"].to_numpy()[win]
+    if len(x) < min_points or np.ptp(x) <= 0:
+        return None
+    xd, yd = x.copy(), y.copy()
+    for r in np.unique(run):
+        m = run == r
+        xd[m] -= x[m].mean()
+        yd[m] -= y[m].mean()
+    if not np.sum(xd**2) > 0:
+        return None
+    slope = float(np.sum(xd * yd) / np.sum(xd**2))
+    return float(y.mean() + slope * (x_target - x.mean()))
+
+
+def mix_trend(logits: np.ndarray, points: np.ndarray, trends: list[float | None], mix: TrendMix,
+              gen: np.random.Generator) -> np.ndarray:
+    """(R, k) logit replicates of the mixture (:class:`TrendMix`): in each column with a trend
+    forecast t, a share ``mix.weight`` of the replicates (drawn independently per column) become
+    t + ``mix.scale`` (replicate - ``points``); the others are kept. No draw when the weight is 0."""
+    if mix.weight <= 0 or all(t is None for t in trends):
+        return logits
+    out = logits.copy()
+    pick = gen.random(logits.shape) < mix.weight
+    for i, t in enumerate(trends):
+        if t is not None:
+            out[pick[:, i], i] = t + mix.scale * (logits[pick[:, i], i] - points[i])
+    return out
+
+
 def forecasts(sm: StudyMatrix, reps: Replicates, allocs: list[str], families_of: dict, forecast_c: float,
-              gen: np.random.Generator, pairs: PairRule = PairRule()) -> tuple[pd.DataFrame, np.ndarray, BackTest]:
-    """:func:`forecast_parts` with the back-tested extrapolation noise added to every replicate (step 5);
-    ``info_df`` gains ``ln_reach`` (ln C past the allocation's last point) and ``logit_sd`` (the
-    interval's logit-scale SD: replicates' spread and back-tested noise), read by :func:`open_ends`."""
+              gen: np.random.Generator, pairs: PairRule = PairRule(), trend: TrendMix = TrendMix(),
+              ) -> tuple[pd.DataFrame, np.ndarray, BackTest]:
+    """:func:`forecast_parts` with the back-tested extrapolation noise added to every replicate (step 5),
+    then mixed with the local trend where ``trend`` says so (:class:`TrendMix`; off by default);
+    ``info_df`` gains ``ln_reach`` (ln C past the allocation's last point), ``logit_sd`` (the curve
+    model's logit-scale SD: replicates' spread and back-tested noise, read by :func:`open_ends`)
+    and, with the mix on, ``trend`` (the trend forecast as a score, NaN where there is none)."""
     info_df, F0, reach, bt = forecast_parts(sm, reps, allocs, families_of, forecast_c, gen, pairs)
     info_df["ln_reach"] = np.maximum(np.log(forecast_c) - info_df["x_max"].to_numpy(float), 0.0)
     info_df["rep_sd"] = np.std(logit(F0), axis=0)
@@ -194,7 +275,11 @@ def forecasts(sm: StudyMatrix, reps: Replicates, allocs: list[str], families_of:
     noise = bt.noise(reach, reps.n, len(allocs), gen)
     if df > 0:  # Student-t draws: the pooled seed variance is itself estimated on df degrees of freedom
         noise = noise + seed_sd[None, :] * gen.standard_normal(noise.shape) * np.sqrt(df / gen.chisquare(df, (reps.n, 1)))
-    return info_df, expit(logit(F0) + noise), bt
+    trends = [trend_forecast(sm, a, float(np.log(forecast_c))) if trend.weight > 0 else None for a in allocs]
+    if trend.weight > 0:
+        info_df["trend"] = [np.nan if t is None else float(expit(t)) for t in trends]
+    mixed = mix_trend(logit(F0) + noise, logit(info_df["point"].to_numpy(float)), trends, trend, gen)
+    return info_df, expit(mixed), bt
 
 
 def seed_offset_sd(sm: StudyMatrix, allocs: list[str]) -> tuple[np.ndarray, int]:

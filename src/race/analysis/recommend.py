@@ -60,7 +60,7 @@ from .families import FAMILIES
 from .decision import NO_LEARNING, ConfidenceRules, Label, decide, declining, label, lead_not_held
 from .gate import learning_gate
 from .joint import Replicates, StudyMatrix, draw_replicates, resampled_text, study_matrix
-from .forecast import forecasts, spend_share, standings, summarise
+from .forecast import TrendMix, forecasts, spend_share, standings, summarise
 from .pilot_reach import pilot_advice
 from .tables import ALLOCATION_COLUMNS, allocation_table, jsonable, without_controls
 
@@ -179,7 +179,8 @@ def recommend(evals: pd.DataFrame, runs: pd.DataFrame, target: str, target_budge
         passed = set(gate.loc[gate["passed"], "allocation"])
         families_of = {a: METHODS[method] if a in passed else UNGATED for a in allocs}
         info_df, rep_matrix, bt = forecasts(sm, reps, allocs, families_of, forecast_c, gen,
-                                          PairRule(rules.own_pairs, rules.pair_reach))
+                                          PairRule(rules.own_pairs, rules.pair_reach),
+                                          TrendMix(rules.trend_weight, rules.trend_scale))
         pred = summarise(allocs, info_df["point"].to_numpy(), rep_matrix, level)
         pred = pred.merge(info_df.drop(columns=["point", "x_max", "x_min"]), on="allocation")
         obs = dict(zip(obs_names, obs_pts))
