@@ -90,3 +90,32 @@ def test_bad_mixtures_say_what_to_change():
     rules = RacingRule(trend_weight=0.25, trend_scale=2.0).confidence_rules()
     assert (rules.trend_weight, rules.trend_scale) == (0.25, 2.0)
     assert (ConfidenceRules().trend_weight, ConfidenceRules().trend_scale) == (0.0, 1.0)
+
+
+def test_a_racing_pick_still_rising_gets_an_interval_that_reaches_toward_its_trend():
+    """A racing study whose leader follows a power law (still rising in logit at T/3, which the
+    joint model's saturating family bends down): with the frozen rule the pick's interval
+    spans the trend too; with the trend off it stops short (module docstring of
+    race.analysis.racing, the third freeze)."""
+    from race.analysis.synthetic import Curve, World
+    from race.analysis.synthetic_race import RaceDesign, simulate_race
+
+    T = 4e12
+    curves = {("small", 4): Curve("power", 0.2, 0.5, 2e12, 0.5), ("small", 8): Curve("sigmoid", 0.25, 0.3, 5e10, 1.5),
+              ("large", 4): Curve("flat", 0.15, 0.0, 1e11), ("large", 8): Curve("sigmoid", 0.3, 0.25, 2e11, 1.2)}
+    w = World(name="power", models={"small": 1e5, "large": 4e5},
+              allocations=[{"model": m, "num_generations": g, "curve": c} for (m, g), c in curves.items()],
+              budgets=[T / 100, T / 30, T / 10], seeds=[0, 1, 2], target_budget=T, n_problems=500, seed_sd=0.05, seed=3)
+    design = RaceDesign(rungs=(1 / 64, 1 / 8, 1 / 3), first_seeds=2)
+    off = simulate_race(w, design, RacingRule(trend_weight=0.0))["pick"]
+    on = simulate_race(w, design, RacingRule())["pick"]
+    assert on.allocation == off.allocation and on.allocation.startswith("small|G=4")
+    assert "trend" not in off.predictions and "trend" in on.predictions
+    top = on.predictions.iloc[0]
+    assert top["allocation"] == on.allocation and top["trend"] > top["score"]  # the trend runs above the joint model
+    truth = w.truth(0)
+    assert off.predicted_hi < truth  # the joint model alone bends down too early
+    # the mixture's upper end moves up toward the truth, past the trend's own point (half of its replicates
+    # are spread around that point)
+    assert on.predicted_hi > max(off.predicted_hi, top["trend"])
+    assert on.predicted_lo <= on.predicted_score <= on.predicted_hi
