@@ -203,11 +203,12 @@ def _ragged_eos(completions: torch.Tensor) -> int:
     return best
 
 
-@pytest.mark.parametrize("merge", [False, True])
-def test_fast_decoder_on_a_bfloat16_base_with_float32_adapters_is_as_close_as_hf(merge, char_tokenizer):
+def test_fast_decoder_on_a_bfloat16_base_with_float32_adapters_is_as_close_as_hf(char_tokenizer):
     """PEFT keeps LoRA weights in fp32 over a bf16 base. The decoder's next-token logits
     must be as close to the fp32 model's as HF's own bf16 forward is (within 2x its error:
-    both round every layer's output to bf16, in different op orders)."""
+    both round every layer's output to bf16, in different op orders). Live adapters only:
+    a merge into the bf16 weights is refused (it would round a small update away;
+    tests/engines/test_precision.py), where this test once checked it too."""
     from race.engines.kernels.fast_decode import FastDecoder
     from race.engines.sampling import encode_prompts
 
@@ -224,8 +225,6 @@ def test_fast_decoder_on_a_bfloat16_base_with_float32_adapters_is_as_close_as_hf
         want = ref(input_ids=ids, attention_mask=mask).logits[:, -1].float()
         hf = m(input_ids=ids, attention_mask=mask).logits[:, -1].float()
     dec = FastDecoder(m)
-    if merge:
-        dec.merge_lora()
     got = dec.prefill(ids, mask, ids.shape[1] + 4).float()
     hf_err, err = (hf - want).abs().max().item(), (got - want).abs().max().item()
     assert 0 < hf_err < 0.1 * want.abs().max().item()  # bf16 rounding is visible, and small

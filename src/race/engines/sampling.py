@@ -28,13 +28,19 @@ exactly that; :func:`rollout_flops` gives it for a :class:`Rollout`.
 
 LoRA merge (``merge_lora``): the functional decoder may fold the adapters into new weights
 for the rollout (``W + s B A``, one ``out x r x in`` matmul per adapted matrix) and run
-every token through the merged weights. By default it merges when that executes fewer
-FLOPs than running the adapters over every position of a full-length rollout (at pilot
-scale it always does, and a decode step runs one matmul per projection instead of three).
+every token through the merged weights. By default it merges when the base weights'
+dtype holds the folded delta (float32 or wider: ``fast_decode.fold_keeps_update``) and
+merging executes fewer FLOPs than running the adapters over every position of a
+full-length rollout (at pilot scale in float32 it always does, and a decode step runs one
+matmul per projection instead of three). A bfloat16/float16 base never merges: rounded to
+the base's dtype, a small update is lost (most deltas are below half a unit in the last
+place of their weight), so the sampling policy would not be the trained one; the adapters
+run live, in float32, as in the learning passes, and ``merge_lora=True`` is refused there.
 The ledger charges what executed, never the LoRA convention for a merged rollout: the
 base model's prefill and decode (no LoRA term) plus ``merge`` = ``2 r in out`` per adapted
-matrix (``race.accounting.lora.lora_merge_flops``). Merging only when it costs fewer FLOPs at full length
-keeps a step's rollout charge at or below the unmerged bound the budget check uses.
+matrix (``race.accounting.lora.lora_merge_flops``); an unmerged rollout, the passes with
+their LoRA term. Merging only when it costs fewer FLOPs at full length keeps a step's
+rollout charge at or below the unmerged bound the budget check uses.
 """
 
 from __future__ import annotations
@@ -151,8 +157,9 @@ def _sample(model: Any, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, *, 
 
     ``fast``: use the functional decoder (``race.engines.kernels.fast_decode``) instead of the HF
     forward; default: whenever the architecture supports it. Both execute the same FLOPs.
-    ``merge_lora`` (functional decoder only): fold LoRA into the weights for this rollout;
-    default: when it executes fewer FLOPs at full length (module docstring).
+    ``merge_lora`` (functional decoder only): fold LoRA into the weights for this rollout
+    (refused on a bfloat16/float16 base); default: when the base holds the folded delta and
+    merging executes fewer FLOPs at full length (module docstring).
     ``drop_finished`` (functional decoder only): finished rows leave the batch (module docstring).
     ``greedy``: a bool for every row, or a (n_prompts * group,) bool tensor choosing argmax
     per row (one decode loop for greedy and sampled evaluation rows alike); sampled rows
@@ -168,7 +175,7 @@ def _sample(model: Any, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, *, 
     if fast:
         dec = FastDecoder(model)
         if merge_lora is None:  # every position a full-length rollout runs: prefill + decode
-            merge_lora = dec.merge_pays(n_prompts * P + mask.shape[0] * (max_new_tokens - 1))
+            merge_lora = dec.should_merge(n_prompts * P + mask.shape[0] * (max_new_tokens - 1))
         if merge_lora and dec.lora_dims():
             dec.merge_lora()
             merged = True

@@ -23,6 +23,11 @@ Each member's ``Rollout`` is what its solo rollout returns: its tokens (the same
 float rounding of a batched matmul), and ``decoded`` as the solo loop's drop rule gives it
 (replayed per member, whatever the gang dropped), so the ledger charges its solo rollout.
 What the gang executed (merges, padded prompts and slots) is :meth:`FastRollout.executed`.
+
+Only for members whose base holds a folded delta (float32 or wider:
+``fast_decode.fold_keeps_update``; ``FastDecoder.merge_lora`` refuses the others): on a
+bfloat16/float16 base the merge would round a small update away, and the solo rollout
+runs the adapters live; the gang then runs ``race.engines.gang.sample.gang_sample``.
 """
 
 from __future__ import annotations
@@ -113,8 +118,8 @@ def _sample(models: list[Any], jobs: list[SampleJob], max_new: int) -> FastRollo
     mdecs = []
     for j, n in zip(jobs, n_p):
         md = FastDecoder(models[j.member])
-        merged.append(md.merge_pays(n * j.prompt_ids.shape[1] + n * j.group * (max_new - 1)))
-        md.merge_lora()
+        merged.append(md.should_merge(n * j.prompt_ids.shape[1] + n * j.group * (max_new - 1)))
+        md.merge_lora()  # refused on a base that cannot hold the fold (module docstring)
         mdecs.append(md)
     dec.layers = [{**L, **{key: _Stacked([m.layers[li][key] for m in mdecs]) for key in ("qkv", "o", "gate_up", "down")}}
                   for li, L in enumerate(dec.layers)]

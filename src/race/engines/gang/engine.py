@@ -14,8 +14,9 @@ pilots), decided before each step exactly as the solo loop decides them.
 
 Each member's run directory is the one its solo run writes; its ledger charges exactly
 its own rows with the solo engine's functions (same keys, same FLOPs; the rollout is
-charged as the solo rollout, merged where the solo merges, while the gang executes it
-with live adapters: ``run.json["gang"]["rollout_flops_executed"]`` records that).
+charged as the solo rollout, merged where the solo merges, while the gang executes it as
+one merged, stacked decode, or with live adapters on a bfloat16/float16 base, where
+neither merges: ``run.json["gang"]["rollout_flops_executed"]`` records what it executed).
 
 Wall seconds: setup is split equally among the members; a batched stage's seconds go to
 the members that ran in it in proportion to the FLOPs it charges each; a member's reward,

@@ -10,9 +10,14 @@ decoding, the base weights once over all their rows, each member's LoRA delta on
 own rows (never merged: the merged weights of two members are different matrices).
 
 The returned ``Rollout`` of a member carries ``merged`` as its solo rollout would have
-set it (``FastDecoder.merge_pays`` at the member's shapes): the ledger charges each
+set it (``FastDecoder.should_merge`` at the member's shapes): the ledger charges each
 member its solo rollout (``sampling.rollout_flops``), while :func:`executed_rollout_flops`
 gives what the gang executed for it (live LoRA at every position, no merge).
+
+The gang engine runs this loop when its members' base cannot hold a folded adapter (a
+bfloat16/float16 base: ``fast_decode.fold_keeps_update``), where the solo rollout runs the
+adapters live too, so charged and executed are the same; otherwise it runs the merged,
+stacked decode of ``race.engines.gang.decode``.
 """
 
 from __future__ import annotations
@@ -53,7 +58,7 @@ class _Member:
         self.mask = job.prompt_mask.repeat_interleave(job.group, dim=0)
         self.pos = positions(self.mask)[:, -1]
         mdec = gdec.decs[job.member]
-        self.merged = bool(mdec.lora_dims()) and mdec.merge_pays(n * P + self.B * (max_new - 1))
+        self.merged = mdec.should_merge(n * P + self.B * (max_new - 1))
         shape = (n, b.kv_heads, P + max_new, b.head_dim)
         self.k = [torch.zeros(shape, device=dev, dtype=dt) for _ in b.layers]
         self.v = [torch.zeros(shape, device=dev, dtype=dt) for _ in b.layers]

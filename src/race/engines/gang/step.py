@@ -29,8 +29,9 @@ import torch
 from race.accounting import PHASES, SPLIT, counted
 from race.engines.gang.members import split_seconds
 from race.engines.gang.passes import PassJob, UpdateJob, gang_accumulate, gang_logprobs
-from race.engines.gang.decode import fast_gang_sample
-from race.engines.gang.sample import SampleJob
+from race.engines.gang.decode import FastRollout, fast_gang_sample
+from race.engines.gang.sample import SampleJob, executed_rollout_flops, gang_sample
+from race.engines.kernels.fast_decode import fold_keeps_update
 from race.engines.builtin.micro_batch import Accumulator, span
 from race.engines.builtin.step_parts import Scored, UpdatePlan
 from race.engines.grpo_math import grpo_loss
@@ -52,7 +53,7 @@ class Work:
     mask: torch.Tensor
     ro: Rollout | None = None
     roll: dict[str, int] = field(default_factory=dict)
-    executed: int = 0  # its share of the rollout FLOPs the gang executed (merged, padded)
+    executed: int = 0  # its share of the rollout FLOPs the gang executed (merged, padded; live LoRA: its own)
     rw: Any = None
     adv: torch.Tensor | None = None
     rows: torch.Tensor | None = None
@@ -69,23 +70,27 @@ def gang_step(step: int, works: list[Work]) -> float:
     """Run step ``step`` for every member in ``works`` (module docstring); sets each
     ``outcome``. Returns the step's batched seconds (for the caller's wall split)."""
     models = [w.member.model for w in works]
-    # 1. rollout, one batched decode
+    # 1. rollout, one batched decode (gang_rollout)
     jobs, args = [], [w.member.start_rollout(step) for w in works]
     for k, (w, a) in enumerate(zip(works, args)):
         jobs.append(SampleJob(k, w.ids, w.mask, a.group, a.temperature, a.generator, a.eos_id, a.pad_id))
     dev = works[0].member.device
+    max_new = args[0].max_new_tokens  # one max_completion_length (members.SHARED)
     t0 = device_clock(dev)
-    fast = fast_gang_sample(models, jobs, args[0].max_new_tokens)  # one max_completion_length (members.SHARED)
+    ros, fast = gang_rollout(models, jobs, max_new)
     t_roll = device_clock(dev) - t0
-    for w, ro in zip(works, fast.rollouts):
+    for w, ro in zip(works, ros):
         w.ro = ro
         w.roll = w.member.rollout_charge(ro)
     costs = [w.member.policy_cost for w in works]
-    executed = fast.executed(costs[0].shape, [c.lora for c in costs], costs[0].conventions)
-    shares = [int(e) for e in split_seconds(float(executed), [counted(w.roll) for w in works])]
-    shares[-1] = executed - sum(shares[:-1])  # the shares add up to what executed
+    if fast is not None:
+        executed = fast.executed(costs[0].shape, [c.lora for c in costs], costs[0].conventions)
+        shares = [int(e) for e in split_seconds(float(executed), [counted(w.roll) for w in works])]
+        shares[-1] = executed - sum(shares[:-1])  # the shares add up to what executed
+    else:  # each member's own rows, its solo rollout with live LoRA: what it is charged
+        shares = [sum(executed_rollout_flops(c, ro).values()) for c, ro in zip(costs, ros)]
     for w, e in zip(works, shares):
-        w.executed = e  # its share of what the gang's rollout executed (split as the seconds are)
+        w.executed = e  # its share of what the gang's rollout executed (merged: split as the seconds are)
     for w, s in zip(works, split_seconds(t_roll, [counted(w.roll) for w in works])):
         w.seconds["rollout/decode"] = s
     # 2-3. each member's reward and advantages, then its exact-cost check
@@ -98,6 +103,21 @@ def gang_step(step: int, works: list[Work]) -> float:
         if w.outcome == "ok":
             _charge(step, w)
     return t_roll + spent
+
+
+def gang_rollout(models: list[Any], jobs: list[SampleJob], max_new_tokens: int
+                 ) -> tuple[list[Rollout], FastRollout | None]:
+    """Every job's rollout, in ``jobs`` order, and the merged decode that ran them (for what
+    it executed), or None: the members' merged weights stacked in one decode
+    (``gang.decode.fast_gang_sample``) where their base holds a folded adapter
+    (``fast_decode.fold_keeps_update``: float32 or wider); on a bfloat16/float16 base, where
+    a merge would round a small update away and the solo rollout runs the adapters live,
+    ``gang.sample.gang_sample``: the members' live adapters over one shared base matmul,
+    each member's rows executing its solo rollout's ops (and FLOPs)."""
+    if all(fold_keeps_update(m) for m in models):  # one base: all members or none
+        fast = fast_gang_sample(models, jobs, max_new_tokens)
+        return fast.rollouts, fast
+    return gang_sample(models, jobs, max_new_tokens), None
 
 
 def _score(step: int, w: Work) -> None:
@@ -211,4 +231,4 @@ def _charge(step: int, w: Work) -> None:
         w.outcome = "overrun"  # cannot happen after the exact check
 
 
-__all__ = ["Work", "gang_step"]
+__all__ = ["Work", "gang_rollout", "gang_step"]
