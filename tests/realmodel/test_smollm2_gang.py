@@ -13,16 +13,12 @@ row for row (seconds aside), metrics equal with the loss statistics to float32 r
 (``LOSS_KEYS``), and every optimizer step's gradients within 1e-4 of their norm (the
 bound test_gang_forward holds the batched pass to).
 
-bfloat16: exact token equality is impossible. The gang decodes with its members' weights
-stacked in one ``bmm``, the solo rollout with ``addmm``/``linear``; both are faithful
-bfloat16 results (one rounding of a float32 accumulation) but their accumulation order
-differs, so a few outputs round to the neighbouring bfloat16 value (layer 0's gate/up
-projection already differs by 1 ulp, float32 is bit-identical). Over 30 layers this
-grows to step 1's prefill logits differing by up to 0.44 between gang and solo, as much
-as either differs from float32 (0.42-0.45), so a sampled token differs whenever its
-uniform falls in the few percent of probability the two distributions disagree on (when
-this test was written, 4 of member 1's 6 step-1 completions differed). From there the members'
-batches, gradients and adapters differ. What does not depend on the tokens is still
+bfloat16: exact token equality is impossible. A bfloat16 base is never folded (the
+adapters run live, solo and in the gang: ``fast_decode.fold_keeps_update``), so step 1's
+rollout matches the solo one; but the gang's batched learning passes accumulate in another
+order than the solo passes, their bfloat16 activations round differently, so the members'
+gradients and adapters differ slightly after step 1 and step 2's sampled tokens can differ,
+and from there the members' batches. What does not depend on the tokens is still
 compared exactly: the ledger is integer arithmetic on shapes (prompt widths, the kept
 groups: random rewards, decoded counts) provided every completion has the same length,
 which the test asserts (no training or evaluation completion ends before
