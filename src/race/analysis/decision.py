@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from .backtest import BackTest
+from .forecast import INTERVALS
 from .gate import what_to_change
 from .joint import StudyMatrix
 
@@ -71,8 +72,9 @@ class ConfidenceRules:
     by default (the flat and nested grids have 1-3 pairs); ``pair_reach``: which pairs count
     (:class:`race.analysis.backtest.PairRule`, by ratio by default); ``trend_weight`` and
     ``trend_scale``: the local trend as a second forecaster in the replicates
-    (:class:`race.analysis.forecast.TrendMix`; off by default); the racing protocol sets all
-    four (``race.analysis.racing.RacingRule``)."""
+    (:class:`race.analysis.forecast.TrendMix`; off by default); ``interval``: how the
+    intervals are read from the replicates (``race.analysis.forecast.INTERVALS``: equal-tailed
+    by default); the racing protocol sets all five (``race.analysis.racing.RacingRule``)."""
 
     max_extrapolation: float = 10.0
     min_win_prob: float = 0.9
@@ -84,6 +86,11 @@ class ConfidenceRules:
     pair_reach: float | None = None  # back-test pairs by reach (x the target's), not by ratio (race.analysis.backtest.PairRule)
     trend_weight: float = 0.0  # replicates drawn around the local trend (race.analysis.forecast.TrendMix); 0: none
     trend_scale: float = 1.0  # their spread, x the curve model's
+    interval: str = "equal-tailed"  # how lo/hi are read from the replicates (race.analysis.forecast.INTERVALS)
+
+    def __post_init__(self) -> None:
+        if self.interval not in INTERVALS:
+            raise ValueError(f"ConfidenceRules.interval must be one of {INTERVALS}, got {self.interval!r}")
 
 
 def declining(sm: StudyMatrix, allocation: str) -> tuple[float, float] | None:

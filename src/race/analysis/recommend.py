@@ -181,7 +181,7 @@ def recommend(evals: pd.DataFrame, runs: pd.DataFrame, target: str, target_budge
         info_df, rep_matrix, bt = forecasts(sm, reps, allocs, families_of, forecast_c, gen,
                                           PairRule(rules.own_pairs, rules.pair_reach),
                                           TrendMix(rules.trend_weight, rules.trend_scale))
-        pred = summarise(allocs, info_df["point"].to_numpy(), rep_matrix, level)
+        pred = summarise(allocs, info_df["point"].to_numpy(), rep_matrix, level, rules.interval)
         pred = pred.merge(info_df.drop(columns=["point", "x_max", "x_min"]), on="allocation")
         obs = dict(zip(obs_names, obs_pts))
         pred["observed"] = [obs.get(a, np.nan) for a in allocs]
@@ -196,7 +196,7 @@ def recommend(evals: pd.DataFrame, runs: pd.DataFrame, target: str, target_budge
         chosen, decision, gain_lo = decide(rep_matrix, allocs, default, rules.switch_alpha)
         method_used = method
     else:
-        pred = summarise(obs_names, obs_pts, obs_reps, level).assign(family="observed", observed=obs_pts,
+        pred = summarise(obs_names, obs_pts, obs_reps, level, rules.interval).assign(family="observed", observed=obs_pts,
                                                                       open_above=False, open_below=False, open_reason="")
         rep_matrix, method_used, forecast_c = obs_reps, "observed", largest
         chosen = observed
