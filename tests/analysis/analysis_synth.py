@@ -91,3 +91,20 @@ MEDIUM = Alloc("m", 4e6, r0=0.05, a=0.60, b=1.5, c_mid=1e14)
 LARGE = Alloc("l", 1.6e7, r0=0.05, a=0.80, b=1.5, c_mid=6e14)
 
 
+
+
+def rising_power_world():
+    """A known world for the racing tests (``race.analysis.synthetic.World``, T = 4e12) whose
+    best allocation, small G=4, follows a power law still rising in logit at T/3 (which the
+    joint model's saturating family bends down), beside three saturating or flat rivals; and
+    the frozen racing design's rungs (T/64, T/8, T/3, 2 first-rung seeds)."""
+    from race.analysis.synthetic import Curve, World
+    from race.analysis.synthetic_race import RaceDesign
+
+    T = 4e12
+    curves = {("small", 4): Curve("power", 0.2, 0.5, 2e12, 0.5), ("small", 8): Curve("sigmoid", 0.25, 0.3, 5e10, 1.5),
+              ("large", 4): Curve("flat", 0.15, 0.0, 1e11), ("large", 8): Curve("sigmoid", 0.3, 0.25, 2e11, 1.2)}
+    w = World(name="power", models={"small": 1e5, "large": 4e5},
+              allocations=[{"model": m, "num_generations": g, "curve": c} for (m, g), c in curves.items()],
+              budgets=[T / 100, T / 30, T / 10], seeds=[0, 1, 2], target_budget=T, n_problems=500, seed_sd=0.05, seed=3)
+    return w, RaceDesign(rungs=(1 / 64, 1 / 8, 1 / 3), first_seeds=2)

@@ -80,16 +80,10 @@ def test_an_unknown_interval_is_refused_with_the_choices():
 def test_the_racing_pick_reads_the_shortest_interval_of_its_replicates():
     """On a racing study the recommendation's interval is the shortest interval of the pick's
     mixed replicates with the frozen rule, their equal-tailed one when the rule says so."""
-    from race.analysis.synthetic import Curve, World
-    from race.analysis.synthetic_race import RaceDesign, simulate_race
+    from analysis_synth import rising_power_world
+    from race.analysis.synthetic_race import simulate_race
 
-    T = 4e12
-    curves = {("small", 4): Curve("power", 0.2, 0.5, 2e12, 0.5), ("small", 8): Curve("sigmoid", 0.25, 0.3, 5e10, 1.5),
-              ("large", 4): Curve("flat", 0.15, 0.0, 1e11), ("large", 8): Curve("sigmoid", 0.3, 0.25, 2e11, 1.2)}
-    w = World(name="power", models={"small": 1e5, "large": 4e5},
-              allocations=[{"model": m, "num_generations": g, "curve": c} for (m, g), c in curves.items()],
-              budgets=[T / 100, T / 30, T / 10], seeds=[0, 1, 2], target_budget=T, n_problems=500, seed_sd=0.05, seed=3)
-    design = RaceDesign(rungs=(1 / 64, 1 / 8, 1 / 3), first_seeds=2)
+    w, design = rising_power_world()
     for rule, fn in ((RacingRule(), shortest_interval), (RacingRule(interval="equal-tailed"), equal_tailed_interval)):
         pick = simulate_race(w, design, rule)["pick"]
         lo, hi = fn(pick.replicates, rule.level)
