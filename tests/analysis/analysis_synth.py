@@ -91,13 +91,12 @@ MEDIUM = Alloc("m", 4e6, r0=0.05, a=0.60, b=1.5, c_mid=1e14)
 LARGE = Alloc("l", 1.6e7, r0=0.05, a=0.80, b=1.5, c_mid=6e14)
 
 
-
-
 def rising_power_world():
     """A known world for the racing tests (``race.analysis.synthetic.World``, T = 4e12) whose
     best allocation, small G=4, follows a power law still rising in logit at T/3 (which the
     joint model's saturating family bends down), beside three saturating or flat rivals; and
-    the frozen racing design's rungs (T/64, T/8, T/3, 2 first-rung seeds)."""
+    the frozen racing design (``race.analysis.racing.RACE_RUNGS``, ``RACE_FIRST_SEEDS``)."""
+    from race.analysis.racing import RACE_FIRST_SEEDS, RACE_RUNGS
     from race.analysis.synthetic import Curve, World
     from race.analysis.synthetic_race import RaceDesign
 
@@ -107,4 +106,4 @@ def rising_power_world():
     w = World(name="power", models={"small": 1e5, "large": 4e5},
               allocations=[{"model": m, "num_generations": g, "curve": c} for (m, g), c in curves.items()],
               budgets=[T / 100, T / 30, T / 10], seeds=[0, 1, 2], target_budget=T, n_problems=500, seed_sd=0.05, seed=3)
-    return w, RaceDesign(rungs=(1 / 64, 1 / 8, 1 / 3), first_seeds=2)
+    return w, RaceDesign(rungs=RACE_RUNGS, first_seeds=RACE_FIRST_SEEDS)
