@@ -74,7 +74,9 @@ class ConfidenceRules:
     ``trend_scale``: the local trend as a second forecaster in the replicates
     (:class:`race.analysis.forecast.TrendMix`; off by default); ``interval``: how the
     intervals are read from the replicates (``race.analysis.forecast.INTERVALS``: equal-tailed
-    by default); the racing protocol sets all five (``race.analysis.racing.RacingRule``)."""
+    by default); ``min_logit_sd``: a floor on each forecast's replicate SD in logit
+    (``race.analysis.forecast.floor_spread``; 0, none, by default); the racing protocol sets
+    all six (``race.analysis.racing.RacingRule``)."""
 
     max_extrapolation: float = 10.0
     min_win_prob: float = 0.9
@@ -87,10 +89,14 @@ class ConfidenceRules:
     trend_weight: float = 0.0  # replicates drawn around the local trend (race.analysis.forecast.TrendMix); 0: none
     trend_scale: float = 1.0  # their spread, x the curve model's
     interval: str = "equal-tailed"  # how lo/hi are read from the replicates (race.analysis.forecast.INTERVALS)
+    min_logit_sd: float = 0.0  # floor on each forecast's replicate SD in logit (race.analysis.forecast.floor_spread); 0: none
 
     def __post_init__(self) -> None:
         if self.interval not in INTERVALS:
             raise ValueError(f"ConfidenceRules.interval must be one of {INTERVALS}, got {self.interval!r}")
+        if not (isinstance(self.min_logit_sd, (int, float)) and 0 <= self.min_logit_sd < float("inf")):
+            raise ValueError(f"ConfidenceRules.min_logit_sd must be a finite number >= 0 (a logit SD), "
+                             f"got {self.min_logit_sd!r}")
 
 
 def declining(sm: StudyMatrix, allocation: str) -> tuple[float, float] | None:

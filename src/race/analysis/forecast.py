@@ -284,6 +284,34 @@ def trend_forecast(sm: StudyMatrix, allocation: str, x_target: float, min_points
     return float(y.mean() + slope * (x_target - x.mean()))
 
 
+def floor_spread(logits: np.ndarray, points: np.ndarray, min_sd: float) -> np.ndarray:
+    """(R, k) logit replicates whose spread is at least ``min_sd``: in each column whose
+    replicate SD s (ddof 1, logit of the score) is below ``min_sd``, every replicate's
+    deviation from that column's point forecast (``points``, logit) is multiplied by
+    ``min_sd`` / s, so the column's SD becomes ``min_sd`` and its centre, order and skew are
+    kept; other columns (a column of equal replicates too: it has no shape to stretch), and
+    every column when ``min_sd`` is 0, are returned unchanged.
+
+    Why: a forecast whose replicates agree closely (a curve the model pins down: seeds,
+    problems and the back-tested extrapolation error all small) is still a forecast of a curve
+    family past its data, and the family is what is uncertain at reach. On the tuning
+    generator the pick's 95% interval missed 16% of worlds in the narrowest fifth of replicate
+    SDs (below 0.21) and 0.3% in the widest (``RacingRule``'s fifth freeze)."""
+    if not min_sd >= 0 or not np.isfinite(min_sd):
+        raise ValueError(f"the replicates' SD floor (min_logit_sd) must be a finite number >= 0, got {min_sd!r}")
+    logits = np.asarray(logits, dtype=float)
+    if min_sd == 0 or logits.shape[0] < 2:
+        return logits
+    sd = np.std(logits, axis=0, ddof=1)
+    low = (sd < min_sd) & (np.ptp(logits, axis=0) > 0)  # replicates all equal: no shape to stretch
+    if not low.any():
+        return logits
+    out = logits.copy()
+    centre = np.asarray(points, dtype=float)[low]
+    out[:, low] = centre + (min_sd / sd[low]) * (logits[:, low] - centre)
+    return out
+
+
 def mix_trend(logits: np.ndarray, points: np.ndarray, trends: list[float | None], mix: TrendMix,
               gen: np.random.Generator) -> np.ndarray:
     """(R, k) logit replicates of the mixture (:class:`TrendMix`): in each column with a trend
@@ -301,9 +329,10 @@ def mix_trend(logits: np.ndarray, points: np.ndarray, trends: list[float | None]
 
 def forecasts(sm: StudyMatrix, reps: Replicates, allocs: list[str], families_of: dict, forecast_c: float,
               gen: np.random.Generator, pairs: PairRule = PairRule(), trend: TrendMix = TrendMix(),
-              ) -> tuple[pd.DataFrame, np.ndarray, BackTest]:
+              min_logit_sd: float = 0.0) -> tuple[pd.DataFrame, np.ndarray, BackTest]:
     """:func:`forecast_parts` with the back-tested extrapolation noise added to every replicate (step 5),
-    then mixed with the local trend where ``trend`` says so (:class:`TrendMix`; off by default);
+    their spread floored at ``min_logit_sd`` (:func:`floor_spread`; 0, off, by default), then
+    mixed with the local trend where ``trend`` says so (:class:`TrendMix`; off by default);
     ``info_df`` gains ``ln_reach`` (ln C past the allocation's last point), ``logit_sd`` (the curve
     model's logit-scale SD: replicates' spread and back-tested noise, read by :func:`open_ends`)
     and, with the mix on, ``trend`` (the trend forecast as a score, NaN where there is none)."""
@@ -319,7 +348,8 @@ def forecasts(sm: StudyMatrix, reps: Replicates, allocs: list[str], families_of:
     trends = [trend_forecast(sm, a, float(np.log(forecast_c))) if trend.weight > 0 else None for a in allocs]
     if trend.weight > 0:
         info_df["trend"] = [np.nan if t is None else float(expit(t)) for t in trends]
-    mixed = mix_trend(logit(F0) + noise, logit(info_df["point"].to_numpy(float)), trends, trend, gen)
+    points = logit(info_df["point"].to_numpy(float))
+    mixed = mix_trend(floor_spread(logit(F0) + noise, points, min_logit_sd), points, trends, trend, gen)
     return info_df, expit(mixed), bt
 
 

@@ -68,7 +68,9 @@ class RacingRule:
     target's (None: by extrapolation ratio; ``race.analysis.backtest.PairRule``). ``level``, ``n_boot``, ``method``: the intervals'
     level, the joint replicates and the forecast method of
     :func:`race.analysis.recommend.recommend`; ``interval``: how the intervals are read from
-    the replicates (``race.analysis.forecast.INTERVALS``).
+    the replicates (``race.analysis.forecast.INTERVALS``); ``min_logit_sd``: a floor on each
+    forecast's replicate SD in logit, applied before the trend mix
+    (``race.analysis.forecast.floor_spread``; 0: none).
 
     Frozen twice on the tuning generator (``race.analysis.synthetic.random_world``), each time
     before the test generator ran. First (commit "racing rule frozen:", seeds 1000-1249, rungs
@@ -144,6 +146,7 @@ class RacingRule:
     trend_weight: float = 0.5
     trend_scale: float = 1.3
     interval: str = "shortest"
+    min_logit_sd: float = 0.0
 
     def __post_init__(self) -> None:
         if not 0.5 < self.level < 1:
@@ -163,6 +166,8 @@ class RacingRule:
             TrendMix(self.trend_weight, self.trend_scale)
         except ValueError as e:
             raise ValueError(f"RacingRule: {e}") from None
+        if not (isinstance(self.min_logit_sd, (int, float)) and 0 <= self.min_logit_sd < float("inf")):
+            raise ValueError(f"RacingRule.min_logit_sd must be a finite number >= 0 (a logit SD), got {self.min_logit_sd!r}")
         if int(self.later_seeds) < 1:
             raise ValueError(f"RacingRule.later_seeds must be >= 1, got {self.later_seeds!r}")
 
@@ -172,7 +177,7 @@ class RacingRule:
     def confidence_rules(self) -> ConfidenceRules:
         return ConfidenceRules(own_pairs=float(self.own_pairs), pair_reach=self.pair_reach,
                                trend_weight=float(self.trend_weight), trend_scale=float(self.trend_scale),
-                               interval=str(self.interval))
+                               interval=str(self.interval), min_logit_sd=float(self.min_logit_sd))
 
 
 @dataclass

@@ -180,7 +180,7 @@ def recommend(evals: pd.DataFrame, runs: pd.DataFrame, target: str, target_budge
         families_of = {a: METHODS[method] if a in passed else UNGATED for a in allocs}
         info_df, rep_matrix, bt = forecasts(sm, reps, allocs, families_of, forecast_c, gen,
                                           PairRule(rules.own_pairs, rules.pair_reach),
-                                          TrendMix(rules.trend_weight, rules.trend_scale))
+                                          TrendMix(rules.trend_weight, rules.trend_scale), rules.min_logit_sd)
         pred = summarise(allocs, info_df["point"].to_numpy(), rep_matrix, level, rules.interval)
         pred = pred.merge(info_df.drop(columns=["point", "x_max", "x_min"]), on="allocation")
         obs = dict(zip(obs_names, obs_pts))
