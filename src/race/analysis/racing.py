@@ -132,7 +132,32 @@ class RacingRule:
     benchmark came out 13% wider and 0.9 points lower in coverage (tune: 91.7% at 0.317) than
     the third rule on these seeds; spread 1.3 leaves the most room on both sides of 90% and
     0.30 after such a shift (about 90.9% at 0.284, against 91.2% at 0.295 for 1.4 and 92.2%
-    at 0.310 for 1.5). Frozen: interval "shortest", trend_scale 1.3, the rest as before."""
+    at 0.310 for 1.5). Frozen: interval "shortest", trend_scale 1.3, the rest as before.
+
+    Frozen a fifth time, for the interval only (commit "racing rule frozen a fifth time:"):
+    ``min_logit_sd`` 0.24 (``race.analysis.forecast.floor_spread``) and trend_scale 1.4. The
+    fourth freeze's benchmark on fresh seeds met the width (test 0.265, tune 0.258) and the
+    test generator's coverage (91.6%), not the tuning generator's (89.1% [87.0, 90.8]). Its
+    misses sat in the narrowest intervals: on tuning seeds 14000-14599 and 15000-16279 (1,481
+    learning worlds, the fourth rule re-scored post hoc), the pick's interval missed 16.4%,
+    14.4%, 9.3%, 2.7% and 0.3% of the worlds in the fifths of the curve model's replicate logit
+    SD (cut at 0.21, 0.31, 0.51, 0.83); in power-law worlds whose truth lay above the interval
+    it lay a median 1.60 logit above the point forecast, with a replicate SD of 0.23. A floor
+    on that SD widens only the forecasts that claim most: post hoc, spread 1.3 and no floor
+    91.2% at a median width of 0.266, floor 0.22 92.6% at 0.269, 0.24 92.7% at 0.275; spread
+    1.4 with floor 0.22 93.1% at 0.280, 0.24 93.7% at 0.287 (the spread alone: 1.5 92.6% at
+    0.289, 1.6 93.4% at 0.301); narrowing the widest forecasts as well (deviations x
+    (s0 / SD)^g) lost coverage. Through the racing code on 15000-16279 (1,005 learning
+    worlds; the selection written down before these runs: the narrowest with >= 91.5% and
+    <= 0.280, else the highest coverage within 0.285, with mean regret <= 0.021): spread 1.3
+    and floor 0.22 90.0% at 0.263 (regret 0.0187), 1.4 and 0.22 90.5% at 0.274 (0.0195), 1.4
+    and 0.24 90.9% at 0.281 (0.0196; the fourth rule with spread 1.5: 90.0% at 0.282). None
+    reached 91.5%. The racing code runs 1.9-2.3 points below the post hoc scores on the same
+    worlds (95% of them with the same pick): 0.3-0.9 of it from drawing half of the
+    replicates onto the trend at random rather than weighting both sets, the rest from the
+    rung decisions seeing the floor and the mixture (a different allocation cut at the last
+    rung changes the pick's joint fit). Frozen:
+    min_logit_sd 0.24, trend_scale 1.4, the rest as before."""
 
     p_keep: float = 0.0
     rank: str = "forecast"
@@ -144,9 +169,9 @@ class RacingRule:
     n_boot: int = 200
     method: str = "joint"
     trend_weight: float = 0.5
-    trend_scale: float = 1.3
+    trend_scale: float = 1.4
     interval: str = "shortest"
-    min_logit_sd: float = 0.0
+    min_logit_sd: float = 0.24
 
     def __post_init__(self) -> None:
         if not 0.5 < self.level < 1:
