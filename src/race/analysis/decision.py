@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from .backtest import BackTest
-from .forecast import INTERVALS
+from .forecast import INTERVALS, check_min_logit_sd
 from .gate import what_to_change
 from .joint import StudyMatrix
 
@@ -94,9 +94,7 @@ class ConfidenceRules:
     def __post_init__(self) -> None:
         if self.interval not in INTERVALS:
             raise ValueError(f"ConfidenceRules.interval must be one of {INTERVALS}, got {self.interval!r}")
-        if not (isinstance(self.min_logit_sd, (int, float)) and 0 <= self.min_logit_sd < float("inf")):
-            raise ValueError(f"ConfidenceRules.min_logit_sd must be a finite number >= 0 (a logit SD), "
-                             f"got {self.min_logit_sd!r}")
+        check_min_logit_sd(self.min_logit_sd, "ConfidenceRules")
 
 
 def declining(sm: StudyMatrix, allocation: str) -> tuple[float, float] | None:

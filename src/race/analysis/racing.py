@@ -34,7 +34,7 @@ from race.accounting.guard import is_budget
 
 from .joint import draw_replicates, study_matrix
 from .decision import ConfidenceRules
-from .forecast import INTERVALS, TrendMix, standings
+from .forecast import INTERVALS, TrendMix, check_min_logit_sd, standings
 from .recommend import Recommendation, recommend
 from .tables import allocation_key, jsonable, prepare_runs, without_controls
 
@@ -191,8 +191,7 @@ class RacingRule:
             TrendMix(self.trend_weight, self.trend_scale)
         except ValueError as e:
             raise ValueError(f"RacingRule: {e}") from None
-        if not (isinstance(self.min_logit_sd, (int, float)) and 0 <= self.min_logit_sd < float("inf")):
-            raise ValueError(f"RacingRule.min_logit_sd must be a finite number >= 0 (a logit SD), got {self.min_logit_sd!r}")
+        check_min_logit_sd(self.min_logit_sd, "RacingRule")
         if int(self.later_seeds) < 1:
             raise ValueError(f"RacingRule.later_seeds must be >= 1, got {self.later_seeds!r}")
 
