@@ -144,7 +144,7 @@ class TrlEngine:
                                 num_iterations=cfg.num_iterations, beta=cfg.beta, compact_head=compact_head(model))
         task = make_task(cfg)
         reward = make_reward(cfg.reward, seed=cfg.seed, device=str(device), conventions=cfg.conventions,
-                             task=task)
+                             task=task, tokenizer=tok)  # as the built-in engine: what a reward model reads
         cost = PolicyCost(shape, lora, cfg.conventions)
         dataset, problems, max_prompt = self._dataset(tok, task, plan, cost)
         # a reward model reads the full prompts of the dataset's problems, not TRL's cut ones
