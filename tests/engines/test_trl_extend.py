@@ -29,7 +29,7 @@ from race.spec.run import run_config_from_dict
 
 B_READ, B_SHORT, B_LONG = 1.0e9, 2.0e9, 4.4e9
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.trl
 
 
 def _cfg(model_dir: Path, budget: float, at: list[float], **over):

@@ -19,7 +19,7 @@ from race.protocol import run_race, validate_race
 T = 1.2e10
 READ = 6e8
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.trl]
 
 
 def _grid(model_dir: Path) -> dict:
