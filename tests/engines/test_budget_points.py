@@ -102,7 +102,7 @@ def test_at_budgets_refusals_say_what_to_change(tiny_model_dir):
         _cfg(tiny_model_dir, budget_flops=5e9, eval={"at_budgets": [1e9, 1e9]})
     trl = _cfg(tiny_model_dir, engine="trl", drop_zero_variance_groups=False, budget_flops=5e9,
                eval={"at_budgets": [1e9]})
-    assert "built-in engine only" in engine_refusal(trl)
+    assert engine_refusal(trl) is None  # the TRL engine reads its prefixes too (tests/engines/test_trl_extend.py)
 
 
 def test_at_budgets_left_out_of_the_run_id_while_empty(tiny_model_dir):

@@ -136,7 +136,6 @@ def test_plan_prices_the_saving_and_the_cli_shows_it(tiny_model_dir, tmp_path):
 
 @pytest.mark.parametrize("change, needle", [
     ({"base": {"lr_scheduler_type": "cosine"}}, "lr_scheduler_type: constant"),
-    ({"engine": "trl", "base": {"drop_zero_variance_groups": False}}, "engine: builtin"),
     ({"budgets": [LARGE]}, "at least two budgets"),
     ({"base": {"eval": {"at_budgets": [SMALL]}}}, "set nested: true"),
 ])

@@ -51,7 +51,9 @@ def race_grid(**changes):
     ({"protocol": "flat"}, "belong to protocol: race"),
     ({"race": None}, "needs a race: section"),
     ({"base": {"lr_scheduler_type": "cosine"}}, "lr_scheduler_type: constant"),
-    ({"engine": "trl", "base": {"drop_zero_variance_groups": False}}, "engine: builtin"),
+    # the TRL engine races (tests/grid/test_grid_race_trl.py), one optimizer step per generation
+    ({"engine": "trl", "base": {"drop_zero_variance_groups": False, "num_iterations": 2}}, "set num_iterations: 1"),
+    ({"engine": "trl", "base": {"drop_zero_variance_groups": False, "steps_per_generation": 2}}, "= 2 optimizer steps"),
     ({"base": {"eval": {"num_points": 3}}}, "eval.num_points: 1"),
 ])
 def test_racing_refusals_say_what_to_change(change, needle):

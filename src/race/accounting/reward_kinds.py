@@ -19,7 +19,13 @@ math    no     none      -                       ``race.rewards.mathverify:build
 orm     yes    last      ``rm``                  ``race.rewards.learned:build_learned``
 prm     yes    markers   ``min last mean prod``  ``race.rewards.learned:build_learned``
 judge   yes    decode    ``rm``                  ``race.rewards.learned:build_judge``
+py      no     none      -                       ``race.rewards.python:build_python``
 ======  =====  ========  ======================  ====================================
+
+``py:MODULE:FUNCTION`` is your own Python reward function with TRL's ``reward_funcs``
+signature, imported by path (``race.rewards.python``); it costs what a rule costs unless the
+function declares the scoring model it runs (``race_reward_model = "orm:NAME"``), whose
+row then prices it.
 
 Head rules (:data:`HEADS`): ``none`` (no model: 0 FLOPs); ``last`` (one forward, the
 scoring head at each sequence's last token: a sequence classifier); ``markers`` (one
@@ -48,8 +54,9 @@ from .shapes import ModelShape
 
 #: Where a kind's scoring head runs (module docstring).
 HEADS = ("none", "last", "markers", "all", "decode")
-#: What follows ``KIND:`` in a spec: nothing, rule terms, or a model name (then its terms).
-ARGUMENTS = ("none", "terms", "model")
+#: What follows ``KIND:`` in a spec: nothing, rule terms, a model name (then its terms), or an
+#: import path ``package.module:function``.
+ARGUMENTS = ("none", "terms", "model", "import")
 
 
 @dataclass(frozen=True)
@@ -131,6 +138,8 @@ REWARD_KINDS: dict[str, RewardKind] = {k.name: k for k in (
                "model", "prm:prm-s", labels=2, summary="process RM: one score per step marker, aggregated"),
     RewardKind("judge", True, "decode", ("rm",), "race.rewards.learned:build_judge", "model", "judge:tiny-s",
                summary="generative judge: decodes a verdict"),
+    RewardKind("py", False, "none", (), "race.rewards.python:build_python", "import", "py:mypkg.rewards:correctness",
+               summary="your Python function with TRL's reward_funcs signature, by import path"),
 )}
 
 

@@ -18,10 +18,6 @@ def check_trl_config(cfg: RunConfig) -> None:
         raise ConfigError(
             "drop_zero_variance_groups: true is not available with engine: trl (TRL keeps groups whose rewards are "
             "all equal in the update, with advantage 0, and spends their FLOPs); set drop_zero_variance_groups: false")
-    if cfg.eval.at_budgets:
-        raise ConfigError(
-            "eval.at_budgets (prefixes standing for smaller budgets: nested pilots) is implemented by the built-in "
-            "engine only; set engine: builtin, or drop eval.at_budgets (nested: false) and run each budget")
     if cfg.max_completion_length + cfg.max_prompt_length < 2:
         raise ConfigError("max_prompt_length + max_completion_length must be >= 2")
 

@@ -213,7 +213,8 @@ class EvalSchedule:
         for b in self.at_budgets:
             if abs(b - float(ext["budget_flops"])) <= 1e-9 * b:
                 self.budget_points.append({"budget": b, "step": int(ext["steps"]), "flops": ext["total_flops"]})
-        self.next_at = float(ext["total_flops"]) + self.every
+        # evaluated at its last step (a TRL checkpoint is written before that final evaluation)
+        self.last_step, self.next_at = int(ext["steps"]), float(ext["total_flops"]) + self.every
 
 
 class RunDir:

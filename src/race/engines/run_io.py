@@ -71,6 +71,19 @@ EXTENDS_FILE = "extends.json"
 SEEDED_FILES = ("ledger.jsonl", "metrics.jsonl")
 
 
+def last_checkpoint(run_dir: Path) -> Path | None:
+    """The folder of the last checkpoint an engine left in ``run_dir``: the built-in
+    engine's ``checkpoint/`` (``race.engines.checkpoint``), else the newest of TRL's
+    ``trl/checkpoint-N`` (``race.engines.trl``: ``Trainer`` names them so); None when there
+    is none."""
+    run_dir = Path(run_dir)
+    if (run_dir / "checkpoint").is_dir():
+        return run_dir / "checkpoint"
+    steps = [(int(p.name.rpartition("-")[2]), p) for p in (run_dir / "trl").glob("checkpoint-*")
+             if p.is_dir() and p.name.rpartition("-")[2].isdigit()] if (run_dir / "trl").is_dir() else []
+    return max(steps)[1] if steps else None
+
+
 def read_extends(run_dir: Path) -> dict[str, Any] | None:
     """The :data:`EXTENDS_FILE` of a seeded run directory, else None."""
     p = Path(run_dir) / EXTENDS_FILE
@@ -79,7 +92,8 @@ def read_extends(run_dir: Path) -> dict[str, Any] | None:
 
 def seed_extension(parent_dir: Path, run_dir: Path) -> dict[str, Any]:
     """Start ``run_dir`` as the continuation of the complete run in ``parent_dir``: a copy
-    of its last checkpoint, ledger and metrics, and :data:`EXTENDS_FILE` saying which run
+    of its last checkpoint (:func:`last_checkpoint`, at the same place: either engine),
+    ledger and metrics, and :data:`EXTENDS_FILE` saying which run
     it extends (its id, budget, steps, counted FLOPs, wall seconds, trajectory and budget
     points). The engine then resumes that checkpoint with its own, larger budget
     (``race.engines.common.RunDir.resume``). Built in a temporary folder and renamed into
@@ -87,7 +101,8 @@ def seed_extension(parent_dir: Path, run_dir: Path) -> dict[str, Any]:
     ``run_dir`` held before (a directory without a checkpoint) is replaced."""
     parent_dir, run_dir = Path(parent_dir), Path(run_dir)
     parent = read_run(parent_dir)
-    if parent is None or parent.get("status") != "complete" or not (parent_dir / "checkpoint").is_dir():
+    ckpt = last_checkpoint(parent_dir)
+    if parent is None or parent.get("status") != "complete" or ckpt is None:
         raise RuntimeError(f"{parent_dir} holds no complete run with a checkpoint to extend (status "
                            f"{(parent or {}).get('status')!r}); run it first")
     ext = {"run_id": parent["run_id"], "budget_flops": parent["budget_flops"], "steps": parent["steps"],
@@ -96,7 +111,7 @@ def seed_extension(parent_dir: Path, run_dir: Path) -> dict[str, Any]:
     tmp = run_dir.with_name(run_dir.name + ".extend.tmp")
     if tmp.exists():
         shutil.rmtree(tmp)
-    shutil.copytree(parent_dir / "checkpoint", tmp / "checkpoint")
+    shutil.copytree(ckpt, tmp / ckpt.relative_to(parent_dir))
     for name in SEEDED_FILES:
         if (parent_dir / name).exists():
             shutil.copy2(parent_dir / name, tmp / name)

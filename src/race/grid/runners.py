@@ -183,10 +183,10 @@ class _Driver:
         checkpoint (a seeded or partly run extension resumes) or its finished run."""
         if not cell.extends:
             return
-        from race.engines.run_io import seed_extension
+        from race.engines.run_io import last_checkpoint, seed_extension
 
         rd = self.study_dir / "runs" / cell.run_id
-        if not (rd / "run.json").exists() and not (rd / "checkpoint").is_dir():
+        if not (rd / "run.json").exists() and last_checkpoint(rd) is None:
             seed_extension(self.study_dir / "runs" / cell.extends, rd)
 
     def _submit(self, executor: Executor, unit: list[Cell]) -> Any:

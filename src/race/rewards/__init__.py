@@ -1,5 +1,5 @@
 """Reward and feedback systems, chosen by name: rule-based, random control, math-verify,
-outcome and process reward models, generative judges. Each reports the FLOPs it executed.
+outcome and process reward models, generative judges, your own Python function. Each reports the FLOPs it executed.
 
     base.py         the RewardFunction protocol and RewardOutput
     registry.py     spec string -> reward system (grammar: race.spec.reward)
@@ -9,6 +9,7 @@ outcome and process reward models, generative judges. Each reports the FLOPs it 
     mathverify.py   ``math``: math-verify final answers (bounded, never evaluated)
     learned.py      ORM / PRM / judge reward functions from a parsed spec
     hf.py           reward models from local HF directories; the generative judge
+    python.py       ``py:MODULE:FUNCTION``: your function with TRL's reward_funcs signature
     rm_encoding.py  how a scoring model reads a batch (encoding, scoring forward, Scorer)
     rm_likelihood.py  likelihood PRMs: the scoring model and its loader
     rm_recipes.py   RACE's own RMs: recipes, cache key, shape, where a built one lives,

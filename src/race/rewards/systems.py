@@ -40,12 +40,19 @@ class ResolvedReward:
 
     @cached_property
     def system(self) -> RewardSystem:
-        """The accounting's view: a rule kind costs 0 (``rule``/``random``); a model kind
+        """The accounting's view: a rule kind costs 0 (``rule``/``random``; a ``py:`` function
+        what its declared scoring model costs, ``race.rewards.python``, else 0); a model kind
         carries its model's shape (a RACE RM's from its recipe; a causal LM's with a scoring
         head of ``kind.labels`` outputs in place of the vocabulary when it serves as a
         classifier RM). ``AccountingError`` for an unknown model says what to write."""
         spec, row = self.spec, self.kind
         if not row.model:
+            if row.argument == "import":  # your function: a rule's cost, or the scoring model it declares
+                from race.rewards.python import declared_system
+
+                declared = declared_system(spec.target, resolve_reward)
+                if declared is not None:
+                    return declared
             return RewardSystem("random" if spec.kind == "random" else "rule")
         if self.target is not None and self.target.source == "recipe":
             from race.rewards.rm_recipes import shape_of_rm  # RACE's own reward models (torch-free)

@@ -129,6 +129,10 @@ def nested_budgets(spec: GridLike) -> tuple[list[float], list[float]]:
     return [top], sorted(b for b in spec.budgets if b < top)
 
 
+#: The engines whose runs stand for smaller budgets at their prefixes and extend into larger ones.
+PREFIX_ENGINES = ("builtin", "trl")
+
+
 def prefix_refusal(cfg: RunConfig, *, racing: bool = False) -> str | None:
     """Why ``cfg``'s run would not pass through the runs of smaller budgets (a nested cell's
     prefixes) or, ``racing``, could not be extended into the next rung's run (or the target
@@ -139,9 +143,16 @@ def prefix_refusal(cfg: RunConfig, *, racing: bool = False) -> str | None:
                "a prefix of the largest budget's run is not a run of a smaller budget (that one anneals sooner)")
         return (f"lr_scheduler_type={cfg.lr_scheduler_type!r} decays over the steps the run's own budget buys, so "
                 f"{why}: set lr_scheduler_type: constant (warmup_steps are fine), or {undo}")
-    if cfg.engine != "builtin":
+    if cfg.engine not in PREFIX_ENGINES:
         return (f"engine={cfg.engine!r}: prefixes at smaller budgets (eval.at_budgets) and extensions to larger ones "
-                f"are implemented by the built-in engine only: set engine: builtin, or {undo}")
+                f"are implemented by the {' and '.join(PREFIX_ENGINES)} engines only: set engine: builtin, or {undo}")
+    mu = cfg.num_iterations * cfg.optimizer_steps_per_generation
+    if racing and cfg.engine == "trl" and mu > 1:
+        return (f"engine: trl trains each generation in num_iterations x steps_per_generation / "
+                f"gradient_accumulation_steps = {mu} optimizer steps, and a TRL checkpoint taken between them does not "
+                "keep the generation (a resumed trainer generates anew), so a run extended from a rung that stopped "
+                "inside a generation would not be the fresh run: set num_iterations: 1 and steps_per_generation equal "
+                f"to gradient_accumulation_steps (or leave it unset), engine: builtin, or {undo}")
     if racing and cfg.eval.every_flops is None and cfg.eval.num_points != 1:
         return (f"eval.num_points={cfg.eval.num_points} spaces evaluations by each run's own budget, so an extended "
                 "run would be evaluated where a fresh run of its budget is not: set eval.num_points: 1 (step 0, "

@@ -9,6 +9,9 @@
     prm:NAME[:TERMS]     process RM: one score per step marker, aggregated
     orm:NAME[:TERMS]     outcome RM: one score per trajectory
     judge:NAME[:TERMS]   generative judge
+    py:MODULE:FUNCTION   your Python reward function (TRL's ``reward_funcs`` signature),
+                         imported by path: ``py:mypkg.rewards:correctness``
+                         (``race.rewards.python``; never evaluated as code)
 
 ``NAME`` is a reward model RACE builds (``prm-xs``, ``prm-s``, ``prm-m``, ``orm-xs``, ``orm-s``), a
 local HF directory or (for planning) a Qwen2.5 preset. A learned reward's ``TERMS`` is a
@@ -33,6 +36,7 @@ no edit.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field, replace
 
 from race.accounting.reward_kinds import REWARD_KINDS, RULE_TERMS as _TERM_ROWS, model_kinds
@@ -47,9 +51,14 @@ RULE_REWARD_TERMS = tuple(t for t, row in _TERM_ROWS.items() if row.in_rule)
 RULE_TERMS = tuple(_TERM_ROWS)
 
 
+#: What ``py:`` takes: a dotted module path, a colon, a function name (identifiers only).
+_IMPORT_PATH = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*")
+_ARG_FORMS = {"none": "", "terms": "", "model": ":NAME", "import": ":MODULE:FUNCTION"}
+
+
 def _kinds_text() -> str:
-    """How to write each kind, for messages: ``rule, random, math, orm:NAME, ... or judge:NAME``."""
-    forms = [k.name + (":NAME" if k.argument == "model" else "") for k in REWARD_KINDS.values()]
+    """How to write each kind, for messages: ``rule, random, math, orm:NAME, ... or py:MODULE:FUNCTION``."""
+    forms = [k.name + _ARG_FORMS[k.argument] for k in REWARD_KINDS.values()]
     return ", ".join(forms[:-1]) + " or " + forms[-1]
 
 
@@ -141,6 +150,16 @@ def parse_learned(kind: str, arg: str) -> RewardSpec:
     return RewardSpec(kind, arg, model_terms[0], {"rm": 1.0}, text)
 
 
+def parse_import(kind: str, arg: str) -> RewardSpec:
+    """``MODULE:FUNCTION`` of a reward named by import path (``py:``): checked for form only
+    (dotted identifiers, a colon, an identifier); importing it is ``race.rewards.python``'s."""
+    arg = (arg or "").strip()
+    if not _IMPORT_PATH.fullmatch(arg):
+        raise ValueError(f"reward={kind}:{arg}: write {kind}:package.module:function (an importable module, a "
+                         f"colon, the name of a function in it), e.g. {REWARD_KINDS[kind].example}")
+    return RewardSpec(kind, target=arg, text=f"{kind}:{arg}")
+
+
 def parse_reward(text: "str | RewardSpec") -> RewardSpec:
     """Parse a reward spec string (see module docstring); ``ValueError`` says what to write.
     A spec parsed already is returned as it is."""
@@ -160,6 +179,8 @@ def _parse(text: str) -> RewardSpec:
     form = REWARD_KINDS[kind].argument
     if form == "model":
         return parse_learned(kind, arg)
+    if form == "import":
+        return parse_import(kind, arg)
     if form == "none":
         if sep:
             raise ValueError(f"reward={text!r}: {kind} takes no argument; write {kind}")
@@ -199,4 +220,4 @@ def reward_columns(text: "str | RewardSpec | None") -> dict[str, object]:
 
 
 __all__ = ["AGGREGATIONS", "KINDS", "LEARNED_KINDS", "RULE_TERMS", "RULE_REWARD_TERMS", "RewardSpec",
-           "parse_learned", "parse_reward", "reward_columns"]
+           "parse_import", "parse_learned", "parse_reward", "reward_columns"]

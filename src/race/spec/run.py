@@ -60,7 +60,8 @@ _ID_NEUTRAL = {"per_device_train_batch_size": None, "gradient_accumulation_steps
 
 def _reward_spec(v: Any) -> RewardSpec:
     if not isinstance(v, (str, RewardSpec)):
-        raise ValueError(f"reward={v!r}: write a reward spec string such as rule, rule:partial, random or prm:prm-s")
+        raise ValueError(f"reward={v!r}: write a reward spec string such as rule, rule:partial, random, prm:prm-s "
+                         "or py:mypkg.rewards:correctness (your function)")
     return parse_reward(v)  # the one grammar (race.spec.reward); raises ValueError saying what to write
 
 
@@ -133,7 +134,7 @@ class RunConfig(_Strict):
     task: TaskSettings = Field(default_factory=TaskSettings)
     reward: RewardField = Field(default_factory=lambda: parse_reward("rule"),
                                 description="rule[:TERMS] | random | math | orm:NAME | prm:NAME[:AGG] | "
-                                "judge:NAME (grammar: race.spec.reward), held parsed")
+                                "judge:NAME | py:MODULE:FUNCTION (grammar: race.spec.reward), held parsed")
     eval: EvalSettings = Field(default_factory=EvalSettings)
 
     budget_flops: BudgetField = Field(..., description="the run's FLOP budget (finite); the ledger total never exceeds it")

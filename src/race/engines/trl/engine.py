@@ -21,8 +21,12 @@ zero-variance groups in the update, and counts a step per optimizer step (a batc
 ``num_iterations x steps_per_generation / gradient_accumulation_steps`` steps). The report card's ``extra`` says so, with the FLOPs the built-in
 engine would have charged for the same batches.
 
-Resume: TRL checkpoints (``trl/checkpoint-N``) every ``checkpoint_every`` optimizer steps;
-calling the engine again resumes from the last one (ledger and metrics are cut back to it).
+Resume: TRL checkpoints (``trl/checkpoint-N``) every ``checkpoint_every`` optimizer steps
+and at the budget stop; calling the engine again resumes from the last one (ledger and
+metrics are cut back to it). Racing extends a run the same way: a directory seeded with a
+shorter run's last checkpoint (``race.engines.run_io.seed_extension``) resumes it with the
+larger budget (``RunDir.resume`` checks the trajectory), and ``eval.at_budgets`` evaluates
+where a run of each smaller budget stops (``RunCallback.reach_budgets``); docs/trl.md.
 """
 
 from __future__ import annotations
@@ -140,7 +144,7 @@ class TrlEngine:
                                 num_iterations=cfg.num_iterations, beta=cfg.beta, compact_head=compact_head(model))
         task = make_task(cfg)
         reward = make_reward(cfg.reward, seed=cfg.seed, device=str(device), conventions=cfg.conventions,
-                             task=task)
+                             task=task, tokenizer=tok)  # as the built-in engine: what a reward model reads
         cost = PolicyCost(shape, lora, cfg.conventions)
         dataset, problems, max_prompt = self._dataset(tok, task, plan, cost)
         # a reward model reads the full prompts of the dataset's problems, not TRL's cut ones
@@ -250,7 +254,7 @@ class TrlEngine:
         write_card(card, self.run_dir)
         return self.out.finish(engine=self.name, ledger=led, metrics=st.run_cb.metrics, steps=step, status=status,
                                stop_reason=stop_reason, error=error, wall=wall, shape=st.shape,
-                               resumed_from=resumed_from)
+                               resumed_from=resumed_from, budget_points=self.schedule.budget_points)
 
 
 def run_trl(cfg: RunConfig, run_dir: Path, progress: Progress | None = None) -> dict[str, Any]:

@@ -1,5 +1,6 @@
 """The run's own bookkeeping inside TRL's training loop: metrics rows, evaluations at their
-FLOP schedule, divergence, and the state a checkpoint needs to resume. It runs after the
+FLOP schedule and where a run of each smaller budget would stop (``eval.at_budgets``),
+divergence, and the state a checkpoint needs to resume. It runs after the
 ledger callback (``race.engines.trl.callback``) has charged the step, reads that ledger, and
 calls nothing back: the engine builds it, hands it what it needs, and reads it at the end."""
 
@@ -40,6 +41,21 @@ class RunCallback(TrainerCallback):
         with self.ledger_cb.tracker.paused():
             self.schedule.evaluate(self.evaluator, self.model, self.ledger_cb.ledger, self.metrics, step)
 
+    def reach_budgets(self, state: Any) -> None:
+        """Before the next optimizer step: evaluate where a run of each smaller budget
+        (``eval.at_budgets``) would stop, by the rule the ledger callback's budget stop
+        follows (the next step's bound, ``race.accounting.guard.stops_before``): the
+        built-in engine's ``EvalSchedule.reach_budgets``, at TRL's steps. Not past
+        ``max_steps`` (the built-in engine stops there before it reads a budget)."""
+        step = int(state.global_step)
+        if not self.schedule.at_budgets or (state.max_steps and step >= state.max_steps):
+            return
+        cb = self.ledger_cb
+        assert self.metrics is not None and cb.ledger is not None and cb.ledgers is not None
+        bound = cb.ledgers.global_bound(cb.next_step_bound(state))
+        with cb.tracker.paused():
+            self.schedule.reach_budgets(self.evaluator, self.model, cb.ledger, self.metrics, step, bound)
+
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         step = int(state.global_step)
         self.steps = step
@@ -48,6 +64,7 @@ class RunCallback(TrainerCallback):
         if step == 0:
             self.schedule.last_step, self.schedule.next_at = -1, 0.0
             self.evaluate(0)
+        self.reach_budgets(state)  # on a resume too: an extension may pass a smaller budget where it resumes
 
     def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any) -> None:
         if not logs or "loss" not in logs or state.global_step <= self.steps:
@@ -67,6 +84,7 @@ class RunCallback(TrainerCallback):
             return
         if self.schedule.due(led.total):
             self.evaluate(step)
+        self.reach_budgets(state)
         self.steps = step
         if self.progress:
             self.progress({"step": step, "flops": led.total, "budget": self.out.cfg.budget_flops, **row})
