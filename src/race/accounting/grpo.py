@@ -378,7 +378,7 @@ class StepPlan:
         comps.update(self.learning([prompt_len + completion_len] * u, [completion_len] * u))
         return phase_flops(comps).total
 
-    def step(self, prompt_lens: Sequence[int], completion_lens: Sequence[int], update: Sequence[int] | None = None,
+    def step(self, prompt_lens: Sequence[int], completion_lens: Sequence[int], *, update: Sequence[int] | None = None,
              **reward_lens: Any) -> PhaseFlops:
         """:func:`step_flops` of this plan: the learning passes over ``update`` (the rows the
         update trains on, whole groups of :attr:`update_group`; default :func:`update_rows`'s),
