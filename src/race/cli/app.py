@@ -162,24 +162,7 @@ def plan(
     from race.models.refs import resolve_shape
     from race.rewards.systems import reward_system
 
-    from race.accounting.guard import is_budget
-
-    if not is_budget(budget):
-        _fail(f"--budget {budget:g}: budget must be > 0 and finite (a FLOP count)")
-    if lora_rank is not None and lora_rank < 1:
-        _fail(f"--lora-rank {lora_rank}: must be >= 1 (omit it for full fine-tuning)")
-    if hold not in ("sequences", "prompts"):
-        _fail(f"--hold {hold!r}: choose sequences or prompts")
-    if not math.isfinite(beta) or beta < 0:
-        _fail(f"--beta {beta:g}: must be >= 0 and finite")
-    from race.spec.flops import MAX_TOKENS
-
-    for flag, value, top in (("--prompts", prompts, None), ("--prompt-len", prompt_len, MAX_TOKENS),
-                             ("--completion-len", completion_len, MAX_TOKENS)):
-        if value < 1:
-            _fail(f"{flag} {value}: must be >= 1")
-        if top is not None and value > top:
-            _fail(f"{flag} {value}: must be <= {top}")
+    _check_plan_flags(budget, lora_rank, hold, beta, prompts, prompt_len, completion_len)
     gs = _whole_numbers("--groups", groups, 2, "GRPO needs group sizes >= 2")
     its = _whole_numbers("--iterations", iterations, 1, "must be >= 1")
     spgs = _whole_numbers("--steps-per-generation", steps_per_generation, 1, "must be >= 1")
@@ -206,6 +189,28 @@ def plan(
         typer.echo(json.dumps([a.row() for a in allocs], indent=2))
         return
     _print_plan(budget, allocs, skipped, hold, prompts, max(gs))
+
+
+def _check_plan_flags(budget: float, lora_rank: Optional[int], hold: str, beta: float, prompts: int, prompt_len: int,
+                      completion_len: int) -> None:
+    """``race plan``'s scalar flags (``_fail`` says what to write)."""
+    from race.accounting.guard import is_budget
+    from race.spec.flops import MAX_TOKENS
+
+    if not is_budget(budget):
+        _fail(f"--budget {budget:g}: budget must be > 0 and finite (a FLOP count)")
+    if lora_rank is not None and lora_rank < 1:
+        _fail(f"--lora-rank {lora_rank}: must be >= 1 (omit it for full fine-tuning)")
+    if hold not in ("sequences", "prompts"):
+        _fail(f"--hold {hold!r}: choose sequences or prompts")
+    if not math.isfinite(beta) or beta < 0:
+        _fail(f"--beta {beta:g}: must be >= 0 and finite")
+    for flag, value, top in (("--prompts", prompts, None), ("--prompt-len", prompt_len, MAX_TOKENS),
+                             ("--completion-len", completion_len, MAX_TOKENS)):
+        if value < 1:
+            _fail(f"{flag} {value}: must be >= 1")
+        if top is not None and value > top:
+            _fail(f"{flag} {value}: must be <= {top}")
 
 
 def _update_generations(text: str, groups: list[int]) -> list[Optional[int]]:
