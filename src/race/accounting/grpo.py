@@ -12,13 +12,13 @@ Phases and when they run (docs/design.md section 2):
   0; a model one forward with its head where the rule says (an outcome RM's last token, a
   process RM's step markers), or a generative judge's prefill + decode with its own shape.
 - ``update``: forward + backward over every sequence it trains on, once per iteration.
+- ``recompute``: gradient checkpointing's second forward of the decoder layers, once per
+  iteration: hardware FLOPs, reported apart and excluded from ``total`` (model FLOPs).
 
 The rollout and the reward run over all ``num_generations`` sequences of each prompt; the
 learning passes (old-policy and reference log-probs, the update, the recompute) over the
 ``update_generations`` of them the update trains on (``StepPlan.update_generations``: PODS's
 m of n, chosen by the rewards; None: all of them).
-- ``recompute``: gradient checkpointing's second forward of the decoder layers, once per
-  iteration: hardware FLOPs, reported apart and excluded from ``total`` (model FLOPs).
 
 The formulas take a :class:`StepPlan` (a step's shapes and settings) and the lengths of the
 call (:func:`step_flops`, :func:`learning_flops`); the plan holds the policy's

@@ -287,9 +287,8 @@ class RunConfig(_Strict):
         docstring)."""
         B, ga, spg, G = (self.per_device_train_batch_size, self.gradient_accumulation_steps,
                          self.steps_per_generation, self.update_generations)
-        rows = "prompts_per_step x num_" + ("update_" if self.num_update_generations is not None else "") + \
-            "generations"
-        group = f"num_{'update_' if self.num_update_generations is not None else ''}generations={G}"
+        name = "num_update_generations" if self.num_update_generations is not None else "num_generations"
+        rows, group = f"prompts_per_step x {name}", f"{name}={G}"
         if B is None and ga is None and spg is None:
             return
         a = ga or 1

@@ -214,7 +214,6 @@ class StepStages:
                            **({"run": cfg.name} if named else {}), **row})
         return True
 
-
     def selection_metrics(self, sc: Scored) -> dict[str, float]:
         """With ``num_update_generations`` below ``num_generations``: the mean and std of the
         rewards the update trained on (``reward_mean``/``reward_std`` are every rollout's);
