@@ -1049,7 +1049,7 @@ def test_the_reward_string_scan_catches_one(tmp_path):
 #: built-in engine's setup and the dry run alike. (FlopsQuery's names differ: group,
 #: iterations, lora_rank; the accounting sees no run config.)
 RUN_STEP_FIELDS = {"num_generations", "num_iterations", "lora", "target_modules", "needs_old_logprobs",
-                   "optimizer_steps_per_generation",
+                   "optimizer_steps_per_generation", "num_update_generations",
                    "gradient_checkpointing", "micro_batch_size"}
 RUN_PLAN_HOMES = {("race.estimate", "run_step_plan"), ("race.estimate", "run_lora")}
 

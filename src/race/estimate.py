@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from race.accounting import RULE, AccountingError, LoRA, ModelShape, PhaseFlops, RewardSystem, StepPlan, split_shares, \
-    steps_in_budget
+    steps_in_budget, update_share
 from race.models.refs import resolve_shape
 from race.rewards.systems import reward_system
 from race.spec.flops import FlopsQuery
@@ -26,7 +26,8 @@ def step_for(q: FlopsQuery) -> tuple[ModelShape, PhaseFlops]:
     elif reward.row.planned_head:  # the kind's head rule at its bound (a PRM's markers: every position)
         kwargs["reward_head_positions"] = reward.row.planned_head
     plan = StepPlan(shape, q.group, lora=lora, num_iterations=q.iterations, beta=q.beta, reward=reward,
-                    share_prompt=q.share_prompt, recompute=q.recompute, conventions=q.conventions)
+                    share_prompt=q.share_prompt, recompute=q.recompute, conventions=q.conventions,
+                    update_generations=q.update_generations)
     return shape, plan.uniform(q.prompts, q.prompt_len, q.completion_len, **kwargs)
 
 
@@ -44,10 +45,12 @@ def flops_report(q: FlopsQuery) -> dict[str, Any]:
         raise AccountingError(f"--steps {steps}: must be >= 1")
     out: dict[str, Any] = {
         "model": shape.name, "params": shape.num_params(), "lora_rank": q.lora_rank,
-        "prompts": q.prompts, "num_generations": q.group, "prompt_len": q.prompt_len,
+        "prompts": q.prompts, "num_generations": q.group, "num_update_generations": q.update_generations or q.group,
+        "prompt_len": q.prompt_len,
         "completion_len": q.completion_len, "num_iterations": q.iterations, "beta": q.beta, "reward": str(q.reward),
         "conventions": q.conventions, "conventions_text": resolve(q.conventions).describe(),
         "step": step.as_dict(), "step_components": dict(step.components), "shares": split_shares(step),
+        **update_share(step),
     }
     if steps is not None:
         out["steps"] = steps
@@ -67,7 +70,8 @@ def run_step_plan(cfg: RunConfig, shape: ModelShape, *, engine: str | None = Non
                   share_learning: bool | None = None, recompute_early_stop: bool = True) -> StepPlan:
     """The :class:`StepPlan` of run ``cfg`` on a policy of ``shape``: the one constructor the
     built-in engine (its ledger and budget bound) and the dry run (:func:`run_step_flops`)
-    use. From the config: group, LoRA (:func:`run_lora`), iterations, optimizer steps per
+    use. From the config: group, the rollouts per prompt the update trains on
+    (``num_update_generations``), LoRA (:func:`run_lora`), iterations, optimizer steps per
     generation (``steps_per_generation / gradient_accumulation_steps``), beta, old log-probs,
     gradient checkpointing (recompute, and the embedding output requiring grad, so a LoRA
     backward runs layer 0's q/k/v input gradients), conventions; the built-in engine
@@ -86,6 +90,7 @@ def run_step_plan(cfg: RunConfig, shape: ModelShape, *, engine: str | None = Non
         share_learning = builtin and not cfg.gradient_checkpointing
     return StepPlan(shape, cfg.num_generations, lora=run_lora(cfg), num_iterations=cfg.num_iterations, beta=cfg.beta,
                     optimizer_steps=cfg.optimizer_steps_per_generation, needs_old_logprobs=cfg.needs_old_logprobs,
+                    update_generations=cfg.num_update_generations,
                     recompute=cfg.gradient_checkpointing,
                     recompute_early_stop=recompute_early_stop, inputs_require_grad=cfg.gradient_checkpointing,
                     share_prompt=builtin, micro_batch=cfg.micro_batch_size if share_learning else None,
@@ -95,7 +100,8 @@ def run_step_plan(cfg: RunConfig, shape: ModelShape, *, engine: str | None = Non
 def run_step_flops(cfg: RunConfig) -> PhaseFlops:
     """One step of run ``cfg`` at its upper bound (:func:`run_step_plan`): every sequence at
     ``max_prompt_length + max_completion_length``, a judge writing ``max_completion_length``
-    tokens per verdict. The built-in engine shares each prompt across its group in the
+    tokens per verdict; the learning passes over ``num_update_generations`` sequences per
+    prompt where it is set. The built-in engine shares each prompt across its group in the
     rollout and, without gradient checkpointing, in the learning passes too (for the
     Qwen2/Llama-style models its functional forward runs; another architecture runs
     unshared and costs more)."""

@@ -115,7 +115,7 @@ def test_at_budgets_left_out_of_the_run_id_while_empty(tiny_model_dir):
     d = a.model_dump(mode="json")
     for k in ("output_dir", "log_to", "wandb_project", "eval_cache_dir", "per_device_train_batch_size",
               "gradient_accumulation_steps", "steps_per_generation", "sapo_temperature_pos",
-              "sapo_temperature_neg"):
+              "sapo_temperature_neg", "num_update_generations", "update_selection"):
         d.pop(k, None)
     d["eval"].pop("at_budgets")
     d["scale_rewards"] = True

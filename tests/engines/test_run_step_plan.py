@@ -24,7 +24,8 @@ def _cfg(model_dir, **over):
     return run_config_from_dict(d)
 
 
-@pytest.mark.parametrize("over", [{}, {"gradient_checkpointing": True}, {"lora": None}])
+@pytest.mark.parametrize("over", [{}, {"gradient_checkpointing": True}, {"lora": None},
+                                  {"num_update_generations": 2}])
 def test_the_engine_builds_the_plan_the_dry_run_predicts(tiny_model_dir, tmp_path, over):
     from race.engines.builtin.engine import BuiltinEngine
 
@@ -34,8 +35,9 @@ def test_the_engine_builds_the_plan_the_dry_run_predicts(tiny_model_dir, tmp_pat
     assert replace(predicted.shape, name=state.shape.name) == state.shape  # the config's shape is the model's
     assert state.step_plan == replace(predicted, shape=state.shape) and predicted.reward == RULE
     assert predicted.share_prompt and predicted.recompute_early_stop
+    assert predicted.update_generations == cfg.num_update_generations  # the learning passes' rows per prompt
     ck = cfg.gradient_checkpointing
-    assert predicted.micro_batch == (None if ck else 4) and predicted.inputs_require_grad == ck == predicted.recompute
+    assert predicted.micro_batch == (None if ck else cfg.prompts_per_step * cfg.update_generations // 2) and predicted.inputs_require_grad == ck == predicted.recompute
     assert predicted.lora == state.lora == run_lora(cfg) == (None if cfg.lora is None else
                                                              LoRA(cfg.lora.r, tuple(cfg.lora.target_modules)))
 

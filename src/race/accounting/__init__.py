@@ -3,7 +3,7 @@
 Conventions are stated in ``race.accounting.conventions`` and printed with every number.
 """
 
-from .budget import Allocation, allocations, plan_allocations, split_shares, steps_in_budget
+from .budget import Allocation, allocations, plan_allocations, split_shares, steps_in_budget, update_share
 from .conventions import PRESETS as CONVENTION_PRESETS
 from .conventions import Conventions
 from .errors import AccountingError
@@ -52,6 +52,6 @@ __all__ = [
     "SPLIT", "SPLIT_COLUMNS", "split_sums",
     "ReportCard", "RewardSystem", "Work", "backward_components", "forward_components", "forward_flops",
     "generate_components", "generate_flops", "generate_work", "grpo_step_flops", "step_flops", "layers_forward_flops",
-    "learning_components", "learning_flops", "log_values", "phase_flops", "prompt_groups", "rollout_components", "plan_allocations", "recompute_flops", "preset_names", "published_sizes", "reward_model_flops", "sequence_work", "shared_prompt_work", "split_shares",
+    "learning_components", "learning_flops", "log_values", "phase_flops", "prompt_groups", "rollout_components", "plan_allocations", "recompute_flops", "preset_names", "published_sizes", "reward_model_flops", "sequence_work", "shared_prompt_work", "split_shares", "update_share",
     "steps_in_budget", "train_flops", "uniform_step_flops",
 ]

@@ -21,6 +21,15 @@ def split_shares(phases: PhaseFlops) -> dict[str, float]:
     return {axis: sum(getattr(phases, p) for p in ps) / tot for axis, ps in SPLIT.items()}
 
 
+def update_share(phases: PhaseFlops) -> dict[str, float]:
+    """The update share of a step's model FLOPs (docs/update-share.md): ``p = learning /
+    (search + learning + feedback)`` and ``p_policy = learning / (search + learning)`` (the
+    reward model's share left out); 0 where nothing is counted."""
+    s = {axis: sum(getattr(phases, p) for p in ps) for axis, ps in SPLIT.items()}
+    total, policy = sum(s.values()), s["search"] + s["learning"]
+    return {"p": s["learning"] / total if total else 0.0, "p_policy": s["learning"] / policy if policy else 0.0}
+
+
 @dataclass(frozen=True)
 class Allocation:
     """One way to spend a budget, with the step it buys."""
@@ -34,6 +43,7 @@ class Allocation:
     prompts: int = 0  # prompts per step (0: not recorded)
     num_iterations: int = 1  # passes over each generation batch
     steps_per_generation: int = 1  # optimizer steps per pass (TRL's steps_per_generation at one micro-batch each)
+    num_update_generations: int | None = None  # rollouts per prompt the update trains on (None: all)
 
     @property
     def sequences(self) -> int:
@@ -54,16 +64,18 @@ class Allocation:
         return {"model": self.model, "params": self.params, "num_generations": self.num_generations,
                 "reward": self.reward, "prompts": self.prompts, "sequences": self.sequences,
                 "num_iterations": self.num_iterations, "steps_per_generation": self.steps_per_generation,
+                "num_update_generations": self.num_update_generations or self.num_generations,
                 "step_flops": self.step.total, "steps": self.steps, "optimizer_steps": self.optimizer_steps,
                 "total_flops": self.total, "search": s["search"], "learning": s["learning"],
-                "feedback": s["feedback"]}
+                "feedback": s["feedback"], **update_share(self.step)}
 
 
 def allocations(budget: float, plans: Sequence[StepPlan], *, prompts_per_step: int, prompt_len: int,
                 completion_len: int, group_tokens_fixed: bool = True,
                 unaffordable: list[Allocation] | None = None) -> list[Allocation]:
     """Every allocation of ``plans`` (each a model x group size x reward with its settings:
-    iterations and optimizer steps per generation move the learning share at equal FLOPs)
+    iterations, optimizer steps per generation and the rollouts the update trains on move
+    the learning share at equal FLOPs)
     that affords at least one step at ``prompt_len`` + ``completion_len`` tokens, sorted by
     steps bought (most first; ties by parameters, then in the order given). With
     ``group_tokens_fixed`` the number of sequences per step is held at
@@ -79,7 +91,8 @@ def allocations(budget: float, plans: Sequence[StepPlan], *, prompts_per_step: i
         prompts = max(1, prompts_per_step * gmax // g) if group_tokens_fixed else prompts_per_step
         step = plan.uniform(prompts, prompt_len, completion_len)
         alloc = Allocation(shape.name, shape.num_params(), g, plan.reward.label(), step,
-                           steps_bought(budget, step.total), prompts, plan.num_iterations, plan.optimizer_steps)
+                           steps_bought(budget, step.total), prompts, plan.num_iterations, plan.optimizer_steps,
+                           plan.update_generations)
         if alloc.steps < 1:  # not even one step
             if unaffordable is not None:
                 unaffordable.append(alloc)
@@ -104,4 +117,4 @@ def plan_allocations(budget: float, models: Sequence[ModelShape], groups: Sequen
                        unaffordable=unaffordable)
 
 
-__all__ = ["Allocation", "allocations", "plan_allocations", "split_shares", "steps_in_budget"]
+__all__ = ["Allocation", "allocations", "plan_allocations", "split_shares", "steps_in_budget", "update_share"]

@@ -4,16 +4,21 @@ Phases and when they run (docs/design.md section 2):
 
 - ``rollout``: always; the prompt is prefilled once per prompt when the engine shares the
   prefix across the G samples (``share_prompt``), else G times; then KV-cache decode.
-- ``old_logprobs``: a no-grad forward over every sequence, only when the engine needs it
-  (``num_iterations > 1`` or off-policy correction).
+- ``old_logprobs``: a no-grad forward over every sequence the update trains on, only when
+  the engine needs it (``num_iterations > 1`` or off-policy correction).
 - ``reference``: a no-grad forward only when ``beta != 0``; with LoRA the reference is the
   base with the adapter off (no LoRA FLOPs), computed once per batch.
 - ``reward``: per the reward kind's head rule (``race.accounting.reward_kinds``): a rule
   0; a model one forward with its head where the rule says (an outcome RM's last token, a
   process RM's step markers), or a generative judge's prefill + decode with its own shape.
-- ``update``: forward + backward over every sequence, once per iteration.
+- ``update``: forward + backward over every sequence it trains on, once per iteration.
 - ``recompute``: gradient checkpointing's second forward of the decoder layers, once per
   iteration: hardware FLOPs, reported apart and excluded from ``total`` (model FLOPs).
+
+The rollout and the reward run over all ``num_generations`` sequences of each prompt; the
+learning passes (old-policy and reference log-probs, the update, the recompute) over the
+``update_generations`` of them the update trains on (``StepPlan.update_generations``: PODS's
+m of n, chosen by the rewards; None: all of them).
 
 The formulas take a :class:`StepPlan` (a step's shapes and settings) and the lengths of the
 call (:func:`step_flops`, :func:`learning_flops`); the plan holds the policy's
@@ -214,14 +219,32 @@ def phase_flops(components: dict[str, int]) -> PhaseFlops:
                       components=dict(components))
 
 
+def update_rows(plan: "StepPlan", n: int, rows: Sequence[int] | None = None) -> list[int]:
+    """The sequences (indices into a step's ``n``, prompts x ``num_generations`` in whole
+    groups) its learning passes run over: ``rows`` where given (distinct, ascending,
+    in range), else every sequence when the update trains on all of them, else the first
+    ``update_generations`` of each group (which ones does not change the FLOPs when every
+    sequence of a group has the same lengths: a uniform step, a bound)."""
+    G, m = plan.num_generations, plan.update_group
+    if rows is None:
+        return list(range(n)) if m == G else [i for i in range(n) if i % G < m]
+    out = list(rows)
+    if any(not isinstance(i, int) or isinstance(i, bool) for i in out) or out != sorted(set(out)) \
+            or (out and not 0 <= out[0] <= out[-1] < n):
+        raise AccountingError(f"update_rows must be distinct ascending indices into the step's {n} sequences")
+    return out
+
+
 def step_flops(plan: "StepPlan", prompt_lens: Sequence[int], completion_lens: Sequence[int],
-               prompt_groups: Sequence[int] | None, *, reward_seq_lens: Sequence[int] | None = None,
+               prompt_groups: Sequence[int] | None, *, update: Sequence[int] | None = None,
+               reward_seq_lens: Sequence[int] | None = None,
                reward_head_positions: HeadPositions = None,
                judge_completion_lens: Sequence[int] | None = None) -> PhaseFlops:
     """Per-phase FLOPs of one GRPO step under ``plan`` from the actual per-sequence lengths:
     rollout (``rollout_components``), the passes over whole sequences
-    (:func:`learning_flops`, prompts shared by ``prompt_groups``) and the reward model
-    (``reward_model_flops``).
+    (:func:`learning_flops` over the sequences the update trains on, :func:`update_rows`
+    of ``update``; prompts shared by ``prompt_groups``, the segments of those sequences) and
+    the reward model (``reward_model_flops``, every sequence).
 
     ``prompt_lens``/``completion_lens`` have one entry per sequence (prompts x G, groups
     contiguous); pass padded lengths where the engine runs padded tensors. Training passes
@@ -241,7 +264,8 @@ def step_flops(plan: "StepPlan", prompt_lens: Sequence[int], completion_lens: Se
         raise AccountingError(f"{len(clens)} sequences do not form groups of num_generations={G}")
     seqs = [p + t for p, t in zip(plens, clens)]
     comps = plan.rollout(plens[::G] if plan.share_prompt else plens, clens)
-    comps.update(learning_flops(plan, seqs, clens, prompt_groups))
+    rows = update_rows(plan, len(clens), update)
+    comps.update(learning_flops(plan, [seqs[i] for i in rows], [clens[i] for i in rows], prompt_groups))
     if plan.reward.is_model:
         rlens = list(reward_seq_lens) if reward_seq_lens is not None else seqs
         head = reward_head_positions if reward_head_positions is not None else (plan.reward.row.planned_head or "all")
@@ -271,8 +295,11 @@ class StepPlan:
     optimizer steps one pass over a generation takes (TRL's ``steps_per_generation /
     gradient_accumulation_steps``): the update's FLOPs are the same for any value (each
     sequence once per iteration), but above 1 the policy moves before the generation's last
-    rows are trained on, so the old-policy pass runs. The other fields are
-    ``grpo_step_flops``'s arguments of the same names."""
+    rows are trained on, so the old-policy pass runs. ``update_generations``: the rollouts
+    per prompt the learning passes run over (PODS's m of ``num_generations``, the run's
+    ``num_update_generations``; None: all), so rollout and reward are charged for
+    ``num_generations`` per prompt and the learning passes for ``update_group``. The other
+    fields are ``grpo_step_flops``'s arguments of the same names."""
 
     shape: ModelShape
     num_generations: int
@@ -289,6 +316,7 @@ class StepPlan:
     reward: RewardSystem = RULE
     conventions: "Conventions | str | None" = None
     optimizer_steps: int = 1
+    update_generations: int | None = None
     policy: PolicyCost = field(init=False, repr=False, compare=False)  # shape, lora, conventions: set once
 
     def __post_init__(self) -> None:
@@ -301,6 +329,10 @@ class StepPlan:
             raise AccountingError(f"num_iterations={self.num_iterations}: must be >= 1")
         if self.beta < 0:
             raise AccountingError(f"beta={self.beta}: the KL coefficient must be >= 0")
+        m = self.update_generations
+        if m is not None and (not isinstance(m, int) or isinstance(m, bool) or not 2 <= m <= self.num_generations):
+            raise AccountingError(f"update_generations={m!r}: the update trains on 2..num_generations="
+                                  f"{self.num_generations} rollouts per prompt (None: all of them)")
         object.__setattr__(self, "policy", PolicyCost(self.shape, self.lora, self.conventions))
 
     @classmethod
@@ -315,9 +347,16 @@ class StepPlan:
         return self.num_iterations > 1 or self.optimizer_steps > 1 if self.needs_old_logprobs is None \
             else self.needs_old_logprobs
 
+    @property
+    def update_group(self) -> int:
+        """Rollouts per prompt the learning passes run over: ``update_generations``, else
+        ``num_generations``."""
+        return self.update_generations or self.num_generations
+
     def prompt_groups(self, n: int) -> list[int] | None:
-        """The prompt segments of the learning passes over ``n`` sequences (None: unshared)."""
-        return prompt_groups(n, self.num_generations, self.micro_batch) if self.micro_batch else None
+        """The prompt segments of the learning passes over ``n`` sequences, in groups of
+        :attr:`update_group` (None: unshared)."""
+        return prompt_groups(n, self.update_group, self.micro_batch) if self.micro_batch else None
 
     def rollout(self, prompt_lens: Sequence[int], completion_lens: Sequence[int]) -> dict[str, int]:
         """``rollout/*`` FLOPs (one prompt length per prompt when ``share_prompt``, else per sequence)."""
@@ -331,18 +370,23 @@ class StepPlan:
     def bound(self, prompts: int, prompt_len: int, completion_len: int) -> int:
         """Upper bound of a step's counted policy FLOPs (rollout and learning passes, the
         reward model's apart): ``prompts`` prompts at ``prompt_len`` tokens, every
-        completion at ``completion_len``, no group dropped. Counted: model FLOPs, the
-        recompute's hardware FLOPs excluded (``PhaseFlops.total``)."""
-        n = prompts * self.num_generations
+        completion at ``completion_len``, no group dropped (``update_group`` sequences per
+        prompt in the learning passes). Counted: model FLOPs, the recompute's hardware FLOPs
+        excluded (``PhaseFlops.total``)."""
+        n, u = prompts * self.num_generations, prompts * self.update_group
         comps = self.rollout([prompt_len] * (prompts if self.share_prompt else n), [completion_len] * n)
-        comps.update(self.learning([prompt_len + completion_len] * n, [completion_len] * n))
+        comps.update(self.learning([prompt_len + completion_len] * u, [completion_len] * u))
         return phase_flops(comps).total
 
-    def step(self, prompt_lens: Sequence[int], completion_lens: Sequence[int], **reward_lens: Any) -> PhaseFlops:
-        """:func:`step_flops` of this plan (``reward_lens``: ``reward_seq_lens``,
-        ``reward_head_positions``, ``judge_completion_lens``)."""
+    def step(self, prompt_lens: Sequence[int], completion_lens: Sequence[int], *, update: Sequence[int] | None = None,
+             **reward_lens: Any) -> PhaseFlops:
+        """:func:`step_flops` of this plan: the learning passes over ``update`` (the rows the
+        update trains on, whole groups of :attr:`update_group`; default :func:`update_rows`'s),
+        ``reward_lens``: ``reward_seq_lens``, ``reward_head_positions``,
+        ``judge_completion_lens``."""
         plens, clens = list(prompt_lens), list(completion_lens)
-        return step_flops(self, plens, clens, self.prompt_groups(len(clens)), **reward_lens)
+        rows = update_rows(self, len(clens), update)
+        return step_flops(self, plens, clens, self.prompt_groups(len(rows)), update=rows, **reward_lens)
 
     def uniform(self, prompts: int, prompt_len: int, completion_len: int, **reward_lens: Any) -> PhaseFlops:
         """:meth:`step` with every prompt at ``prompt_len`` and every completion at
@@ -352,5 +396,5 @@ class StepPlan:
 
 
 __all__ = ["PHASES", "SPLIT", "RewardSystem", "RULE", "PhaseFlops", "PolicyCost", "StepPlan", "step_flops",
-           "rollout_components", "learning_flops", "phase_flops",
+           "rollout_components", "learning_flops", "phase_flops", "update_rows",
            "reward_model_flops", "Work", "generate_work"]

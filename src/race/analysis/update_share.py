@@ -11,7 +11,9 @@ rows carry their own sums, so each budget reads the p of the run up to that budg
 
 A *line* is the allocations that differ only in the knobs that move p at equal FLOPs
 (:data:`KNOBS`: ``num_iterations``, ``steps_per_generation`` and the batch settings that go
-with it), so one line holds one model, group size and reward system (the spec as written:
+with it, ``num_update_generations``: the rollouts per prompt the update trains on, PODS's m
+of the group's n), so one line holds one model, group size (rollouts generated), update
+selection and reward system (the spec as written:
 ``rule:outcome``, ``prm:prm-m:min+outcome``). Per budget and line, each allocation is a point
 (p, score): p the mean over its seeds, the score read at equal
 counted FLOPs (``final_scores(at="equal")``) with one joint bootstrap over seeds and
@@ -56,7 +58,8 @@ SAME_P = 0.005
 #: Share of bootstrap replicates that must have a maximum for the vertex to count as located.
 MIN_VALID = 0.9
 #: The knobs a line sweeps (grid axis columns; ``num_iterations`` has a column of its own).
-KNOBS = ("axis_steps_per_generation", "axis_gradient_accumulation_steps", "axis_per_device_train_batch_size")
+KNOBS = ("axis_steps_per_generation", "axis_gradient_accumulation_steps", "axis_per_device_train_batch_size",
+         "axis_num_update_generations")
 #: Distinct p a local fit needs (a parabola has 3 coefficients; one more measures its misfit).
 MIN_LEVELS = 4
 

@@ -54,6 +54,9 @@ def flops(
     prompt_len: Annotated[Optional[int], typer.Option(help="prompt tokens")] = None,
     completion_len: Annotated[Optional[int], typer.Option(help="completion tokens")] = None,
     iterations: Annotated[Optional[int], typer.Option(help="policy-update passes per batch (num_iterations)")] = None,
+    update_generations: Annotated[Optional[int], typer.Option(help="rollouts per prompt the update trains on "
+                                                                   "(num_update_generations, PODS's m <= G; "
+                                                                   "default all G)")] = None,
     beta: Annotated[Optional[float], typer.Option(help="KL coefficient; != 0 adds reference log-probs")] = None,
     reward: Annotated[Optional[str], typer.Option(help="rule | random | orm:MODEL | prm:MODEL | judge:MODEL")] = None,
     conventions: Annotated[Optional[str], typer.Option(help="race | torch | verl | verl-legacy | megatron | palm | 6nd")] = None,
@@ -71,7 +74,8 @@ def flops(
 
     data = _yaml_defaults(config)
     flags = dict(model=model, lora_rank=lora_rank, prompts=prompts, group=group, prompt_len=prompt_len,
-                 completion_len=completion_len, iterations=iterations, beta=beta, reward=reward,
+                 completion_len=completion_len, iterations=iterations, update_generations=update_generations,
+                 beta=beta, reward=reward,
                  conventions=conventions, steps=steps, budget=budget,
                  share_prompt=True if share_prompt else None, recompute=True if recompute else None)
     if not (model or data.get("model")):
@@ -96,7 +100,9 @@ def _print_flops(rep: dict) -> None:
 
     c = _console()
     t = Table(title=f"GRPO step: {rep['model']} ({rep['params'] / 1e9:.3g}B params), "
-                    f"{rep['prompts']} prompts x G={rep['num_generations']}, "
+                    f"{rep['prompts']} prompts x G={rep['num_generations']}"
+                    + (f" (update on {rep['num_update_generations']})"
+                       if rep["num_update_generations"] != rep["num_generations"] else "") + ", "
                     f"{rep['prompt_len']}+{rep['completion_len']} tokens")
     t.add_column("phase")
     t.add_column("FLOPs / step", justify="right")
@@ -115,7 +121,8 @@ def _print_flops(rep: dict) -> None:
         t.add_row(*row, style="bold" if ph == "total" else None)
     print_table(c, t)
     s = rep["shares"]
-    c.print(f"split: search {s['search']:.1%}, learning {s['learning']:.1%}, feedback {s['feedback']:.1%}")
+    c.print(f"split: search {s['search']:.1%}, learning {s['learning']:.1%}, feedback {s['feedback']:.1%}; "
+            f"update share p {rep['p']:.3f}, p_policy {rep['p_policy']:.3f}")
     c.print(f"[dim]{rep['conventions_text']}[/dim]")
 
 
@@ -138,47 +145,37 @@ def plan(
     steps_per_generation: Annotated[str, typer.Option(help="comma-separated optimizer steps per generation batch "
                                                            "(TRL's steps_per_generation at one micro-batch per "
                                                            "optimizer step)")] = "1",
+    update_generations: Annotated[str, typer.Option(help="comma-separated rollouts per prompt the update trains "
+                                                         "on (num_update_generations, PODS's m; 'all' = G): "
+                                                         "fewer lower the update share p at equal FLOPs")
+                                  ] = "all",
     beta: Annotated[float, typer.Option(help="KL coefficient; != 0 adds reference log-probs")] = 0.0,
     conventions: Annotated[str, typer.Option()] = "race",
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
-    """Allocations (model x group size x reward x iterations x steps per generation) that fit
-    a budget: prompts and sequences per step, the steps each buys and its split (the
-    learning share moves with the last two at equal FLOPs); rows that cannot afford one
-    step are named."""
+    """Allocations (model x group size x reward x iterations x steps per generation x update
+    generations) that fit a budget: prompts and sequences per step, the steps each buys and
+    its split (the update share p moves with the last three at equal FLOPs: more passes or
+    optimizer steps raise it, training on m of a prompt's G rollouts lowers it); rows that
+    cannot afford one step are named."""
     from race.accounting import LoRA, StepPlan, allocations
     from race.models.refs import resolve_shape
     from race.rewards.systems import reward_system
 
-    from race.accounting.guard import is_budget
-
-    if not is_budget(budget):
-        _fail(f"--budget {budget:g}: budget must be > 0 and finite (a FLOP count)")
-    if lora_rank is not None and lora_rank < 1:
-        _fail(f"--lora-rank {lora_rank}: must be >= 1 (omit it for full fine-tuning)")
-    if hold not in ("sequences", "prompts"):
-        _fail(f"--hold {hold!r}: choose sequences or prompts")
-    if not math.isfinite(beta) or beta < 0:
-        _fail(f"--beta {beta:g}: must be >= 0 and finite")
-    from race.spec.flops import MAX_TOKENS
-
-    for flag, value, top in (("--prompts", prompts, None), ("--prompt-len", prompt_len, MAX_TOKENS),
-                             ("--completion-len", completion_len, MAX_TOKENS)):
-        if value < 1:
-            _fail(f"{flag} {value}: must be >= 1")
-        if top is not None and value > top:
-            _fail(f"{flag} {value}: must be <= {top}")
+    _check_plan_flags(budget, lora_rank, hold, beta, prompts, prompt_len, completion_len)
     gs = _whole_numbers("--groups", groups, 2, "GRPO needs group sizes >= 2")
     its = _whole_numbers("--iterations", iterations, 1, "must be >= 1")
     spgs = _whole_numbers("--steps-per-generation", steps_per_generation, 1, "must be >= 1")
+    ms = _update_generations(update_generations, gs)
     skipped: list = []
     try:
         shapes = [resolve_shape(m.strip()) for m in models.split(",") if m.strip()]
         rws = [reward_system(r.strip()) for r in rewards.split(",") if r.strip()]
         lora = LoRA(lora_rank) if lora_rank else None
         plans = [StepPlan(shape, g, lora=lora, num_iterations=it, optimizer_steps=k, beta=beta, reward=rw,
-                          conventions=conventions) for shape in shapes for g in gs for rw in rws for it in its
-                 for k in spgs]
+                          conventions=conventions, update_generations=m if m != g else None)
+                 for shape in shapes for g in gs for rw in rws for it in its for k in spgs
+                 for m in dict.fromkeys(g if m is None else m for m in ms) if m <= g]
         allocs = allocations(budget, plans, prompts_per_step=prompts, prompt_len=prompt_len,
                              completion_len=completion_len, group_tokens_fixed=hold == "sequences",
                              unaffordable=skipped)
@@ -192,6 +189,48 @@ def plan(
         typer.echo(json.dumps([a.row() for a in allocs], indent=2))
         return
     _print_plan(budget, allocs, skipped, hold, prompts, max(gs))
+
+
+def _check_plan_flags(budget: float, lora_rank: Optional[int], hold: str, beta: float, prompts: int, prompt_len: int,
+                      completion_len: int) -> None:
+    """``race plan``'s scalar flags (``_fail`` says what to write)."""
+    from race.accounting.guard import is_budget
+    from race.spec.flops import MAX_TOKENS
+
+    if not is_budget(budget):
+        _fail(f"--budget {budget:g}: budget must be > 0 and finite (a FLOP count)")
+    if lora_rank is not None and lora_rank < 1:
+        _fail(f"--lora-rank {lora_rank}: must be >= 1 (omit it for full fine-tuning)")
+    if hold not in ("sequences", "prompts"):
+        _fail(f"--hold {hold!r}: choose sequences or prompts")
+    if not math.isfinite(beta) or beta < 0:
+        _fail(f"--beta {beta:g}: must be >= 0 and finite")
+    for flag, value, top in (("--prompts", prompts, None), ("--prompt-len", prompt_len, MAX_TOKENS),
+                             ("--completion-len", completion_len, MAX_TOKENS)):
+        if value < 1:
+            _fail(f"{flag} {value}: must be >= 1")
+        if top is not None and value > top:
+            _fail(f"{flag} {value}: must be <= {top}")
+
+
+def _update_generations(text: str, groups: list[int]) -> list[Optional[int]]:
+    """``--update-generations``: whole numbers >= 2 or ``all`` (None: every rollout), at
+    least one no larger than the largest group (``_fail`` says what to write)."""
+    vals: list[Optional[int]] = []
+    for v in (t.strip() for t in text.split(",") if t.strip()):
+        if v == "all":
+            vals.append(None)
+            continue
+        try:
+            vals.append(int(v))
+        except ValueError:
+            _fail(f"--update-generations {text!r}: give comma-separated whole numbers or 'all', e.g. 8,4,2")
+    if not vals or any(v is not None and v < 2 for v in vals):
+        _fail(f"--update-generations {text}: the update trains on 2 or more rollouts per prompt (or 'all')")
+    if all(v is not None and v > max(groups) for v in vals):
+        _fail(f"--update-generations {text}: every value exceeds the largest group {max(groups)}; the update "
+              "trains on at most G rollouts per prompt")
+    return vals
 
 
 def _whole_numbers(flag: str, text: str, least: int, why: str) -> list[int]:
@@ -217,20 +256,27 @@ def _print_plan(budget: float, allocs: list, skipped: list, hold: str, prompts: 
             else f"prompts per step held at {prompts}: a larger G means more sequences and a dearer step")
     cells = [a.row() for a in allocs]
     knobs = any((r["num_iterations"], r["steps_per_generation"]) != (1, 1) for r in cells)  # shown when asked for
+    sub = any(r["num_update_generations"] != r["num_generations"] for r in cells)
     t = Table(title=f"Allocations within {fmt_flops(budget)} (sorted by steps bought)",
               caption=f"{held}; " + ("it = num_iterations, spg = optimizer steps per generation (a step is one "
                                      "generation); " if knobs else "")
-              + "split = % of FLOPs in search (rollout), learning (the update share p), feedback (reward)")
-    cols = ("model", "G", "reward", *(("it", "spg") if knobs else ()), "prompts", "seqs", "FLOPs/step", "steps",
-            *(("opt steps",) if knobs else ()), "split % S L F")
+              + ("m = rollouts per prompt the update trains on (num_update_generations) of the G generated; "
+                 if sub else "")
+              + "split = % of FLOPs in search (rollout), learning (the update share p), feedback (reward)"
+              + ("; p = learning / all, p_pol = learning / (search + learning)" if knobs or sub else ""))
+    cols = ("model", "G", *(("m",) if sub else ()), "reward", *(("it", "spg") if knobs else ()), "prompts", "seqs",
+            "FLOPs/step", "steps", *(("opt steps",) if knobs else ()), "split % S L F",
+            *(("p", "p_pol") if knobs or sub else ()))
     for col in cols:
         t.add_column(col, justify="right" if col not in ("model", "reward") else "left")
     for r in cells:
         split = " ".join(f"{100 * float(r[k]):.0f}" for k in SPLIT)  # type: ignore[arg-type]
         knob = (str(r["num_iterations"]), str(r["steps_per_generation"])) if knobs else ()
-        t.add_row(str(r["model"]), str(r["num_generations"]), str(r["reward"]), *knob, str(r["prompts"]),
+        t.add_row(str(r["model"]), str(r["num_generations"]), *((str(r["num_update_generations"]),) if sub else ()),
+                  str(r["reward"]), *knob, str(r["prompts"]),
                   str(r["sequences"]), fmt_flops(r["step_flops"]), str(r["steps"]),
-                  *((str(r["optimizer_steps"]),) if knobs else ()), split)
+                  *((str(r["optimizer_steps"]),) if knobs else ()), split,
+                  *((f"{r['p']:.2f}", f"{r['p_policy']:.2f}") if knobs or sub else ()))
     c = _console()
     print_table(c, t)
     by: dict[tuple[str, str], list] = {}

@@ -96,8 +96,9 @@ class StepMember(EngineLifecycle, Protocol):
       ``rollout_charge(ro)`` is what the run's ledger charges for rollout ``ro``;
       ``policy_cost`` (shape, adapter, conventions) prices what the composer executed for
       it; ``device`` is where the policy lives (the stages' clock);
-    - reward: ``score(problems, ro)`` (rewards, group advantages, the rows kept and their
-      batch with its learning FLOPs: a ``Scored``), then
+    - reward: ``score(problems, ro, step)`` (rewards, the rows the update trains on:
+      ``num_update_generations`` of each group chosen by ``update_selection``, their group
+      advantages, the rows kept and their batch with its learning FLOPs: a ``Scored``), then
       ``may_continue(step, roll, scored, t_roll)``, the guard's exact-cost check (False: the step does not fit; what ran is recorded as
       ``overrun`` and the member stops as its solo run would);
     - learning: ``update_plan(batch)`` (``UpdatePlan``: the loss mask, micro-batch size and
@@ -121,7 +122,7 @@ class StepMember(EngineLifecycle, Protocol):
 
     def rollout_charge(self, ro: Rollout) -> dict[str, int]: ...
 
-    def score(self, problems: list[Any], ro: Rollout) -> Scored: ...
+    def score(self, problems: list[Any], ro: Rollout, step: int) -> Scored: ...
 
     def may_continue(self, step: int, roll: dict[str, int], sc: Scored, t_roll: float) -> bool: ...
 

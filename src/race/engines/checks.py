@@ -18,6 +18,13 @@ def check_trl_config(cfg: RunConfig) -> None:
         raise ConfigError(
             "drop_zero_variance_groups: true is not available with engine: trl (TRL keeps groups whose rewards are "
             "all equal in the update, with advantage 0, and spends their FLOPs); set drop_zero_variance_groups: false")
+    if cfg.num_update_generations is not None:
+        raise ConfigError(
+            f"num_update_generations={cfg.num_update_generations} (train on a reward-chosen subset of each prompt's "
+            "rollouts, PODS) is not available with engine: trl: TRL 1.16's GRPOTrainer computes the old-policy and "
+            "reference log-probs of the whole generation batch before the rewards exist, its advantages over all "
+            "num_generations rollouts of a prompt, and trains on every row it generated "
+            "(_generate_and_score_completions); set engine: builtin, or drop num_update_generations (docs/trl.md)")
     if cfg.max_completion_length + cfg.max_prompt_length < 2:
         raise ConfigError("max_prompt_length + max_completion_length must be >= 2")
 

@@ -35,7 +35,8 @@ from typing import Any, Iterator
 #: bookkeeping). Everything else enters the key.
 NOT_IN_KEY = (
     "name", "seed", "budget_flops", "max_steps", "reward", "prompts_per_step", "per_device_train_batch_size",
-    "gradient_accumulation_steps", "num_generations", "learning_rate", "lr_scheduler_type", "warmup_steps",
+    "gradient_accumulation_steps", "num_generations", "num_update_generations", "update_selection", "learning_rate",
+    "lr_scheduler_type", "warmup_steps",
     "beta", "epsilon", "epsilon_high", "loss_type", "scale_rewards", "num_iterations", "max_grad_norm",
     "weight_decay", "mask_truncated_completions", "drop_zero_variance_groups", "sapo_temperature_pos", "sapo_temperature_neg",
     "checkpoint_every", "gradient_checkpointing", "output_dir", "log_to", "wandb_project", "eval_cache_dir",

@@ -34,7 +34,10 @@ class FlopsQuery(BaseModel):
                                   description="LoRA rank (omit for full fine-tuning)")
     prompts: int = Field(16, ge=1, validation_alias=_alias("prompts", "prompts_per_step"))
     group: int = Field(8, ge=2, validation_alias=_alias("group", "num_generations"),
-                       description="group size G (GRPO needs >= 2)")
+                       description="group size G (GRPO needs >= 2): rollouts per prompt")
+    update_generations: int | None = Field(
+        None, ge=2, validation_alias=_alias("update_generations", "num_update_generations"),
+        description="rollouts per prompt the update trains on (PODS's m <= G; omit for all G)")
     prompt_len: int = Field(64, ge=1, le=MAX_TOKENS, validation_alias=_alias("prompt_len", "max_prompt_length"))
     completion_len: int = Field(64, ge=1, le=MAX_TOKENS,
                                 validation_alias=_alias("completion_len", "max_completion_length"))
@@ -63,11 +66,15 @@ class FlopsQuery(BaseModel):
     def _check(self) -> "FlopsQuery":
         if self.steps is not None and self.budget is not None:
             raise ValueError("give steps or budget, not both")
+        if self.update_generations is not None and self.update_generations > self.group:
+            raise ValueError(f"update_generations={self.update_generations} > group={self.group}: the update trains "
+                             f"on at most the {self.group} rollouts generated per prompt")
         return self
 
 
 _FLAG = {"lora_rank": "--lora-rank", "prompts": "--prompts", "group": "--group", "prompt_len": "--prompt-len",
          "completion_len": "--completion-len", "iterations": "--iterations", "budget": "--budget",
+         "update_generations": "--update-generations",
          "steps": "--steps", "reward": "--reward", "beta": "--beta", "model": "--model"}
 
 
@@ -91,6 +98,7 @@ def query_of_run(data: dict[str, Any], source: str = "run file") -> dict[str, An
         model=cfg.model, lora_rank=cfg.lora.r if cfg.lora is not None else None, prompts=cfg.prompts_per_step,
         group=cfg.num_generations, prompt_len=cfg.max_prompt_length, completion_len=cfg.max_completion_length,
         iterations=cfg.num_iterations, beta=cfg.beta, reward=cfg.reward, conventions=cfg.conventions,
+        update_generations=cfg.num_update_generations,
         share_prompt=cfg.engine == "builtin", recompute=cfg.gradient_checkpointing)
     if given_budget:
         q["budget"] = cfg.budget_flops

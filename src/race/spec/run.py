@@ -20,6 +20,13 @@ optimizer steps (RACE asks for a whole number). Unset, they are ``prompts_per_st
 num_generations``, 1 and 1; given without ``prompts_per_step``, they set it. A RACE *step*
 is one generation batch: its ledger rows, its lr, ``max_steps``.
 
+``num_update_generations: m`` (PODS, arXiv 2504.13818; not a TRL setting: TRL 1.16 cannot
+train on a subset, docs/trl.md) generates ``num_generations`` rollouts per prompt and
+trains on ``m`` of them, chosen by ``update_selection`` (``race.spec.selection``). The
+batch sizes then describe the update: ``per_device_train_batch_size x steps_per_generation
+= prompts_per_step x num_update_generations`` sequences trained per step (the rollout still
+generates ``prompts_per_step x num_generations``).
+
 Configs load from YAML with ``yaml.safe_load``; ``--set key=value`` overrides use dotted
 paths (``lora.r=16``).  Every validation error says which field is wrong and what to
 change.
@@ -39,6 +46,7 @@ from race.accounting.guard import check_budget
 
 from race.spec.errors import ConfigError, format_errors, load_yaml_mapping, parse_scalar
 from race.spec.reward import RewardSpec, parse_reward
+from race.spec.selection import DEFAULT_SELECTION, update_selection
 from race.spec.task import TASK_ID_NEUTRAL, TaskSettings
 
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -55,7 +63,7 @@ LOGGING_ONLY = ("output_dir", "log_to", "wandb_project", "eval_cache_dir")
 #: Settings added after run ids were first issued: left out of the id while at these values,
 #: so the ids of existing runs (and the run directories and grid stores keyed by them) hold.
 _ID_NEUTRAL = {"per_device_train_batch_size": None, "gradient_accumulation_steps": None,
-               "steps_per_generation": None}
+               "steps_per_generation": None, "num_update_generations": None, "update_selection": DEFAULT_SELECTION}
 
 
 def _reward_spec(v: Any) -> RewardSpec:
@@ -150,7 +158,13 @@ class RunConfig(_Strict):
     steps_per_generation: int | None = Field(
         None, ge=1, description="TRL: micro-batches per generation batch (default gradient_accumulation_steps: one "
         "optimizer step per generation); a multiple k of it trains each generation in k optimizer steps")
-    num_generations: int = Field(8, description="group size G")
+    num_generations: int = Field(8, description="group size G: rollouts generated per prompt")
+    num_update_generations: int | None = Field(
+        None, description="rollouts per prompt the update trains on (PODS's m, 2 <= m <= num_generations), chosen "
+        "by update_selection; their advantages are relative to each other; null: all num_generations")
+    update_selection: str = Field(DEFAULT_SELECTION, description="how num_update_generations rollouts are chosen "
+                                  "of each prompt's num_generations: max_variance (PODS) or random (its control); "
+                                  "the table: race.spec.selection")
     max_prompt_length: int = Field(64, ge=1)
     max_completion_length: int = Field(64, ge=1)
     temperature: float = Field(1.0, gt=0)
@@ -204,6 +218,11 @@ class RunConfig(_Strict):
             )
         return v
 
+    @field_validator("update_selection")
+    @classmethod
+    def _selection(cls, v: str) -> str:
+        return update_selection(v).name  # the table's names (race.spec.selection); ValueError names them
+
     @field_validator("scale_rewards", mode="before")
     @classmethod
     def _scale_bool(cls, v: Any) -> Any:
@@ -228,6 +247,7 @@ class RunConfig(_Strict):
             raise ValueError(f"dtype={self.dtype} with lora: null would train the weights themselves, and keep "
                              f"AdamW's state, in {self.dtype} (updates below its resolution are lost): set dtype: "
                              "float32 for full fine-tuning, or train a LoRA adapter (kept in float32)")
+        self._check_update_generations()
         self._check_batches()
         self._check_at_budgets()
         return self
@@ -243,10 +263,33 @@ class RunConfig(_Strict):
         if len(set(at)) != len(at):
             raise ValueError(f"eval.at_budgets {at} lists a budget twice: list each once")
 
+    def _check_update_generations(self) -> None:
+        """``num_update_generations`` (m) against ``num_generations`` (n): 2 <= m <= n;
+        ``update_selection`` other than the default only where it chooses (m is set)."""
+        m, n = self.num_update_generations, self.num_generations
+        if m is None:
+            if self.update_selection != DEFAULT_SELECTION and "update_selection" in self.model_fields_set:
+                raise ValueError(f"update_selection={self.update_selection!r} chooses which rollouts the update "
+                                 "trains on, but num_update_generations is null (the update trains on all "
+                                 f"num_generations={n}): set num_update_generations below {n}, or drop "
+                                 "update_selection")
+            return
+        if m < 2:
+            raise ValueError(f"num_update_generations={m}: the update's advantages are relative to the rollouts it "
+                             "trains on (their mean and std), so one rollout carries no signal; set it to 2 or more "
+                             "(or null for all num_generations)")
+        if m > n:
+            raise ValueError(f"num_update_generations={m} > num_generations={n}: the update trains on a subset of "
+                             f"the rollouts generated; set num_update_generations <= {n}, or raise num_generations")
+
     def _check_batches(self) -> None:
-        """TRL's batch settings against prompts_per_step x num_generations (module docstring)."""
+        """TRL's batch settings against the update's ``prompts_per_step x
+        num_update_generations`` sequences (``num_generations`` unless it is set: module
+        docstring)."""
         B, ga, spg, G = (self.per_device_train_batch_size, self.gradient_accumulation_steps,
-                         self.steps_per_generation, self.num_generations)
+                         self.steps_per_generation, self.update_generations)
+        name = "num_update_generations" if self.num_update_generations is not None else "num_generations"
+        rows, group = f"prompts_per_step x {name}", f"{name}={G}"
         if B is None and ga is None and spg is None:
             return
         a = ga or 1
@@ -259,24 +302,29 @@ class RunConfig(_Strict):
                f"per_device_train_batch_size x gradient_accumulation_steps = {B} x {k}")
         if B is not None and "prompts_per_step" not in self.model_fields_set:
             if (B * k) % G:
-                raise ValueError(f"{per} sequences per step is not a multiple of num_generations={G}: every prompt "
+                raise ValueError(f"{per} sequences per step is not a multiple of {group}: every prompt "
                                  "needs its whole group")
             self.__dict__["prompts_per_step"] = B * k // G
         n = self.prompts_per_step * G
         if B is None and n % k:
             raise ValueError(f"{'steps_per_generation' if spg is not None else 'gradient_accumulation_steps'}={k} "
-                             f"does not divide prompts_per_step x num_generations = {n} sequences: choose a divisor "
-                             f"of {n}")
+                             f"does not divide {rows} = {n} sequences: choose a divisor of {n}")
         if B is not None and B * k != n:
             raise ValueError(
-                f"{per} = {B * k} sequences per step, but prompts_per_step x num_generations = {n}: one generation "
-                f"of {n} sequences per step; set {'steps_per_generation' if spg is not None else 'gradient_accumulation_steps'}: "
+                f"{per} = {B * k} sequences per step, but {rows} = {n}: the update trains on "
+                f"{n} sequences per step; set {'steps_per_generation' if spg is not None else 'gradient_accumulation_steps'}: "
                 f"{n // B if n % B == 0 else '...'} or leave prompts_per_step out (it is then derived)")
+
+    @property
+    def update_generations(self) -> int:
+        """Rollouts per prompt the update trains on: ``num_update_generations``, else
+        ``num_generations`` (all of them)."""
+        return self.num_update_generations or self.num_generations
 
     @property
     def micro_batch_size(self) -> int:
         """Sequences per micro-batch (TRL's ``per_device_train_batch_size``)."""
-        return self.per_device_train_batch_size or self.prompts_per_step * self.num_generations // self.generation_steps
+        return self.per_device_train_batch_size or self.prompts_per_step * self.update_generations // self.generation_steps
 
     @property
     def accumulation_steps(self) -> int:

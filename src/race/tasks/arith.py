@@ -44,8 +44,9 @@ SPLITS = ("train", "test", "hard")
 #: Runs whose seeds differ draw apart for ``stride`` steps; the streams draw apart from each
 #: other. ``problems``: the step's training problems; ``sampling``: the rollout's draws
 #: (``race.engines.sampling.sampling_generator``); ``torch``: torch's global generator at
-#: the start of a built-in step (LoRA dropout).
-SEED_STREAMS = {"problems": 1_000_003, "sampling": 7_919, "torch": 1_000_033}
+#: the start of a built-in step (LoRA dropout); ``selection``: which rollouts the update
+#: trains on under ``update_selection: random`` (``race.engines.selection.selection_rng``).
+SEED_STREAMS = {"problems": 1_000_003, "sampling": 7_919, "torch": 1_000_033, "selection": 104_729}
 STEP_SEED_STRIDE = SEED_STREAMS["problems"]  # different problems for the first million steps
 
 

@@ -355,7 +355,7 @@ class BuiltinEngine(StepStages):
         t_roll = device_clock(st.device) - t0
         roll = self.rollout_charge(ro)
         # 2-3. reward and advantages; groups whose rewards are all equal carry no signal
-        sc = self.score(problems, ro)
+        sc = self.score(problems, ro, step)
         if not self.may_continue(step, roll, sc, t_roll):  # the bound was low: no update, ran recorded as overrun
             return False
         upd: dict[str, float] = {}

@@ -17,6 +17,7 @@ import torch
 
 from race.engines.builtin import micro_batch
 from race.engines.grpo_math import group_advantages, lr_at
+from race.engines.selection import update_rows
 from race.engines.sampling import (
     Rollout,
     SampleArgs,
@@ -38,8 +39,10 @@ LEARNING_SECONDS = ("old_logprobs/forward", "reference/forward", "update/forward
 
 @dataclass
 class Scored:
-    """A rollout scored: the reward result, its rewards and group advantages, which groups
-    carry signal, the rows kept for learning, that batch and its learning FLOPs."""
+    """A rollout scored: the reward result, its rewards (every rollout's) and advantages
+    (one per rollout: the update's rows carry theirs, relative to the rollouts of their
+    prompt the update trains on; the others 0), which prompts' update groups carry signal,
+    the rows kept for learning, that batch and its learning FLOPs."""
 
     rw: Any
     rewards: torch.Tensor
@@ -109,20 +112,25 @@ class StepStages:
         return self.state.device
 
     # -- reward and the exact check -------------------------------------------------------
-    def score(self, problems: list[Any], ro: Rollout) -> Scored:
-        """Score ``ro`` (each problem repeated ``G`` times), its group advantages; with
-        ``drop_zero_variance_groups`` only the groups whose rewards differ are kept; the kept
-        rows' batch and its learning FLOPs (none when no row is kept)."""
+    def score(self, problems: list[Any], ro: Rollout, step: int) -> Scored:
+        """Score ``ro`` (each problem repeated ``G = num_generations`` times); choose the
+        ``m = num_update_generations`` rollouts of each prompt the update trains on
+        (``update_selection``, from every rollout's reward: ``race.engines.selection``; all G
+        when unset) and compute their group advantages among themselves; with
+        ``drop_zero_variance_groups`` only the prompts whose chosen rewards differ are kept;
+        the kept rows' batch and its learning FLOPs (none when no row is kept)."""
         cfg, st = self.cfg, self.state
-        G = cfg.num_generations
+        G, m = cfg.num_generations, cfg.update_generations
         texts = decode_completions(st.tok, ro)
         rw = st.reward.score([p for p in problems for _ in range(G)], texts)
         rewards = torch.tensor(rw.rewards, dtype=torch.float32)
-        adv, zero_var = group_advantages(rewards, G, scale=cfg.scale_rewards)
+        chosen = update_rows(rewards, G, m, cfg.update_selection, cfg.seed, step)
+        sub_adv, zero_var = group_advantages(rewards[chosen], m, scale=cfg.scale_rewards)
+        adv = torch.zeros_like(rewards).index_copy_(0, chosen, sub_adv)
         keep = (~zero_var) if cfg.drop_zero_variance_groups else torch.ones_like(zero_var)
-        rows = keep.repeat_interleave(G).nonzero().squeeze(1)
+        rows = chosen[keep.repeat_interleave(m)]
         n_kept = int(rows.numel())
-        batch = select_rows(ro, rows) if n_kept else None
+        batch = select_rows(ro, rows, m) if n_kept else None
         learn = self.learning_flops(batch.prompt_ids.shape[1], batch.completion_ids.shape[1], n_kept) \
             if batch is not None else {}
         return Scored(rw, rewards, adv, zero_var, rows, batch, learn)
@@ -198,22 +206,34 @@ class StepStages:
                "verified_mean": sum(rw.verified) / max(1, len(rw.verified)),
                "zero_var_frac": float(sc.zero_var.float().mean()), "trunc_rate": float(ro.truncated.float().mean()),
                "completion_len": float(ro.lengths.float().mean()), "kept_sequences": int(sc.rows.numel()),
-               **{k: v for k, v in upd.items() if not k.startswith("seconds_")}, **rw.extra}
+               **self.selection_metrics(sc), **{k: v for k, v in upd.items() if not k.startswith("seconds_")},
+               **rw.extra}
         books.metrics.append([row])
         if self.progress:
             self.progress({"step": step, "flops": books.ledger.total, "budget": cfg.budget_flops,
                            **({"run": cfg.name} if named else {}), **row})
         return True
 
+    def selection_metrics(self, sc: Scored) -> dict[str, float]:
+        """With ``num_update_generations`` below ``num_generations``: the mean and std of the
+        rewards the update trained on (``reward_mean``/``reward_std`` are every rollout's);
+        otherwise nothing (the metrics rows of runs without the setting are unchanged)."""
+        if self.cfg.update_generations == self.cfg.num_generations:
+            return {}
+        r = sc.rewards[sc.rows]
+        return {"update_reward_mean": float(r.mean()) if len(r) else 0.0,
+                "update_reward_std": float(r.std()) if len(r) > 1 else 0.0}
 
-def select_rows(ro: Rollout, rows: torch.Tensor) -> Rollout:
-    """Keep ``rows`` of ``ro`` and trim padding columns no kept row uses (what the update runs on)."""
+
+def select_rows(ro: Rollout, rows: torch.Tensor, group: int | None = None) -> Rollout:
+    """Keep ``rows`` of ``ro`` (whole groups of ``group`` rows per prompt, default
+    ``ro.group``) and trim padding columns no kept row uses (what the update runs on)."""
     pm, cm = ro.prompt_mask[rows], ro.completion_mask[rows]
     first = int(pm.any(0).long().argmax())
     T = int(cm.sum(1).max())
     return Rollout(prompt_ids=ro.prompt_ids[rows][:, first:], prompt_mask=pm[:, first:],
                    completion_ids=ro.completion_ids[rows][:, :T], completion_mask=cm[:, :T],
-                   truncated=ro.truncated[rows], n_prompts=len(rows) // ro.group, group=ro.group)
+                   truncated=ro.truncated[rows], n_prompts=len(rows) // (group or ro.group), group=group or ro.group)
 
 
 __all__ = ["LEARNING_SECONDS", "Scored", "StepStages", "UpdatePlan", "select_rows"]

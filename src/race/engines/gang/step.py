@@ -123,7 +123,7 @@ def gang_rollout(models: list[Any], jobs: list[SampleJob], max_new_tokens: int
 def _score(step: int, w: Work) -> None:
     """The member's reward, advantages, kept rows and exact-cost check, as its solo step."""
     assert w.ro is not None
-    w.scored = sc = w.member.score(w.problems, w.ro)
+    w.scored = sc = w.member.score(w.problems, w.ro, step)
     w.rw, w.adv, w.rows, w.batch, w.learn = sc.rw, sc.adv, sc.rows, sc.batch, sc.learn
     w.seconds[sc.reward_key] = sc.rw.seconds
     if not w.member.may_continue(step, w.roll, sc, w.seconds["rollout/decode"]):  # the bound was low: overrun
