@@ -1,0 +1,186 @@
+"""`race import` of a CSV / JSONL of evaluations (a synthetic study written by a script here:
+2 allocations x 3 seeds x 6 evaluation points with per-problem outcomes): the store it writes
+is a normal study (load_tables, load_study, `race report`); tokens are charged by RACE's
+accounting; every malformed input is refused with what to add or fix."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import random
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from race.cli.app import app
+
+N_PROBLEMS = 30
+STEPS = (0, 10, 20, 30, 40, 50)
+FIELDS = {"model": "tiny-s", "prompts_per_step": 8, "num_iterations": 1, "learning_rate": 1e-4, "reward": "rule"}
+
+
+def study_rows(seed: int = 0) -> list[dict]:
+    """The synthetic study: G=4 and G=8 (the latter learns faster and costs twice the FLOPs
+    per step), 3 seeds each; per-problem outcomes drawn around a saturating curve, one
+    difficulty per problem shared by every run (the same problems, the same order)."""
+    rng = random.Random(seed)
+    ease = [rng.random() for _ in range(N_PROBLEMS)]
+    rows = []
+    for g, rate in ((4, 0.6), (8, 1.0)):
+        for s in (0, 1, 2):
+            for k, step in enumerate(STEPS):
+                acc = 0.15 + 0.55 * (1 - math.exp(-rate * k))
+                pp = [int(rng.random() < min(1.0, acc * (0.5 + e))) for e in ease]
+                rows.append({"run": f"g{g}/seed{s}", **FIELDS, "num_generations": g, "seed": s, "step": step,
+                             "flops": step * 1.0e9 * g, "prompt_tokens": step * 8 * g * 20,
+                             "completion_tokens": step * 8 * g * 30, "score": sum(pp) / N_PROBLEMS,
+                             "n": N_PROBLEMS, "per_problem": pp})
+    return rows
+
+
+def write_csv(path: Path, rows: list[dict], drop: tuple[str, ...] = ()) -> Path:
+    keys = [k for k in rows[0] if k not in drop]
+    with path.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=keys)
+        w.writeheader()
+        for r in rows:
+            w.writerow({k: json.dumps(v) if isinstance(v, list) else v for k, v in r.items() if k in keys})
+    return path
+
+
+def write_jsonl(path: Path, rows: list[dict], drop: tuple[str, ...] = ()) -> Path:
+    path.write_text("".join(json.dumps({k: v for k, v in r.items() if k not in drop}) + "\n" for r in rows))
+    return path
+
+
+def _cli(*args):
+    res = CliRunner(env={"COLUMNS": "200"}).invoke(app, [str(a) for a in args])
+    return res.exit_code, res.output
+
+
+def test_csv_study_imports_as_a_normal_study_and_race_report_reads_it(tmp_path):
+    from race.analysis import allocation_key
+    from race.grid import load_tables
+    from race.protocol import load_study
+
+    rows = study_rows()
+    src = write_csv(tmp_path / "runs.csv", rows, drop=("prompt_tokens", "completion_tokens"))
+    code, out = _cli("import", src, "--study-dir", tmp_path / "s")
+    assert code == 0, out
+    assert "imported 6 run(s), 2 allocation(s)" in out and "as the file gives them" in out
+    t = load_tables(tmp_path / "s")
+    runs, evals = t["runs"], t["evals"]
+    assert sorted(runs["run_id"]) == ["g4-seed0", "g4-seed1", "g4-seed2", "g8-seed0", "g8-seed1", "g8-seed2"]
+    assert allocation_key(runs).nunique() == 2 and set(runs["status"]) == {"complete"}
+    assert runs["budget"].nunique() == 1 and runs["budget"].iloc[0] == max(r["flops"] for r in rows)  # one budget
+    assert dict(zip(runs["run_id"], runs["total_flops"])) == {"g4-seed0": 2e11, "g4-seed1": 2e11, "g4-seed2": 2e11,
+                                                             "g8-seed0": 4e11, "g8-seed1": 4e11, "g8-seed2": 4e11}
+    assert set(runs["model_params"]) == {301200.0} and set(runs["engine"].fillna("")) == {""}
+    assert len(evals) == len(rows)
+    got = evals.sort_values(["run_id", "step"]).reset_index(drop=True)
+    want = sorted(rows, key=lambda r: (r["run"].replace("/", "-"), r["step"]))
+    assert list(got["score"]) == [r["score"] for r in want] and list(got["flops"]) == [r["flops"] for r in want]
+    assert [list(p) for p in got["per_problem"]] == [r["per_problem"] for r in want]
+    assert set(got["target"]) == {"greedy"} and set(got["n"]) == {N_PROBLEMS}
+    study = load_study(tmp_path / "s")
+    assert study.imported is not None and study.primary_target == "greedy"
+    assert any("ended between 2e+11 and 4e+11" in n for n in study.notes)  # a caveat, stored with the study
+    code, out = _cli("report", tmp_path / "s", "--n-boot", "50", "--n-boot-fit", "20")
+    assert code == 0, out
+    md = (tmp_path / "s" / "report" / "report.md").read_text()
+    assert "FLOPs as the file gives them" in md and "ended between" in md
+    assert "the study was imported (race import)" in md  # the validation section says why RACE cannot validate it
+    code, out = _cli("validate", tmp_path / "s")
+    assert code != 0 and "was imported" in out
+
+
+def test_jsonl_tokens_are_charged_by_races_accounting(tmp_path):
+    """Token columns instead of FLOPs: each interval's sequences (step x prompts x G) at
+    even lengths, charged as TRL runs a step; `tokens` + `completion_tokens` is the same
+    as `prompt_tokens` + `completion_tokens`; uneven evaluation points are a caveat."""
+    from race.accounting import PolicyCost
+    from race.accounting.guard import counted
+    from race.accounting.trl_step import TrlStepPlan, trl_tokens_components
+    from race.models.refs import resolve_shape
+    from race.protocol.imports import import_study
+
+    rows = [r for r in study_rows() if not (r["run"] == "g8/seed2" and r["step"] == 30)]  # one point fewer
+    src = write_jsonl(tmp_path / "runs.jsonl", rows, drop=("flops",))
+    res = import_study([src], tmp_path / "s")
+    assert {r.flops_from for r in res.runs} == {"tokens"} and res.runs[0].lora is None
+    assert any("evaluation points differ" in c for c in res.caveats)
+    assert any("charged by RACE from the logged token counts" in c and "full fine-tuning" in c for c in res.caveats)
+    policy = PolicyCost(resolve_shape("tiny-s"), None, "race")
+    run = next(r for r in res.runs if r.name == "g8/seed0")
+    # TRL's defaults: gradient checkpointing on; the fused head at completion tokens (import's default)
+    plan = TrlStepPlan(per_device_train_batch_size=8, num_generations=8, compact_head=True)
+    per_interval = counted(trl_tokens_components(plan, policy, n_seqs=10 * 8 * 8, prompt_tokens=10 * 8 * 8 * 20,
+                                                 completion_tokens=10 * 8 * 8 * 30, recompute="early_stop"))
+    assert [e["flops"] for e in run.evals] == [k * per_interval for k in range(6)]
+    alt = [{**{k: v for k, v in r.items() if k != "prompt_tokens"}, "tokens": r["prompt_tokens"] + r["completion_tokens"]}
+           for r in rows]
+    res2 = import_study([write_jsonl(tmp_path / "alt.jsonl", alt, drop=("flops",))], tmp_path / "s2")
+    assert [e["flops"] for r in res2.runs for e in r.evals] == [e["flops"] for r in res.runs for e in r.evals]
+
+
+def _refused(tmp_path, rows, match, fmt="csv", **kw):
+    from race.protocol.imports import ImportRefused, import_study
+
+    write = write_csv if fmt == "csv" else write_jsonl
+    src = write(tmp_path / f"bad.{fmt}", rows)
+    with pytest.raises(ImportRefused, match=match):
+        import_study([src], tmp_path / "s", **kw)
+
+
+def test_malformed_files_are_refused_with_what_to_fix(tmp_path):
+    rows = study_rows()
+    drop = lambda *cols: [{k: v for k, v in r.items() if k not in cols} for r in rows]  # noqa: E731
+    _refused(tmp_path, drop("n", "seed"), r"missing column\(s\) n, seed")
+    _refused(tmp_path, drop("flops", "prompt_tokens"), r"flops \(or prompt_tokens and completion_tokens\)")
+    bad = [dict(r) for r in rows]
+    bad[3]["flops"] = 1.0  # step 30 of g4/seed0 below its step 20
+    _refused(tmp_path, bad, "not monotone: 8e\\+10 at step 20, 1 at step 30")
+    _refused(tmp_path, [r for r in rows if r["seed"] == 0], "2 allocation\\(s\\) have one seed.*--allow-one-seed")
+    bad = [dict(r) for r in rows]
+    bad[7] = {**bad[7], "score": 7.5, "per_problem": None}
+    _refused(tmp_path, [{k: v for k, v in r.items() if v is not None} for r in bad], "score 7.5 is outside \\[0, 1\\]",
+             fmt="jsonl")
+    _refused(tmp_path, [r for r in rows if not (r["run"] == "g8/seed1" and r["step"] == 0)],
+             "run g8/seed1 has no step-0 greedy evaluation")
+    _refused(tmp_path, [{**r, "model": "my-policy-7b"} for r in rows], "model 'my-policy-7b' is unknown.*--model")
+    _refused(tmp_path, [{**r, "run": r["run"].replace("seed2", "seed1")} for r in rows], "two values of seed")
+    _refused(tmp_path, rows + [{**r, "run": "copy"} for r in rows if r["run"] == "g4/seed0"], "both seed 0")
+    _refused(tmp_path, [{**r, "group_size": 4} for r in rows], "group_size: not a setting RACE knows")
+    _refused(tmp_path, [{**r, "per_problem": r["per_problem"][:-1]} for r in rows], "n=30 outcomes")
+    _refused(tmp_path, [{**r, "reward": "accuracy"} for r in rows], "reward")
+    _refused(tmp_path, [{**r, "flops": r["flops"] + 5.0} for r in rows], "step 0 is the base model")
+    _refused(tmp_path, rows, "--target 'pass@1' is not evaluated", target="pass@1")
+    _refused(tmp_path, [{**r, "budget": 3e11} for r in rows], "run g8/seed0 counted 4e\\+11 FLOPs, more than its budget")
+
+
+def test_unknown_model_maps_through_model_and_one_seed_is_allowed_for_the_report(tmp_path):
+    from race.protocol.imports import import_study
+
+    rows = [{**r, "model": "my-policy"} for r in study_rows() if r["seed"] == 0]
+    src = write_csv(tmp_path / "runs.csv", rows)
+    res = import_study([src], tmp_path / "s", models=["my-policy=tiny-m"], allow_one_seed=True)
+    from race.models.refs import resolve_shape
+
+    assert {r.shape for r in res.runs} == {resolve_shape("tiny-m")}
+    assert any("have one seed" in c for c in res.caveats)
+    code, out = _cli("report", tmp_path / "s", "--n-boot", "20", "--n-boot-fit", "10")
+    assert code == 0, out
+
+
+def test_a_study_dir_is_not_overwritten(tmp_path):
+    from race.protocol.imports import ImportRefused, import_study
+
+    src = write_csv(tmp_path / "runs.csv", study_rows())
+    import_study([src], tmp_path / "s")
+    with pytest.raises(ImportRefused, match="--replace"):
+        import_study([src], tmp_path / "s")
+    import_study([src], tmp_path / "s", replace=True)
+    code, out = _cli("import", src, "--study-dir", tmp_path / "s")  # the CLI: one line, exit 2
+    assert code == 2 and "error: " in out and "--replace" in out
