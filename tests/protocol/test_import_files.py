@@ -94,6 +94,12 @@ def test_csv_study_imports_as_a_normal_study_and_race_report_reads_it(tmp_path):
     assert "the study was imported (race import)" in md  # the validation section says why RACE cannot validate it
     code, out = _cli("validate", tmp_path / "s")
     assert code != 0 and "was imported" in out
+    # the racing decisions read it as a study RACE ran: a last-rung decision keeps one allocation
+    from race.analysis.racing import RacingRule, rung_decision
+
+    b = float(runs["budget"].iloc[0])
+    d = rung_decision(runs, evals, target_budget=4 * b, rung_budgets=[b / 2, b], rung=1, rule=RacingRule(n_boot=50))
+    assert d.leader in set(allocation_key(runs)) and list(d.go_on) == [d.leader] and len(d.stopped) == 1
 
 
 def test_jsonl_tokens_are_charged_by_races_accounting(tmp_path):
@@ -184,3 +190,22 @@ def test_a_study_dir_is_not_overwritten(tmp_path):
     import_study([src], tmp_path / "s", replace=True)
     code, out = _cli("import", src, "--study-dir", tmp_path / "s")  # the CLI: one line, exit 2
     assert code == 2 and "error: " in out and "--replace" in out
+    (tmp_path / "runs.txt").write_text("")
+    with pytest.raises(ImportRefused, match="cannot tell its format"):
+        import_study([tmp_path / "runs.txt"], tmp_path / "t")
+    with pytest.raises(ImportRefused, match="--format 'yaml'"):
+        import_study([src], tmp_path / "t", fmt="yaml")
+    with pytest.raises(ImportRefused, match="--set seed=5"):
+        import_study([src], tmp_path / "t", settings={"seed": 5})
+    import_study([src], tmp_path / "u", settings={"learning_rate": "1e-4"})  # the same number, written otherwise
+
+
+def test_a_study_race_ran_is_never_replaced(tmp_path):
+    from race.grid import Store
+    from race.protocol.imports import ImportRefused, import_study
+
+    with Store(tmp_path / "grid") as store:
+        store.register_study("grid", json.dumps({"study": "grid", "budgets": [1e12]}))
+    src = write_csv(tmp_path / "runs.csv", study_rows())
+    with pytest.raises(ImportRefused, match="holds a study RACE ran"):
+        import_study([src], tmp_path / "grid", replace=True)

@@ -61,6 +61,7 @@ def test_callback_ledger_gives_each_evaluations_flops_exactly(trl_dirs, tmp_path
     assert runs["learning_flops"].iloc[0] == card["phase_flops"]["update"]
     assert runs["budget"].iloc[0] == card["counted_flops"] and runs["status"].iloc[0] == "complete"
     assert (runs["lora_r"].iloc[0], runs["num_generations"].iloc[0], runs["prompts_per_step"].iloc[0]) == (2, 4, 2)
+    assert runs["engine"].iloc[0] == "trl"
     assert list(stored["flops"]) == [e["flops"] for e in imported.evals]
     # the base model at step 0, before any training FLOPs
     assert stored.loc[stored["step"] == 0, "flops"].tolist() == [0.0]

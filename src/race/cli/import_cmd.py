@@ -31,7 +31,7 @@ def import_runs(
     conventions: Annotated[str, typer.Option(help="FLOP conventions of charged tokens")] = "race",
     compact_head: Annotated[bool, typer.Option(
         "--compact-head/--all-positions-head",
-        help="TRL without RACE's callback: its fused LM head ran at completion tokens (Triton on CUDA, default) or "
+        help="charged tokens: the fused LM head ran at completion tokens (Triton on CUDA, default) or "
              "at every position (CPU)")] = True,
     allow_one_seed: Annotated[bool, typer.Option(help="import allocations with one seed (the report reads them; "
                                                       "racing and replay need two or more)")] = False,

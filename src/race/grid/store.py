@@ -243,15 +243,11 @@ class Store:
         return self._add_rows(rows)
 
     def add_external_runs(self, study: str, runs: Iterable[dict[str, Any]]) -> int:
-        """Register runs trained outside RACE (``race import``: ``race.protocol.imports``) as
-        ``pending`` cells, in the columns a grid cell fills, so the study stays one format;
-        :meth:`ingest` then writes each one's rows and summary as for a grid run. Each run is
-        a mapping with ``run_id``, ``position``, ``spec`` (what the run's source says about it,
-        stored as its spec), ``allocation`` (its allocation fields by RACE's names; every key
-        beyond ``race.schema.OWN_COLUMN_AXES`` becomes an ``axis_*`` column), ``label``,
-        ``engine``, ``budget``, ``seed`` and the allocation columns (``model``,
-        ``num_generations``, ``prompts_per_step``, ``num_iterations``, ``learning_rate``,
-        ``reward``, optional ``lora_r``). Returns how many were new."""
+        """Register runs trained outside RACE (``race import``, ``race.protocol.imports``) as
+        ``pending`` cells in the columns a grid cell fills; :meth:`ingest` then writes each
+        one's rows. A run is a mapping: ``run_id``, ``position``, ``spec``, ``allocation`` (keys
+        beyond ``race.schema.OWN_COLUMN_AXES`` become ``axis_*`` columns), ``label``, ``engine``,
+        ``budget``, ``seed``, the allocation columns and ``lora_r``. Returns how many were new."""
         rows = [(r["run_id"], study, int(r["position"]), json.dumps(r["spec"], sort_keys=True),
                  json.dumps(r["allocation"], sort_keys=True), r["label"], r.get("engine"), r["model"],
                  int(r["num_generations"]), int(r["prompts_per_step"]), int(r["num_iterations"]),

@@ -84,12 +84,21 @@ def read_rows(path: Path, fmt: str) -> list[tuple[str, dict[str, Any]]]:
     return out
 
 
+def same_value(a: Any, b: Any) -> bool:
+    """Whether two values of a field agree: as numbers when both read as one (``"1e-4"``
+    and ``0.0001``), else as text."""
+    try:
+        return float(a) == float(b)
+    except (TypeError, ValueError):
+        return str(a) == str(b)
+
+
 def apply_settings(rows: list[tuple[str, dict[str, Any]]], settings: dict[str, Any]) -> None:
     """Fill ``--set`` values into every row that lacks the key (in place); a row that gives
     the key with another value is refused."""
     for where, row in rows:
         for k, v in settings.items():
-            if k in row and str(row[k]) != str(v):
+            if k in row and not same_value(row[k], v):
                 raise ImportRefused(f"{where}: {k} is {row[k]!r} here and --set {k}={v} says {v!r}: give it once")
             row.setdefault(k, v)
 
@@ -180,7 +189,7 @@ def _fields_of(name: str, rows: list[tuple[str, dict[str, Any]]]) -> tuple[Impor
         for k, v in row.items():
             if k in ROW_COLUMNS and k != "budget":
                 continue
-            if k in values and str(values[k]) != str(v):
+            if k in values and not same_value(values[k], v):
                 raise ImportRefused(f"{where}: run {name} gives two values of {k} ({values[k]!r}, {v!r}): a run's "
                                     "allocation, seed and budget are the same on every row")
             values[k] = v

@@ -32,7 +32,7 @@ from race.spec.imported import ChargeSettings, imported_fields
 
 from .errors import ImportRefused
 from .import_charge import Shapes, charge_intervals, head_note, lora_of, policy_cost
-from .import_rows import ImportedRun, check_trajectory
+from .import_rows import ImportedRun, check_trajectory, same_value
 
 #: ``eval_*`` keys that are TRL's or transformers' bookkeeping, never a score.
 NOT_SCORES = ("eval_loss", "eval_runtime", "eval_samples_per_second", "eval_steps_per_second", "eval_num_tokens",
@@ -93,6 +93,7 @@ def _defaults(path: Path, values: dict[str, Any], shapes: Shapes) -> tuple[dict[
     ckpts = sorted(path.glob("checkpoint-*/adapter_config.json"), key=lambda p: p.stat().st_mtime)
     adapter = _json(path / "adapter_config.json") or (_json(ckpts[-1]) if ckpts else {})
     out = dict(values)
+    out.setdefault("engine", "trl")
     if adapter.get("r") is not None and "lora.r" not in out and "lora_r" not in out:
         out["lora.r"] = adapter["r"]
     if "model" not in out:
@@ -101,7 +102,7 @@ def _defaults(path: Path, values: dict[str, Any], shapes: Shapes) -> tuple[dict[
             out["model"] = model
     card = _json(path / "report_card.json")
     g = card.get("num_generations")
-    if g and "num_generations" in out and str(out["num_generations"]) != str(g):
+    if g and "num_generations" in out and not same_value(out["num_generations"], g):
         raise ImportRefused(f"{path}: num_generations={out['num_generations']} but the run's report card says {g}")
     if g:
         out.setdefault("num_generations", g)

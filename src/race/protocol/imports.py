@@ -34,7 +34,7 @@ from typing import Any, Sequence
 
 from .errors import ImportRefused
 from .import_charge import TOKENS_NOTE, Shapes, lora_text
-from .import_rows import ImportedRun, runs_from_file
+from .import_rows import ImportedRun, runs_from_file, same_value
 from .import_trl import DEFAULT_TARGET as TRL_TARGET, read_manifest, trl_run
 
 FORMATS = ("trl", "csv", "jsonl")
@@ -90,7 +90,7 @@ def collect_runs(paths: Sequence[Path], fmt: str | None, *, settings: dict[str, 
         for d, name, values in dirs:
             both = {**settings, **values}
             for k in set(settings) & set(values):
-                if str(settings[k]) != str(values[k]):
+                if not same_value(settings[k], values[k]):
                     raise ImportRefused(f"{d}: {k} is {values[k]!r} in the manifest and --set {k}={settings[k]}")
             runs.append(trl_run(d, both, name=name, shapes=shapes, score=score_key, target=target or TRL_TARGET,
                                 eval_problems=eval_problems, conventions=conventions, compact_head=compact_head))
