@@ -209,3 +209,32 @@ def test_a_study_race_ran_is_never_replaced(tmp_path):
     src = write_csv(tmp_path / "runs.csv", study_rows())
     with pytest.raises(ImportRefused, match="holds a study RACE ran"):
         import_study([src], tmp_path / "grid", replace=True)
+
+
+def test_budget_levels_write_each_runs_prefixes_as_a_nested_grid_does(tmp_path):
+    """--budgets: each run's budget is the smallest level it fits, and its prefix at each
+    smaller level (its evaluations up to the last that fits; none below its first point) is
+    written by the store as that budget's run, prefix_of the run, with those steps' FLOPs."""
+    from race.grid import load_tables
+    from race.protocol.imports import ImportRefused, import_study
+
+    rows = study_rows()  # G=4: 4e10 FLOPs per 10 steps, to 2e11; G=8: 8e10, to 4e11
+    src = write_csv(tmp_path / "runs.csv", rows, drop=("prompt_tokens", "completion_tokens"))
+    res = import_study([src], tmp_path / "s", budgets=[4e11, 5e10, 2e11, 1e11])
+    assert any("stands for the run of that budget" in c for c in res.caveats)
+    t = load_tables(tmp_path / "s")
+    runs = t["runs"].set_index("run_id")
+    cols = ["budget", "total_flops", "steps", "prefix_of"]
+    assert runs.loc["g4-seed0", "budget"] == 2e11 and runs.loc["g8-seed0", "budget"] == 4e11
+    assert runs.loc["g4-seed0.p0", cols].tolist() == [5e10, 4e10, 10, "g4-seed0"]
+    assert runs.loc["g4-seed0.p1", cols].tolist() == [1e11, 8e10, 20, "g4-seed0"]
+    assert runs.loc["g8-seed0.p0", cols].tolist() == [1e11, 8e10, 10, "g8-seed0"]  # nothing fits 5e10 but step 0
+    assert runs.loc["g8-seed0.p1", cols].tolist() == [2e11, 1.6e11, 20, "g8-seed0"]
+    assert len(runs) == 6 + 6 * 2 and set(runs.loc[runs["prefix_of"].notna(), "own_flops"]) == {0.0}
+    ev = t["evals"]
+    assert sorted(ev.loc[ev["run_id"] == "g8-seed0.p1", "step"]) == [0, 10, 20]
+    with pytest.raises(ImportRefused, match="more than the largest of --budgets"):
+        import_study([src], tmp_path / "t", budgets=[1e11])
+    cosine = write_csv(tmp_path / "cos.csv", [{**r, "lr_scheduler_type": "cosine"} for r in rows])
+    with pytest.raises(ImportRefused, match="constant learning rate"):
+        import_study([cosine], tmp_path / "u", budgets=[4e11])

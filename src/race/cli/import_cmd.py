@@ -35,6 +35,9 @@ def import_runs(
              "at every position (CPU)")] = True,
     allow_one_seed: Annotated[bool, typer.Option(help="import allocations with one seed (the report reads them; "
                                                       "racing and replay need two or more)")] = False,
+    budgets: Annotated[Optional[str], typer.Option(
+        help="comma-separated FLOP budgets: each run stands for the smaller ones by its prefixes, as in a nested grid "
+             "(default: one budget, the largest run's FLOPs)")] = None,
     study: Annotated[Optional[str], typer.Option(help="study name (default: the directory's name)")] = None,
     replace: Annotated[bool, typer.Option(help="replace an imported study already in --study-dir")] = False,
 ) -> None:
@@ -45,10 +48,16 @@ def import_runs(
     from race.spec.run import parse_override
 
     try:
+        levels = [float(b) for b in budgets.replace(" ", "").split(",") if b] if budgets else None
+    except ValueError:
+        raise typer.BadParameter(f"{budgets!r}: write comma-separated numbers, e.g. 1e11,2e11,4e11",
+                                 param_hint="--budgets")
+    try:
         settings = {".".join(k): v for k, v in (parse_override(s) for s in set_ or [])}
         res = import_study(paths, study_dir, fmt=format, settings=settings, models=model, score_key=score_key,
                            target=target, eval_problems=eval_problems, conventions=conventions,
-                           compact_head=compact_head, allow_one_seed=allow_one_seed, study=study, replace=replace)
+                           compact_head=compact_head, allow_one_seed=allow_one_seed, study=study, replace=replace,
+                           budgets=levels)
     except (ImportRefused, ConfigError) as e:
         _fail(str(e))
     total = sum(r.total_flops for r in res.runs)

@@ -215,6 +215,7 @@ def run_from_rows(name: str, rows: list[tuple[str, dict[str, Any]]], *, shapes: 
     ledger: list[dict[str, Any]] = []
     if given:
         evals = [eval_row(r, _num(r, "flops", w), w) for w, r in rows]
+        ledger = unsplit_ledger(name, evals, where)
     else:
         cum = _token_points(name, fields, rows)
         intervals, prev = [], (0, 0, 0)
@@ -233,6 +234,29 @@ def run_from_rows(name: str, rows: list[tuple[str, dict[str, Any]]], *, shapes: 
                        steps=max(e["step"] for e in evals), source=f"{where.rsplit(':', 1)[0]} ({fmt})",
                        flops_from="file" if given else "tokens", conventions=conventions if not given else "as given",
                        budget=budget, lora=lora, notes=[] if given else [head_note(compact_head)])
+
+
+#: The ledger phase of FLOPs a file gives without their split by phase (counted: the run's
+#: total is theirs; the report's split shows them as unattributed).
+UNSPLIT = "unsplit"
+
+
+def unsplit_ledger(name: str, evals: list[dict[str, Any]], where: str) -> list[dict[str, Any]]:
+    """One counted ledger row per evaluated step of FLOPs a file gives (the increase since
+    the step before), so a prefix of the run has its total (``Store.ingest``'s budget
+    points). Every target of a step must say the same FLOPs."""
+    at: dict[int, float] = {}
+    for e in evals:
+        if at.setdefault(e["step"], e["flops"]) != e["flops"]:
+            raise ImportRefused(f"{where}: run {name} gives two FLOP counts at step {e['step']} "
+                                f"({at[e['step']]:g}, {e['flops']:g}): one per step, whatever the target")
+    rows, last = [], 0.0
+    for step in sorted(at):
+        if at[step] > last:
+            rows.append({"step": step, "phase": UNSPLIT, "component": "file", "flops": at[step] - last,
+                         "tokens": None, "seconds": None, "counted": True})
+        last = max(last, at[step])
+    return rows
 
 
 def _token_points(name: str, fields: ImportedFields, rows: list[tuple[str, dict[str, Any]]],

@@ -204,8 +204,42 @@ def _run_json(r: ImportedRun, rid: str, budget: float) -> dict[str, Any]:
             "conventions": r.conventions, "imported": {"source": r.source, "flops_from": r.flops_from, "name": r.name}}
 
 
-def write_study(study_dir: Path, name: str, runs: list[ImportedRun], spec: dict[str, Any], replace: bool) -> None:
-    """Write the study through the store's API (module docstring)."""
+def budget_levels(runs: list[ImportedRun], levels: Sequence[float]) -> dict[str, tuple[float, list[dict[str, Any]]]]:
+    """``--budgets``: run name -> (its budget: the smallest level its counted FLOPs fit, its
+    budget points: per smaller level, the last step whose evaluation fits it), as a nested
+    grid's run stands for its smaller budgets (``Store.ingest`` writes each point as that
+    budget's run, ``prefix_of`` the run). Only at a constant learning rate is a prefix the
+    shorter run: a run that says otherwise is refused."""
+    from race.accounting.guard import check_budget, overspent
+
+    for b in levels:
+        check_budget(b, "--budgets")
+    levels = sorted(set(float(b) for b in levels))
+    out = {}
+    for r in runs:
+        schedule = r.fields.axes.get("lr_scheduler_type", "constant")
+        if schedule != "constant" or r.budget is not None:
+            raise ImportRefused(f"run {r.name}: --budgets reads each run's prefixes as the runs of the smaller "
+                                "budgets, which holds at a constant learning rate only, and each level is a budget: "
+                                f"drop {'its budget column' if r.budget is not None else f'lr_scheduler_type={schedule}'}"
+                                " or --budgets")
+        i = next((i for i, b in enumerate(levels) if not overspent(r.total_flops, b)), None)
+        if i is None:
+            raise ImportRefused(f"run {r.name} counted {r.total_flops:.4g} FLOPs, more than the largest of --budgets "
+                                f"({levels[-1]:.4g}): add a level it fits")
+        points = []
+        for b in levels[:i]:
+            inside = [e["step"] for e in r.evals if e["step"] > 0 and not overspent(e["flops"], b)]
+            if inside:
+                points.append({"budget": b, "step": max(inside)})
+        out[r.name] = (levels[i], points)
+    return out
+
+
+def write_study(study_dir: Path, name: str, runs: list[ImportedRun], spec: dict[str, Any], replace: bool,
+                levels: dict[str, tuple[float, list[dict[str, Any]]]] | None = None) -> None:
+    """Write the study through the store's API (module docstring); ``levels``: each run's
+    budget and budget points (:func:`budget_levels`)."""
     from race.grid import Store
     from race.grid.store import STORE_FILE
 
@@ -228,26 +262,28 @@ def write_study(study_dir: Path, name: str, runs: list[ImportedRun], spec: dict[
             alloc = r.fields.allocation()
             rows.append({"run_id": run_id(r.name), "position": i, "allocation": alloc, "label": _key(r),
                          "spec": {"imported": {"source": r.source, "name": r.name}, **alloc, "seed": r.fields.seed},
-                         "engine": r.fields.engine, "budget": r.budget or default_budget, "seed": r.fields.seed,
+                         "engine": r.fields.engine, "seed": r.fields.seed,
+                         "budget": levels[r.name][0] if levels else r.budget or default_budget,
                          "lora_r": alloc.get("lora.r"), **{k: alloc[k] for k in
                          ("model", "num_generations", "prompts_per_step", "num_iterations", "learning_rate", "reward")}})
         store.add_external_runs(name, rows)
         for r, row in zip(runs, rows):
-            store.ingest(row["run_id"], {"run": _run_json(r, row["run_id"], row["budget"]), "ledger": r.ledger,
-                                         "evals": r.evals, "train": r.train})
+            run = {**_run_json(r, row["run_id"], row["budget"]), "budget_points": levels[r.name][1] if levels else []}
+            store.ingest(row["run_id"], {"run": run, "ledger": r.ledger, "evals": r.evals, "train": r.train})
 
 
 def import_study(paths: Sequence[str | Path], study_dir: str | Path, *, fmt: str | None = None,
                  settings: dict[str, Any] | None = None, models: list[str] | None = None, score_key: str | None = None,
                  target: str | None = None, eval_problems: int | None = None, conventions: str = "race",
                  compact_head: bool = True, allow_one_seed: bool = False, study: str | None = None,
-                 replace: bool = False) -> ImportResult:
+                 replace: bool = False, budgets: Sequence[float] | None = None) -> ImportResult:
     """Import ``paths`` into a new study at ``study_dir`` (module docstring). ``settings``:
     fields every run shares (``--set``); ``models``: ``--model`` (``REF`` or ``NAME=REF``);
     ``score_key``/``target``/``eval_problems``: a TRL directory's score key, its target name
     (default ``pass@1``) and evaluation set size; ``conventions``: how tokens are charged;
     ``compact_head``: TRL's fused head ran at completion tokens only (Triton on CUDA) rather
-    than every position (CPU)."""
+    than every position (CPU); ``budgets``: budget levels, each run's prefixes written as the
+    runs of the smaller levels (:func:`budget_levels`)."""
     from race.accounting.conventions import resolve
     from race.accounting import AccountingError
 
@@ -260,14 +296,19 @@ def import_study(paths: Sequence[str | Path], study_dir: str | Path, *, fmt: str
                         score_key=score_key, target=target, eval_problems=eval_problems, conventions=conventions,
                         compact_head=compact_head)
     caveats = check_study(runs, allow_one_seed)
+    levels = budget_levels(runs, budgets) if budgets else None
+    if levels:
+        caveats.append(f"Budgets {', '.join(f'{b:.3g}' for b in sorted(set(budgets or [])))}: each run's prefix at a "
+                       "smaller budget stands for the run of that budget, as in a nested grid (true at a constant "
+                       "learning rate after warmup, which RACE cannot check for runs it did not run).")
     primary = primary_target(runs, target)
     name = study or sdir.resolve().name
     spec = {"study": name, "eval": {"targets": [primary]},
             "imported": {"sources": [str(p) for p in paths], "caveats": caveats, "runs": len(runs),
                          "flops_from": sorted({r.flops_from for r in runs})}}
-    write_study(sdir, name, runs, spec, replace)
+    write_study(sdir, name, runs, spec, replace, levels)
     return ImportResult(study_dir=sdir, study=name, runs=runs, caveats=caveats, primary_target=primary)
 
 
-__all__ = ["FORMATS", "ImportRefused", "ImportResult", "check_study", "collect_runs", "detect_format",
+__all__ = ["FORMATS", "ImportRefused", "ImportResult", "budget_levels", "check_study", "collect_runs", "detect_format",
            "import_study", "primary_target", "run_id", "write_study"]
