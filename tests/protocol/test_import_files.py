@@ -125,8 +125,8 @@ def test_jsonl_tokens_are_charged_by_races_accounting(tmp_path):
     per_interval = counted(trl_tokens_components(plan, policy, n_seqs=10 * 8 * 8, prompt_tokens=10 * 8 * 8 * 20,
                                                  completion_tokens=10 * 8 * 8 * 30, recompute="early_stop"))
     assert [e["flops"] for e in run.evals] == [k * per_interval for k in range(6)]
-    alt = [{**{k: v for k, v in r.items() if k != "prompt_tokens"}, "tokens": r["prompt_tokens"] + r["completion_tokens"]}
-           for r in rows]
+    alt = [{**{k: v for k, v in r.items() if k != "prompt_tokens"},
+            "tokens": r["prompt_tokens"] + r["completion_tokens"]} for r in rows]
     res2 = import_study([write_jsonl(tmp_path / "alt.jsonl", alt, drop=("flops",))], tmp_path / "s2")
     assert [e["flops"] for r in res2.runs for e in r.evals] == [e["flops"] for r in res.runs for e in r.evals]
 
@@ -163,7 +163,8 @@ def test_malformed_files_are_refused_with_what_to_fix(tmp_path):
     _refused(tmp_path, [{**r, "reward": "accuracy"} for r in rows], "reward")
     _refused(tmp_path, [{**r, "flops": r["flops"] + 5.0} for r in rows], "step 0 is the base model")
     _refused(tmp_path, rows, "--target 'pass@1' is not evaluated", target="pass@1")
-    _refused(tmp_path, [{**r, "budget": 3e11} for r in rows], "run g8/seed0 counted 4e\\+11 FLOPs, more than its budget")
+    _refused(tmp_path, [{**r, "budget": 3e11} for r in rows],
+             "run g8/seed0 counted 4e\\+11 FLOPs, more than its budget")
 
 
 def test_unknown_model_maps_through_model_and_one_seed_is_allowed_for_the_report(tmp_path):

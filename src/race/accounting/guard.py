@@ -248,5 +248,6 @@ class BudgetGuard:
 
 
 __all__ = ["BUDGET_STOP", "BudgetExceededError", "BudgetGuard", "StepPlan", "UNCOUNTED_PHASES", "check_budget",
-           "counted", "fits", "is_budget", "overspent", "reaches", "is_counted", "record_overrun_step", "steps_bought", "steps_in_budget",
+           "counted", "fits", "is_budget", "overspent", "reaches", "is_counted", "record_overrun_step", "steps_bought",
+           "steps_in_budget",
            "RewardBound", "plan_step_bound", "step_bound", "stops_before"]

@@ -38,5 +38,6 @@ from .target import run_validation, validate_race
 __all__ = ["VALIDATION_FILE", "ImportRefused", "ImportResult", "RaceResult", "ReportError", "StudyData",
            "ValidationOutcome", "choose_allocations",
            "run_race", "run_validation", "validate_race",
-           "default_target_budget", "grid_primary_target", "import_study", "load_study", "read_validations", "recommend_for",
+           "default_target_budget", "grid_primary_target", "import_study", "load_study", "read_validations",
+           "recommend_for",
            "reward_model_cards", "validate_study", "validation_grids", "write_validation"]

@@ -103,8 +103,8 @@ def charge_intervals(fields: ImportedFields, policy: PolicyCost, intervals: list
                                           completion_tokens=completion, recompute=recompute)
         except AccountingError as e:
             raise ImportRefused(f"{where}, step {step}: {seqs} sequences with {prompt} prompt and {completion} "
-                                f"completion tokens cannot be charged ({e}); check prompts_per_step x "
-                                "num_generations (the sequences of one generation batch) and the token counts") from None
+                                f"completion tokens cannot be charged ({e}); check prompts_per_step x num_generations "
+                                "(the sequences of one generation batch) and the token counts") from None
         for key, flops in sorted(comps.items()):
             phase, _, component = key.partition("/")
             tokens = prompt + completion if phase != "rollout" else (prompt if component == "prefill" else completion)

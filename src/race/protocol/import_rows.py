@@ -111,7 +111,8 @@ def check_columns(rows: list[tuple[str, dict[str, Any]]], source: str) -> None:
         raise ImportRefused(f"{source}: no evaluation rows")
     have = set().union(*(r.keys() for _, r in rows))
     missing = [c for c in ("run", "step", "score", "n", *REQUIRED_FIELDS) if c not in have]
-    if "flops" not in have and not ({"prompt_tokens", "completion_tokens"} <= have or {"tokens", "completion_tokens"} <= have):
+    tokens = {"prompt_tokens", "completion_tokens"} <= have or {"tokens", "completion_tokens"} <= have
+    if "flops" not in have and not tokens:
         missing.append("flops (or prompt_tokens and completion_tokens)")
     if missing:
         raise ImportRefused(f"{source}: missing column(s) {', '.join(missing)}: add them (one row per evaluation: "

@@ -81,9 +81,9 @@ def score_key(entries: list[dict[str, Any]], asked: str | None, where: str) -> s
     rewards = [k for k in keys if k.startswith("eval_rewards/") and k.endswith("/mean")]
     if len(rewards) == 1:
         return rewards[0]
-    raise ImportRefused(f"{where}: {'several reward functions' if rewards else 'no eval_rewards/<function>/mean key'} "
-                        f"in the evaluation logs: choose the score with --score-key (one of: {', '.join(keys) or 'none'})"
-                        if keys else f"{where}: the log history has no evaluations (eval_* keys): train with "
+    what = "several reward functions" if rewards else "no eval_rewards/<function>/mean key"
+    raise ImportRefused(f"{where}: {what} in the evaluation logs: choose the score with --score-key (one of: "
+                        f"{', '.join(keys)})" if keys else f"{where}: the log history has no evaluations (eval_* keys): train with "
                         "eval_strategy='steps' (or 'epoch'), an eval_dataset and eval_on_start=True")
 
 
@@ -177,8 +177,9 @@ def _from_callback(path: Path, hist: list[dict[str, Any]]) -> tuple[list[dict[st
             for k, v in h.items():
                 if k.startswith(FLOPS_KEY + "/") and float(v) > last.get(k, 0.0):
                     phase = k.split("/")[-1]
-                    ledger.append({"step": int(h["step"]), "phase": phase, "component": "", "flops": int(v - last.get(k, 0)),
-                                   "tokens": None, "seconds": None, "counted": is_counted(phase)})
+                    ledger.append({"step": int(h["step"]), "phase": phase, "component": "",
+                                   "flops": int(v - last.get(k, 0)), "tokens": None, "seconds": None,
+                                   "counted": is_counted(phase)})
                     last[k] = float(v)
     logged = [(int(h["step"]), float(h[FLOPS_KEY])) for h in hist if FLOPS_KEY in h]
     total = float(sum(r["flops"] for r in ledger if r["counted"])) if ledger else max(f for _, f in logged)
@@ -194,7 +195,8 @@ def _from_tokens(path: Path, hist: list[dict[str, Any]], state: dict[str, Any], 
                  compact_head: bool, where: str, name: str) -> tuple[list[dict[str, Any]], Any, float, str, list[str]]:
     """FLOPs charged from the logged tokens (module docstring)."""
     s = ChargeSettings.of(fields)
-    gas, every = s.gradient_accumulation_steps, (s.steps_per_generation or s.gradient_accumulation_steps) * fields.num_iterations
+    gas = s.gradient_accumulation_steps
+    every = (s.steps_per_generation or gas) * fields.num_iterations  # micro-steps between generations (TRL's)
     per_gen = fields.prompts_per_step * fields.num_generations
     logs = sorted((h for h in hist if "num_tokens" in h and "completions/mean_length" in h and "loss" in h),
                   key=lambda h: h["step"])
@@ -206,10 +208,10 @@ def _from_tokens(path: Path, hist: list[dict[str, Any]], state: dict[str, Any], 
         seqs = gens * per_gen
         completion = float(h["completions/mean_length"]) * seqs
         if gens == 0 or abs(completion - round(completion)) > 1e-6 * max(1.0, completion):
-            raise ImportRefused(f"{where}: the log at step {step} does not fit {gens} generation(s) of prompts_per_step "
-                                f"x num_generations = {per_gen} sequences (mean completion length "
-                                f"{h['completions/mean_length']}): check those fields and gradient_accumulation_steps / "
-                                "steps_per_generation / num_iterations")
+            raise ImportRefused(f"{where}: the log at step {step} does not fit {gens} generation(s) of "
+                                f"prompts_per_step x num_generations = {per_gen} sequences (mean completion length "
+                                f"{h['completions/mean_length']}): check those fields and "
+                                "gradient_accumulation_steps / steps_per_generation / num_iterations")
         intervals.append((step, seqs, tokens - prev_tokens - int(round(completion)), int(round(completion))))
         cum[step] = tokens
         prev_step, prev_tokens = step, tokens
@@ -219,7 +221,8 @@ def _from_tokens(path: Path, hist: list[dict[str, Any]], state: dict[str, Any], 
 
     def at(step: int, entry: dict[str, Any] | None) -> float:
         logged = max(st for st in flops_at if st <= step)
-        if entry is not None and "eval_num_tokens" in entry and int(round(float(entry["eval_num_tokens"]))) != cum[logged]:
+        seen = None if entry is None or "eval_num_tokens" not in entry else int(round(float(entry["eval_num_tokens"])))
+        if seen is not None and seen != cum[logged]:
             raise ImportRefused(f"{where}: the evaluation at step {step} follows generations whose lengths were not "
                                 f"logged (last log with tokens: step {logged}): log at every evaluation step "
                                 "(logging_steps dividing eval_steps)")

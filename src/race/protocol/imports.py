@@ -32,6 +32,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
+from race.schema import ALLOCATION_COLUMNS
+
 from .errors import ImportRefused
 from .import_charge import TOKENS_NOTE, Shapes, lora_text
 from .import_rows import ImportedRun, runs_from_file, same_value
@@ -219,10 +221,10 @@ def budget_levels(runs: list[ImportedRun], levels: Sequence[float]) -> dict[str,
     for r in runs:
         schedule = r.fields.axes.get("lr_scheduler_type", "constant")
         if schedule != "constant" or r.budget is not None:
+            drop = "its budget column" if r.budget is not None else f"lr_scheduler_type={schedule}"
             raise ImportRefused(f"run {r.name}: --budgets reads each run's prefixes as the runs of the smaller "
                                 "budgets, which holds at a constant learning rate only, and each level is a budget: "
-                                f"drop {'its budget column' if r.budget is not None else f'lr_scheduler_type={schedule}'}"
-                                " or --budgets")
+                                f"drop {drop} or --budgets")
         i = next((i for i, b in enumerate(levels) if not overspent(r.total_flops, b)), None)
         if i is None:
             raise ImportRefused(f"run {r.name} counted {r.total_flops:.4g} FLOPs, more than the largest of --budgets "
@@ -264,8 +266,7 @@ def write_study(study_dir: Path, name: str, runs: list[ImportedRun], spec: dict[
                          "spec": {"imported": {"source": r.source, "name": r.name}, **alloc, "seed": r.fields.seed},
                          "engine": r.fields.engine, "seed": r.fields.seed,
                          "budget": levels[r.name][0] if levels else r.budget or default_budget,
-                         "lora_r": alloc.get("lora.r"), **{k: alloc[k] for k in
-                         ("model", "num_generations", "prompts_per_step", "num_iterations", "learning_rate", "reward")}})
+                         "lora_r": alloc.get("lora.r"), **{k: alloc[k] for k in ALLOCATION_COLUMNS}})
         store.add_external_runs(name, rows)
         for r, row in zip(runs, rows):
             run = {**_run_json(r, row["run_id"], row["budget"]), "budget_points": levels[r.name][1] if levels else []}
