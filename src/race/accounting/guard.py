@@ -81,6 +81,12 @@ def fits(spent: float, flops: float, budget: float | None) -> bool:
     return budget is None or spent + flops <= budget
 
 
+def overspent(spent: float, budget: float | None) -> bool:
+    """Whether a finished run counted more than its budget (``not fits(spent, 0, budget)``):
+    a run trained outside RACE (``race import``) whose stated budget it did not keep."""
+    return not fits(spent, 0.0, budget)
+
+
 def reaches(flops: float, budget: float) -> bool:
     """Whether ``flops`` reach ``budget`` (``flops >= budget``): a lower bound of what is
     planned that reaches the budget leaves room for nothing more (the TRL engine's dataset
@@ -242,5 +248,6 @@ class BudgetGuard:
 
 
 __all__ = ["BUDGET_STOP", "BudgetExceededError", "BudgetGuard", "StepPlan", "UNCOUNTED_PHASES", "check_budget",
-           "counted", "fits", "is_budget", "reaches", "is_counted", "record_overrun_step", "steps_bought", "steps_in_budget",
+           "counted", "fits", "is_budget", "overspent", "reaches", "is_counted", "record_overrun_step", "steps_bought",
+           "steps_in_budget",
            "RewardBound", "plan_step_bound", "step_bound", "stops_before"]

@@ -338,8 +338,52 @@ def trl_step_bound(plan: TrlStepPlan, policy: PolicyCost, micro_step: int, *, pr
     return total
 
 
+# -- a run trained elsewhere, charged from the token counts its logs keep --------------------------
+def even_lengths(total: int, rows: int) -> tuple[int, int]:
+    """``total`` tokens over ``rows`` rows as evenly as integers allow: ``(length, longer)``,
+    every row ``length`` tokens and the first ``longer`` rows one more."""
+    if rows < 1 or total < rows:
+        raise AccountingError(f"{total} tokens cannot fill {rows} rows of at least one token each")
+    base, longer = divmod(int(total), int(rows))
+    return base, longer
+
+
+def trl_tokens_components(plan: TrlStepPlan, policy: PolicyCost, *, n_seqs: int, prompt_tokens: int,
+                          completion_tokens: int, recompute: str | None = None) -> dict[str, int]:
+    """FLOPs of ``n_seqs`` rows of TRL generations and their ``plan.num_iterations`` updates,
+    charged from the rows' token totals only (what TRL's logs keep: ``num_tokens`` and
+    ``completions/mean_length``; a verl or W&B export's prompt and response token counts).
+
+    Convention: each row's prompt and completion lengths are as even as integers allow
+    (:func:`even_lengths`: the first rows carry the longer prompts, and the longer
+    completions), and every pass runs each row at its own lengths, without padding: rollout
+    per row (no shared prompt: :func:`generation_components`), the old-policy and reference
+    passes where ``plan`` runs them, and ``plan.num_iterations`` updates
+    (:func:`update_components`; ``recompute``: gradient checkpointing, ``None``,
+    ``"early_stop"`` (non-reentrant, TRL's default) or ``"full"``; with it the layer-0 input
+    gradients run). Attention grows faster than linearly in a row's length and padded rows
+    run longer, so this is at most what TRL executed for the same rows; it equals it when
+    every row of a generation has the same lengths (tests/protocol/test_import_trl.py)."""
+    n = int(n_seqs)
+    p, p_long = even_lengths(prompt_tokens, n)
+    c, c_long = even_lengths(completion_tokens, n)
+    both, either = min(p_long, c_long), max(p_long, c_long)
+    mixed = (p + 1, c) if p_long > c_long else (p, c + 1)
+    groups = [((p + 1, c + 1), both), (mixed, either - both), ((p, c), n - either)]
+    out: dict[str, int] = {}
+    for (plen, clen), k in groups:
+        if not k:
+            continue
+        upd = update_components(plan, policy, n_seqs=k, seq_len=plen + clen, completion_len=clen,
+                                inputs_require_grad=recompute is not None, recompute=recompute)
+        for comps, times in ((generation_components(plan, policy, n_seqs=k, prompt_len=plen, completion_len=clen), 1),
+                             (upd, plan.num_iterations)):
+            for key, v in comps.items():
+                out[key] = out.get(key, 0) + times * int(v)
+    return out
+
 __all__ = [
     "ModelCall", "TrlStepPlan", "TRL_CONVENTIONS_NOTE", "TRL_EXECUTION_NOTE", "calls_components",
     "calls_tokens_seconds", "counted", "round_up", "generation_components", "trl_batch_bound", "trl_batch_floor",
-    "trl_step_bound", "update_components",
+    "trl_step_bound", "trl_tokens_components", "update_components", "even_lengths",
 ]

@@ -240,6 +240,22 @@ class Store:
                          cfg.num_generations, cfg.prompts_per_step, cfg.num_iterations, cfg.learning_rate,
                          str(cfg.reward), cfg.lora.r if cfg.lora else None, cfg.budget_flops, cfg.seed,
                          getattr(cell, "extends", None)))
+        return self._add_rows(rows)
+
+    def add_external_runs(self, study: str, runs: Iterable[dict[str, Any]]) -> int:
+        """Register runs trained outside RACE (``race import``, ``race.protocol.imports``) as
+        ``pending`` cells in the columns a grid cell fills; :meth:`ingest` then writes each
+        one's rows. A run is a mapping: ``run_id``, ``position``, ``spec``, ``allocation`` (keys
+        beyond ``race.schema.OWN_COLUMN_AXES`` become ``axis_*`` columns), ``label``, ``engine``,
+        ``budget``, ``seed``, the allocation columns and ``lora_r``. Returns how many were new."""
+        rows = [(r["run_id"], study, int(r["position"]), json.dumps(r["spec"], sort_keys=True),
+                 json.dumps(r["allocation"], sort_keys=True), r["label"], r.get("engine"), r["model"],
+                 int(r["num_generations"]), int(r["prompts_per_step"]), int(r["num_iterations"]),
+                 float(r["learning_rate"]), str(r["reward"]), r.get("lora_r"), float(r["budget"]), int(r["seed"]),
+                 None) for r in runs]
+        return self._add_rows(rows)
+
+    def _add_rows(self, rows: list[tuple[Any, ...]]) -> int:
         with self.transaction() as c:
             known = {r[0] for r in c.execute("SELECT run_id FROM runs")}
             c.executemany(

@@ -10,10 +10,15 @@ validation stage that runs the recommendation and its rivals at the target budge
     racing.py     run_race: a racing study's rungs (protocol: race), each decided from the store
     target.py     validate_race: a racing study's target run, the pick's pilot continued to T;
                   run_validation: whichever of the two validations the study calls for
+    imports.py    import_study (race import): runs trained elsewhere become a study, through
+                  import_rows.py (a CSV / JSONL of evaluations), import_trl.py (a TRL output
+                  directory) and import_charge.py (their logged tokens charged by RACE's accounting)
 
 ``race.report`` renders what this package reads; it never launches a run.
 """
 
+from .errors import ImportRefused
+from .imports import ImportResult, import_study
 from .study import (
     VALIDATION_FILE,
     ReportError,
@@ -30,7 +35,9 @@ from .validate import ValidationOutcome, choose_allocations, validate_study, val
 from .racing import RaceResult, run_race
 from .target import run_validation, validate_race
 
-__all__ = ["VALIDATION_FILE", "RaceResult", "ReportError", "StudyData", "ValidationOutcome", "choose_allocations",
+__all__ = ["VALIDATION_FILE", "ImportRefused", "ImportResult", "RaceResult", "ReportError", "StudyData",
+           "ValidationOutcome", "choose_allocations",
            "run_race", "run_validation", "validate_race",
-           "default_target_budget", "grid_primary_target", "load_study", "read_validations", "recommend_for",
+           "default_target_budget", "grid_primary_target", "import_study", "load_study", "read_validations",
+           "recommend_for",
            "reward_model_cards", "validate_study", "validation_grids", "write_validation"]

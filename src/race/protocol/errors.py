@@ -1,4 +1,5 @@
-"""The protocol's one error: a study that cannot be read, reported on, raced or validated as asked."""
+"""The protocol's errors: a study that cannot be read, reported on, raced or validated as asked,
+and runs trained elsewhere that cannot be imported as given."""
 
 from __future__ import annotations
 
@@ -8,4 +9,9 @@ class ReportError(ValueError):
     says why and what to do."""
 
 
-__all__ = ["ReportError"]
+class ImportRefused(ValueError):
+    """Runs trained elsewhere cannot become a study as given (``race import``); the message
+    says what is missing or inconsistent and what to add or fix."""
+
+
+__all__ = ["ImportRefused", "ReportError"]

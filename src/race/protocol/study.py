@@ -69,6 +69,9 @@ class StudyData:
     race: dict[str, Any] | None = None
     #: A racing study's stored decisions, one per rung decided (``RungDecision.as_dict()``).
     rung_decisions: list[dict[str, Any]] = field(default_factory=list)
+    #: An imported study's record (``race import``: its sources, caveats, where its FLOPs came
+    #: from; ``race.protocol.imports``), else None. Its caveats are among the ``notes``.
+    imported: dict[str, Any] | None = None
 
     @property
     def pilot_runs(self) -> pd.DataFrame:
@@ -153,6 +156,13 @@ def grid_spec_of(study_dir: str | Path) -> dict[str, Any]:
     return spec if isinstance(spec, dict) else {}
 
 
+def import_caveats(spec: dict[str, Any]) -> list[str]:
+    """The caveats an imported study's stored grid spec carries (``race import``:
+    ``race.protocol.imports``); ``[]`` for a study RACE ran."""
+    imported = spec.get("imported") if isinstance(spec, dict) else None
+    return [str(c) for c in imported.get("caveats", [])] if isinstance(imported, dict) else []
+
+
 def grid_count_rm_training(study_dir: str | Path) -> bool:
     """The grid's ``report.count_rm_training`` (false when the grid does not say)."""
     return bool((grid_spec_of(study_dir).get("report") or {}).get("count_rm_training", False))
@@ -219,6 +229,9 @@ def load_study(source: "str | Path | Mapping[str, pd.DataFrame]", *,
         data.count_rm_training = grid_count_rm_training(study_dir)
         grid = grid_spec_of(study_dir)
         data.race = grid.get("race") if grid.get("protocol") == "race" else None
+        if isinstance(grid.get("imported"), dict):  # race import: its caveats go with the study
+            data.imported = grid["imported"]
+            data.notes += import_caveats(grid)
         if data.race is not None:
             from race.grid import Store
 

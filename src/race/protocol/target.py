@@ -118,7 +118,12 @@ def run_validation(study_dir: str | Path, *, rivals: int = 2, n_boot_fit: int = 
     other keywords go to either (``n_boot_fit`` to the flat one's recommendation only)."""
     from .validate import validate_study
 
-    if load_study(study_dir).race is not None:
+    study = load_study(study_dir)
+    if study.imported is not None:
+        raise ReportError(f"study {study.name} was imported (race import): RACE cannot re-run its runs, so it cannot "
+                          "validate it; train the recommended allocation at the target budget where the runs were "
+                          "trained")
+    if study.race is not None:
         return validate_race(study_dir, rivals=rivals, **kw)
     return validate_study(study_dir, rivals=rivals, n_boot_fit=n_boot_fit, **kw)
 

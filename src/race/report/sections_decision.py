@@ -198,6 +198,9 @@ def validation_result(ctx: Context) -> tuple[object, str | None, list[str]]:
     entry = st.validation_for(ctx.target_budget, ctx.primary)
     how = (f"run `race validate {st.study_dir or 'STUDY_DIR'} --target-budget {ctx.target_budget:.3g}` to train the "
            "recommendation and its strongest rivals at the target budget and measure the realised regret")
+    if st.imported is not None:  # race import: RACE cannot re-run these runs
+        how = ("the study was imported (race import), so RACE cannot re-run it: train the recommendation at the "
+               "target budget where its runs were trained")
     vruns = st.validation_runs
     warns = []
     if entry is not None and entry.get("status") not in (None, "complete"):
