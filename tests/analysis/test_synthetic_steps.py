@@ -56,8 +56,9 @@ def test_grids_targets_and_pilots(worlds):
             cells = {(a["base_model"], a["num_generations"], a["learning_rate"]) for a in w.allocations}
             assert len(w.allocations) == k and len(cells) == k
             if i < 3 or (w.tags["lr_axis"] and i < 15):
-                runs, _ = world_tables(w, "flat")
+                runs, evals = world_tables(w, "flat")
                 assert allocation_key(runs).nunique() == k and runs["run_id"].is_unique
+                assert evals.groupby("run_id")["flops"].apply(lambda f: f.is_unique).all()  # one reading a checkpoint
             assert 20 <= w.tags["target_steps"] <= 400 and w.tags["target_steps"] == min(
                 w.steps_at(i) for i in range(k))
             assert 4 <= w.target_budget / max(w.budgets) <= 16 and 4 <= max(w.budgets) / min(w.budgets) <= 10

@@ -186,7 +186,7 @@ def world_tables(world: World, design: str = "flat") -> tuple[pd.DataFrame, pd.D
         for budget in world.budgets:
             for seed in world.seeds:
                 rid = f"{a['model']}-G{a['num_generations']}-{budget:.3g}-s{seed}"
-                pts = world.run_outcomes(k, budget, seed)
+                pts = distinct_points(world.run_outcomes(k, budget, seed))
                 for step, (c, per) in enumerate(pts):
                     eval_rows.append(dict(run_id=rid, step=step, flops=c, target="greedy", score=float(per.mean()),
                                           n=len(per), per_problem=per.tolist()))
