@@ -2,8 +2,9 @@
 
 :mod:`race.analysis.synthetic` is the TUNING generator (its seeds set the rules). This one
 is the TEST generator: nothing in RACE was tuned on it. Its worlds have 2 model sizes x 2
-group sizes (4 allocations), 3 pilot budgets spanning 4-10x, 2-3 seeds, a target 4-16x
-beyond the largest pilot, 200-1,000 evaluation problems shared by every run, and:
+group sizes (4 allocations; ``k`` 12 and 24 draw 3 sizes x G 2-16 and 4 sizes x G 2-64), 3
+pilot budgets spanning 4-10x, 2-3 seeds, a target 4-16x beyond the largest pilot, 200-1,000
+evaluation problems shared by every run, and:
 
 - **format jump**: the first update moves the score by ``jump`` (0-0.12) at once, so the
   step-0 point lies off the smooth curve the later points follow;
@@ -41,6 +42,7 @@ from scipy.special import expit
 from scipy.stats import norm
 
 from .synthetic import World, crossover_class
+from .synthetic_base import check_k, group_factor, layout, size_ladder
 
 SHAPES = ("sigmoid", "weibull", "logsat", "power")
 CROSSOVERS = ("within", "after", "beyond", "none")
@@ -87,6 +89,10 @@ class RLWorld(World):
     def truth(self, k: int, budget: float | None = None) -> float:
         b = self.target_budget if budget is None else budget
         return float(rl_mean(self.allocations[k]["spec"], b * float(np.mean(self.spend)), end_of_run=True))
+
+    def ill_behaved(self, k: int) -> bool:
+        """Whether allocation ``k``'s true curve declines (a run's collapse is an accident of the run)."""
+        return self.allocations[k]["spec"]["decline"] > 0
 
     def seed_sd_at(self, flops: float) -> float:
         return float(self.seed_sd * (max(flops, 1.0) / (self.budgets[-1] * np.mean(self.spend))) ** self.seed_growth)
@@ -142,34 +148,44 @@ class RLWorld(World):
         return self._points(spec, model_idx, flops, rr, self.offsets(z_run, flops, k, seed), collapse_at)
 
 
-def _draw(rng: np.random.Generator, seed: int, null: bool) -> RLWorld:
+def _draw(rng: np.random.Generator, seed: int, null: bool, k: int = 4,
+          arng: np.random.Generator | None = None) -> RLWorld:
+    """One candidate world; ``arng`` (K > 4) draws the sizes and the allocations, ``rng`` the rest
+    (K = 4: ``rng`` draws everything, in the order it did before K existed)."""
+    names, groups = layout(k)
+    arng = rng if arng is None else arng
     b1 = 10 ** rng.uniform(10, 12)
     span = rng.uniform(4, 10)
     budgets = [b1, b1 * np.sqrt(span), b1 * span]
     target = budgets[-1] * rng.uniform(4, 16)
-    models = {"small": 1e5, "large": 1e5 * rng.uniform(3, 8)}
-    r0_small = rng.uniform(0.1, 0.4)
+    models = {"small": 1e5, "large": 1e5 * rng.uniform(3, 8)} if k == 4 else size_ladder(arng, names, (2.0, 4.0))
+    r0 = r0_small = rng.uniform(0.1, 0.4)
     jump_world = rng.uniform(0.0, 0.12) if rng.random() < 0.6 else 0.0
     bonus = rng.uniform(0.0, 0.03) if rng.random() < 0.5 else 0.0
     decline_world = rng.random() < 0.3
     allocs = []
-    for model in ("small", "large"):
-        r0 = r0_small + (rng.uniform(0.05, 0.2) if model == "large" else 0.0)
+    for i, model in enumerate(models):
+        if k == 4:
+            r0 = r0_small + (rng.uniform(0.05, 0.2) if model == "large" else 0.0)
+        elif i:
+            r0 = r0 + arng.uniform(0.03, 0.12)
         slow = models[model] / 1e5
-        for g in (4, 8):
-            shape = str(rng.choice(SHAPES))
+        big = (1.3 if model == "large" else 1.0) if k == 4 else 1 + 0.3 * i / (len(names) - 1)
+        for g in groups:
+            shape = str(arng.choice(SHAPES))
             head = 0.95 - r0
-            gain = 0.0 if null else rng.uniform(0.1, 0.8) * head * (1.3 if model == "large" else 1.0)
-            c = b1 * 10 ** rng.uniform(-1.0, 1.5) * slow ** rng.uniform(0.5, 1.5) * (rng.uniform(0.6, 1.6) if g == 8 else 1.0)
+            gain = 0.0 if null else arng.uniform(0.1, 0.8) * head * big
+            c = b1 * 10 ** arng.uniform(-1.0, 1.5) * slow ** arng.uniform(0.5, 1.5) * group_factor(arng, g, 0.6, 1.6)
             spec = {"shape": shape, "r0": float(r0), "gain": float(min(gain, head)), "c": float(c),
-                    "s": float({"sigmoid": rng.uniform(0.6, 2.5), "weibull": rng.uniform(0.4, 1.5),
-                                "power": rng.uniform(0.15, 0.7)}.get(shape, 1.0)),
-                    "jump": 0.0 if null else float(jump_world * rng.uniform(0.5, 1.0)),
+                    "s": float({"sigmoid": arng.uniform(0.6, 2.5), "weibull": arng.uniform(0.4, 1.5),
+                                "power": arng.uniform(0.15, 0.7)}.get(shape, 1.0)),
+                    "jump": 0.0 if null else float(jump_world * arng.uniform(0.5, 1.0)),
                     "bonus": 0.0 if null else float(bonus),
-                    "decline": float(rng.uniform(0.01, 0.05)) if (decline_world and not null and rng.random() < 0.6) else 0.0,
-                    "c_dec": float(10 ** rng.uniform(np.log10(b1 / 2), np.log10(target)))}
+                    "decline": float(arng.uniform(0.01, 0.05)) if (decline_world and not null and arng.random() < 0.6) else 0.0,
+                    "c_dec": float(10 ** arng.uniform(np.log10(b1 / 2), np.log10(target)))}
             allocs.append({"model": model, "num_generations": g, "spec": spec})
-    return RLWorld(name=f"rlworld-{seed}", models=models, allocations=allocs, budgets=[float(b) for b in budgets],
+    return RLWorld(name=f"rlworld-{seed}" + ("" if k == 4 else f"-k{k}"), models=models, allocations=allocs,
+                   budgets=[float(b) for b in budgets],
                    seeds=list(range(int(rng.integers(2, 4)))), target_budget=float(target),
                    n_problems=int(rng.integers(200, 1001)), seed_sd=float(rng.uniform(0.005, 0.06)),
                    seed_growth=float(rng.uniform(0.0, 0.5)), collapse_p=0.04 if rng.random() < 1 / 3 else 0.0,
@@ -177,14 +193,18 @@ def _draw(rng: np.random.Generator, seed: int, null: bool) -> RLWorld:
                    tags={"span": float(span), "target_ratio": float(target / budgets[-1])})
 
 
-def rl_world(seed: int, null: bool | None = None, max_tries: int = 200) -> RLWorld:
-    """A test world drawn at random (module docstring); ``null`` forces or forbids a null world."""
+def rl_world(seed: int, null: bool | None = None, max_tries: int = 200, k: int = 4) -> RLWorld:
+    """A test world drawn at random (module docstring); ``null`` forces or forbids a null world; ``k``
+    allocations (4, 12 or 24: :data:`race.analysis.synthetic_base.LAYOUTS`; K = 4 is the world the
+    seed drew before K existed, K > 4 draws its sizes and allocations from a stream of its own)."""
+    k = check_k(k)
     rng = np.random.default_rng([seed, 2026])
+    arng = None if k == 4 else np.random.default_rng([seed, 2026, k])
     is_null = bool(rng.random() < 0.15) if null is None else null
     want = "none" if is_null else str(rng.choice(CROSSOVERS))
     w = None
     for _ in range(max_tries):
-        w = _draw(rng, seed, is_null)
+        w = _draw(rng, seed, is_null, k, arng)
         if is_null or crossover_class(w) == want:
             break
     assert w is not None
