@@ -1,34 +1,38 @@
-"""Flat and racing pilot designs on the same known worlds, at their pilot compute: regret, late
-crossovers, the pick's interval, and the compute the target run does not reuse.
+"""Racing designs and the literature's baselines on the same known worlds, at equal pilot compute:
+regret, the eventual winner alive at the last rung, late crossovers, the pick's interval, cost in T.
 
-    python benchmarks/race_designs.py --generator tune --first 1000 --worlds 300 --jobs 1   # design / tuning
-    python benchmarks/race_designs.py --generator test --first 20000 --worlds 1200 --walk 0.5 --save out.json
-    python benchmarks/race_designs.py --load a.json b.json --plot cost_quality.png             # tables again
+    python benchmarks/race_designs.py --generator tune --k 12 --first 1000 --worlds 200 --jobs 2   # tuning
+    python benchmarks/race_designs.py --generator steps --k 24 --first 70000 --worlds 200 --save s24.json
+    python benchmarks/race_designs.py --load a.json b.json --plot cost_quality.png                 # tables again
 
-Per world (learning worlds only: a null world has no regret to measure) of the tuning
-generator (``race.analysis.synthetic.random_world``) or the test generator
-(``race.analysis.synthetic_rl.rl_world``), optionally with seed offsets that wander along a
-trajectory (``--walk L``: a mean-reverting random walk in ln C, correlation exp(-|d ln C| / L),
-``World.seed_walk``) instead of staying fixed:
+Generators by name (``race.analysis.synthetic_worlds.make_world``: the tuning generator ``tune``,
+the test generator ``test``, ``steps`` (curves in optimizer steps with warmup and a step cost,
+ill-behaved curves, drifting seed effects), with ``--k`` allocations and ``--walk`` (seed offsets
+that wander along a run). Null worlds are skipped (nothing to regret). Per world, every design:
 
-- ``flat``: today's flat grid at a constant learning rate (``world_tables(.., "flat-trajectory")``:
-  every budget x seed a run, 4-16x below the target), its observed winner at the largest pilot
-  (the naive rule every other design is paired against), and with ``--today`` RACE's
-  recommendation on it;
-- ``nested``: today's nested grid (one run per allocation and seed at the largest budget), its
-  observed winner;
-- racing designs without analysis (``keep-all ...``: every allocation continues to the last
-  rung, the observed leader there is the pick) and with the racing rule (``race ...``:
-  ``race.analysis.synthetic_race.simulate_race`` calls ``race.analysis.racing.rung_decision`` after
-  each rung and ``race_pick`` after the last, the code a racing study runs).
+- ``flat``: a flat grid (every budget x seed a run, 4-16x below T), its observed winner at the
+  largest pilot: the naive rule every other design is paired against;
+- ``keep-all``: every allocation, one seed, to the budget the cap buys (``cap T / (K - 1)``,
+  at most the last rung), the observed leader there;
+- ``top-k``: the default schedule's first rung, then the ``k`` best by observed score straight to
+  the last rung (Egele et al., arXiv 2307.15422), ``k`` as many as the cap allows;
+- ``halving``: successive halving by observed score over the default schedule's rungs, the
+  observed leader at the last rung;
+- ``brackets``: a Hyperband-style pair on shared trajectories: bracket A halves from the
+  default schedule's first rung to one finalist, bracket B runs every allocation from A's
+  middle rung (so it never cuts the largest model before it) to one finalist; the better
+  finalist at the last rung by observed score; A's first rung as large as the cap allows;
+- ``race (last round)``: the earlier freezes' forecast-gated race (rungs T/64, T/8, T/3, 2 seeds
+  first, the cap rule, ``rank="forecast"``);
+- ``default`` and any ``--candidates`` (JSON: name -> RacingRule fields, plus ``first_seeds``):
+  the racing code a study runs (``simulate_race`` with ``rung_decision``), schedule sized by the
+  grid and the cap, its pick with an interval and P(best) over every allocation.
 
-Compute in units of the target budget T: ``pilot`` (every pilot FLOP; a continued run counts
-its final budget once), ``reused`` (the chosen allocation's longest run, which the target run
-continues at a constant learning rate), ``unreused`` = pilot - reused. Regret: the true best
-allocation's score at T minus the pick's. ``late``: worlds whose best allocation at T differs
-from the best at the flat grid's largest pilot (``crossover_class == "after"``). Every
-difference is paired (the same worlds) with a 95% world-bootstrap interval. The cost-quality
-figure (``--plot``) draws mean regret against mean pilot compute / T per design.
+Compute in units of T: ``pilot`` (every pilot FLOP; a continued run counts its final budget
+once), ``reused`` (the pick's continued run), ``unreused = pilot - reused``. Regret: the true
+best allocation's score at T minus the pick's. ``alive``: the true best reached the last rung.
+``late``: worlds whose best allocation at T differs from the best at the flat grid's largest
+pilot. Differences are paired (the same worlds) with 95% world-bootstrap intervals.
 """
 
 from __future__ import annotations
@@ -44,85 +48,73 @@ from pathlib import Path
 
 import numpy as np
 
-# the racing design (rungs as fractions of T, first-rung seeds), frozen with the rule RacingRule() on the tuning generator
-from race.analysis.racing import RACE_FIRST_SEEDS, RACE_RUNGS
-
 HERE = Path(__file__).resolve()
 RIGHT = 0.01
-#: racing designs run without analysis: (name, rungs as fractions of T, seeds on the first rung: None = the world's)
-KEEP_ALL = (("keep-all T/64,T/16,T/4", (1 / 64, 1 / 16, 1 / 4), None),
-            ("keep-all T/32,T/8,T/3", (1 / 32, 1 / 8, 1 / 3), None),
-            ("1 seed, every allocation to T/4", (1 / 16, 1 / 4), 1))
 
 
-def make_world(generator: str, seed: int, walk: float = 0.0):
-    from race.analysis.synthetic import crossover_class, random_world
-    from race.analysis.synthetic_rl import rl_world
+def make_world(generator: str, seed: int, walk: float = 0.0, k: int = 4):
+    from race.analysis.synthetic import crossover_class
+    from race.analysis.synthetic_worlds import make_world as build
 
-    w = random_world(seed) if generator == "tune" else rl_world(seed)
-    w.seed_walk = float(walk)
-    w.tags["crossover"] = crossover_class(w)
+    w = build(generator, seed, k=k, walk=walk)
+    w.tags.setdefault("crossover", crossover_class(w))
     return w
 
 
-def short(key: str) -> str:
-    return "|".join(str(key).split("|")[:2])
-
-
-def rule_from(args_rule: str | None):
+# ---------------------------------------------------------------- designs
+def world_record(generator: str, seed: int, walk: float = 0.0, k: int = 4, rule_json: str | None = None,
+                 candidates: dict | None = None, baselines: bool = True) -> dict | None:
+    """One learning world's record (None for a null world): every design of
+    ``race.analysis.designs.DESIGNS`` and the ``candidates`` on the same trajectories."""
+    from race.analysis.designs import DESIGNS, race
     from race.analysis.racing import RacingRule
+    from race.analysis.synthetic_race import WorldSource
 
-    return RacingRule(**json.loads(args_rule)) if args_rule else RacingRule()
-
-
-def world_record(generator: str, seed: int, walk: float = 0.0, today: bool = False, rule_json: str | None = None,
-                 rungs: tuple[float, ...] = RACE_RUNGS, first_seeds: int | None = RACE_FIRST_SEEDS) -> dict | None:
-    """One learning world's record (None for a null world)."""
-    from race.analysis import recommend
-    from race.analysis.synthetic import world_tables
-    from race.analysis.synthetic_race import RaceDesign, observed_leader, simulate_race
-
-    w = make_world(generator, seed, walk)
+    w = make_world(generator, seed, walk, k)
     if w.tags.get("flat"):
         return None
-    T = w.target_budget
     t0 = time.perf_counter()
-    truth = {f"{a['model']}|G={a['num_generations']}": w.truth(k) for k, a in enumerate(w.allocations)}
-    K, S = len(w.allocations), len(w.seeds)
-    rec = {"seed": seed, "generator": generator, "walk": walk, "truth": truth, "crossover": w.tags["crossover"],
-           "designs": {}}
-    runs, evals = world_tables(w, "flat-trajectory")
-    b3 = max(w.budgets)
-    flat = {"pick": short(observed_leader(runs, evals, b3)), "pilot": K * S * sum(w.budgets) / T, "reused": b3 / T}
-    rec["designs"]["flat"] = flat
-    if today:
-        r = recommend(evals, runs, "greedy", T)
-        rec["designs"]["flat, RACE today"] = {**flat, "pick": short(r.allocation), "lo": r.predicted_lo,
-                                              "hi": r.predicted_hi}
-    runs, evals = world_tables(w, "nested")
-    rec["designs"]["nested"] = {"pick": short(observed_leader(runs, evals, b3)), "pilot": K * S * b3 / T,
-                                "reused": b3 / T}
-    for name, fr, first in KEEP_ALL:
-        out = simulate_race(w, RaceDesign(rungs=fr, first_seeds=first), None)
-        rec["designs"][name] = {"pick": short(out["leader"]), "pilot": out["pilot_T"], "reused": out["reused_T"]}
-    rule = rule_from(rule_json)
-    out = simulate_race(w, RaceDesign(rungs=rungs, first_seeds=first_seeds), rule)
-    p = out["pick"]
-    rec["designs"]["race"] = {"pick": short(p.allocation), "pilot": out["pilot_T"], "reused": out["reused_T"],
-                              "lo": p.predicted_lo, "hi": p.predicted_hi, "p_best": p.win_probability,
-                              "p_near_best": p.p_near_best, "confidence": str(p.confidence),
-                              "calibration": p.calibration, "alive": out["alive"],
-                              "leader": short(out["leader"])}
+    src = WorldSource(w)
+    names = src.names
+    rec = {"seed": seed, "generator": generator, "walk": walk, "k": len(names),
+           "truth": {n: w.truth(i) for i, n in enumerate(names)}, "crossover": w.tags["crossover"],
+           "family": str(w.tags.get("family", "")), "families": {n: _family(w, i) for i, n in enumerate(names)},
+           "designs": {}, "seconds": {}}
+    base = json.loads(rule_json) if rule_json else {}
+    s0 = int(base.pop("first_seeds", 2))
+    rule = RacingRule(**base)
+    for name, design in (DESIGNS.items() if baselines else ()):
+        t = time.perf_counter()
+        rec["designs"][name] = design(src, rule, min(s0, len(src.seeds))).as_dict()
+        rec["seconds"][name] = time.perf_counter() - t
+    for name, spec in (candidates or {}).items():
+        spec = dict(spec)
+        first = int(spec.pop("first_seeds", s0))
+        t = time.perf_counter()
+        rec["designs"][name] = race(src, RacingRule(**{**rule.as_dict(), **spec}), min(first, len(src.seeds))).as_dict()
+        rec["seconds"][name] = time.perf_counter() - t
     rec["rule"] = rule.as_dict()
-    rec["rungs"] = list(rungs)
-    rec["first_seeds"] = first_seeds
-    rec["seconds"] = time.perf_counter() - t0
+    rec["total_seconds"] = time.perf_counter() - t0
     return rec
+
+
+def _family(w, k: int) -> str:
+    a = w.allocations[k]
+    c = a.get("curve")
+    if isinstance(c, dict):
+        return str(c.get("family") or c.get("shape") or c.get("kind") or "")
+    if c is not None and hasattr(c, "family"):
+        return str(c.family)
+    return str(a.get("family", w.tags.get("family", "")))
 
 
 # ---------------------------------------------------------------- scoring
 def regret(r: dict, pick: str) -> float:
     return max(r["truth"].values()) - r["truth"][pick]
+
+
+def best_of(r: dict) -> str:
+    return max(r["truth"], key=lambda a: r["truth"][a])
 
 
 def paired_interval(d: np.ndarray, n_boot: int = 4000, seed: int = 0) -> tuple[float, float]:
@@ -147,98 +139,116 @@ def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
     return float(mid - half), float(mid + half)
 
 
-def design_rows(records: list[dict]) -> list[dict]:
-    """Per design: regret, paired differences with the flat grid's observed winner, late crossovers, compute."""
+def feasible(records: list[dict], design: str = "default") -> list[dict]:
+    """Worlds where ``design``'s schedule fits the cap (the others: the plan refuses the grid and says
+    what would fit, so a user changes the grid; reported apart)."""
+    return [r for r in records if r["designs"].get(design, {}).get("fits", True)]
+
+
+def design_rows(records: list[dict], against: str = "default") -> list[dict]:
+    """Per design: regret, paired differences with the flat grid's observed winner and with
+    ``against``, the winner alive at the last rung, late crossovers, compute, the interval."""
     names = list(records[0]["designs"]) if records else []
-    base = np.array([regret(r, r["designs"]["flat"]["pick"]) for r in records])
+    base = np.array([regret(r, r["designs"]["flat"]["pick"]) for r in records]) if names and "flat" in names else None
+    ref = (np.array([regret(r, r["designs"][against]["pick"]) for r in records])
+           if names and all(against in r["designs"] for r in records) else None)
     late = np.array([r["crossover"] == "after" for r in records])
     rows = []
     for name in names:
-        have = [r for r in records if name in r["designs"]]
-        if len(have) != len(records):
+        if not all(name in r["designs"] for r in records):
             continue
         reg = np.array([regret(r, r["designs"][name]["pick"]) for r in records])
         pilot = np.array([r["designs"][name]["pilot"] for r in records])
         reused = np.array([r["designs"][name]["reused"] for r in records])
-        d = reg - base
-        row = {"design": name, "worlds": len(records), "regret": float(reg.mean()), "diff": float(d.mean()),
-               "diff_ci": paired_interval(d), "right": float(np.mean(reg <= RIGHT)), "late_n": int(late.sum()),
-               "late_regret": float(reg[late].mean()) if late.any() else float("nan"),
-               "late_ratio": float(reg[late].sum() / max(base[late].sum(), 1e-12)) if late.any() else float("nan"),
-               "late_ratio_ci": ratio_interval(reg[late], base[late]),
-               "pilot_mean": float(pilot.mean()), "pilot_median": float(np.median(pilot)),
-               "unreused_mean": float((pilot - reused).mean()), "unreused_max": float((pilot - reused).max()),
-               "reused_mean": float(reused.mean())}
-        iv = [r["designs"][name] for r in records if "lo" in r["designs"][name]]
+        alive = np.array([best_of(r) in r["designs"][name].get("alive_last", []) for r in records])
+        row = {"design": name, "worlds": len(records), "regret": float(reg.mean()), "right": float(np.mean(reg <= RIGHT)),
+               "alive": float(alive.mean()), "late_n": int(late.sum()),
+               "pilot_mean": float(pilot.mean()), "unreused_mean": float((pilot - reused).mean()),
+               "unreused_max": float((pilot - reused).max())}
+        if base is not None:
+            d = reg - base
+            row.update(diff=float(d.mean()), diff_ci=paired_interval(d),
+                       late_ratio=float(reg[late].sum() / max(base[late].sum(), 1e-12)) if late.any() else float("nan"),
+                       late_ratio_ci=ratio_interval(reg[late], base[late]))
+        if ref is not None:
+            d = reg - ref
+            row.update(vs=float(d.mean()), vs_ci=paired_interval(d, seed=2))
+        iv = [r for r in records if "lo" in r["designs"][name]]
         if iv:
-            pick = [r["truth"][r["designs"][name]["pick"]] for r in records if "lo" in r["designs"][name]]
-            lo, hi, y = (np.array([v["lo"] for v in iv]), np.array([v["hi"] for v in iv]), np.array(pick))
+            lo = np.array([r["designs"][name]["lo"] for r in iv])
+            hi = np.array([r["designs"][name]["hi"] for r in iv])
+            y = np.array([r["truth"][r["designs"][name]["pick"]] for r in iv])
             k = int(np.sum((lo <= y) & (y <= hi)))
+            fam: dict[str, list[bool]] = {}
+            for r, ok in zip(iv, (lo <= y) & (y <= hi)):
+                fam.setdefault(r["families"].get(r["designs"][name]["pick"], "") or r["family"], []).append(bool(ok))
             row.update(coverage=k / len(y), coverage_ci=wilson(k, len(y)), width=float(np.median(hi - lo)),
-                       below=float(np.mean(y < lo)), above=float(np.mean(y > hi)))
+                       below=float(np.mean(y < lo)), above=float(np.mean(y > hi)),
+                       family_coverage={f: (float(np.mean(v)), len(v)) for f, v in sorted(fam.items())},
+                       p_best=float(np.mean([r["designs"][name]["p_best"] for r in iv])),
+                       p_best_realised=float(np.mean([regret(r, r["designs"][name]["pick"]) == 0 for r in iv])))
         rows.append(row)
     return rows
 
 
-def table(records: list[dict], title: str) -> str:
-    out = [f"## {title}: {len(records)} learning worlds, {sum(r['crossover'] == 'after' for r in records)} with the "
-           "crossover after the flat grid's last pilot", "",
-           "| design | pilots / T (mean, median) | not reused / T (mean, max) | mean regret | - flat observed winner [95% paired] "
-           "| right (<= 0.01) | late regret | late / flat [95%] | pick's 95% interval: coverage [Wilson], median width |",
-           "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
-    for r in design_rows(records):
-        cov = (f"{r['coverage']:.1%} [{r['coverage_ci'][0]:.3f}, {r['coverage_ci'][1]:.3f}], {r['width']:.3f} "
-               f"(truth below {r['below']:.1%} / above {r['above']:.1%})" if "coverage" in r else "")
-        diff = "" if r["design"] == "flat" else f"{r['diff']:+.4f} [{r['diff_ci'][0]:+.4f}, {r['diff_ci'][1]:+.4f}]"
-        late = "" if r["design"] == "flat" else f"{r['late_ratio']:.2f} [{r['late_ratio_ci'][0]:.2f}, {r['late_ratio_ci'][1]:.2f}]"
-        out.append(f"| {r['design']} | {r['pilot_mean']:.2f}, {r['pilot_median']:.2f} | {r['unreused_mean']:.2f}, "
-                   f"{r['unreused_max']:.2f} | {r['regret']:.4f} | {diff} | {r['right']:.1%} | {r['late_regret']:.4f} | "
-                   f"{late} | {cov} |")
-    race = [r["designs"]["race"] for r in records if "race" in r["designs"]]
-    if race:
-        alive = np.array([[len(a) for a in v["alive"]] for v in race])
-        cal = {}
-        for v in race:
-            key = v["calibration"].split(" (")[0] if v["calibration"] else "none"
-            cal[key] = cal.get(key, 0) + 1
-        out += ["", f"race: allocations alive per rung (mean) {', '.join(f'{x:.2f}' for x in alive.mean(axis=0))}; "
-                f"pick = observed leader at the last rung in {np.mean([v['pick'] == v['leader'] for v in race]):.1%}; "
-                f"intervals calibrated by: {', '.join(f'{k} {n}' for k, n in sorted(cal.items()))}; "
-                f"mean P(regret <= 0.01) of the pick {np.mean([v['p_near_best'] for v in race]):.3f} "
-                f"(realised {np.mean([regret(r, r['designs']['race']['pick']) <= RIGHT for r in records]):.3f})"]
+def table(records: list[dict], title: str, against: str = "default") -> str:
+    refused = len(records) - len(feasible(records, against))
+    records = feasible(records, against)
+    late = sum(r["crossover"] == "after" for r in records)
+    out = [f"## {title}: {len(records)} learning worlds, {late} with the crossover after the flat grid's last pilot"
+           + (f" ({refused} more refused by the plan: {against}'s schedule does not fit the cap even with one "
+              "first-rung seed)" if refused else ""), "",
+           f"| design | pilots / T | not reused / T (mean, max) | mean regret | - flat [95% paired] | - {against} [95% paired] "
+           "| right (<= 0.01) | winner alive at last rung | late / flat | pick's interval: coverage, median width | P(best) mean / realised |",
+           "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|"]
+    for r in design_rows(records, against):
+        diff = "" if r["design"] == "flat" or "diff" not in r else f"{r['diff']:+.4f} [{r['diff_ci'][0]:+.4f}, {r['diff_ci'][1]:+.4f}]"
+        vs = "" if r["design"] == against or "vs" not in r else f"{r['vs']:+.4f} [{r['vs_ci'][0]:+.4f}, {r['vs_ci'][1]:+.4f}]"
+        lr = "" if r["design"] == "flat" or "late_ratio" not in r else f"{r['late_ratio']:.2f}"
+        cov = (f"{r['coverage']:.1%} [{r['coverage_ci'][0]:.3f}, {r['coverage_ci'][1]:.3f}], {r['width']:.3f}"
+               if "coverage" in r else "")
+        pb = f"{r['p_best']:.2f} / {r['p_best_realised']:.2f}" if "p_best" in r else ""
+        out.append(f"| {r['design']} | {r['pilot_mean']:.2f} | {r['unreused_mean']:.2f}, {r['unreused_max']:.2f} | "
+                   f"{r['regret']:.4f} | {diff} | {vs} | {r['right']:.1%} | {r['alive']:.1%} | {lr} | {cov} | {pb} |")
+    fams = [(r["design"], r["family_coverage"]) for r in design_rows(records, against) if "family_coverage" in r]
+    for name, fc in fams:
+        out.append(f"\n{name}: coverage by the pick's curve family: "
+                   + ", ".join(f"{f or '-'} {c:.0%} (n={n})" for f, (c, n) in fc.items()))
     return "\n".join(out)
 
 
 def plot(groups: dict[str, list[dict]], path: str) -> None:
-    """Cost-quality curve: mean regret against mean pilot compute / T, one point per design, one panel per group."""
+    """Cost-quality: mean regret against mean pilot compute / T, one point per design, one panel per group."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, len(groups), figsize=(5.5 * len(groups), 4.5), squeeze=False)
+    fig, axes = plt.subplots(1, len(groups), figsize=(5.0 * len(groups), 4.5), squeeze=False)
     for ax, (title, records) in zip(axes[0], groups.items()):
         for r in design_rows(records):
-            lo, hi = r["diff_ci"]
-            ax.errorbar(r["pilot_mean"], r["regret"], yerr=[[r["diff"] - lo], [hi - r["diff"]]],
-                        fmt="o" if r["design"] in ("flat", "nested") else ("s" if r["design"] == "race" else "^"),
+            lo, hi = r.get("diff_ci", (r["regret"], r["regret"]))
+            d = r.get("diff", 0.0)
+            ax.errorbar(r["pilot_mean"], r["regret"], yerr=[[d - lo], [hi - d]],
+                        fmt="s" if r["design"] == "default" else ("o" if r["design"] == "flat" else "^"),
                         capsize=3, label=r["design"])
         ax.set_xlabel("pilot compute / T (mean)")
         ax.set_ylabel("mean regret at T")
-        ax.set_title(f"{title} ({len(records)} worlds)")
+        ax.set_title(f"{title} ({len(records)} worlds)", fontsize=9)
         ax.grid(alpha=0.3)
     axes[0][0].legend(fontsize=7)
     fig.text(0.01, 0.01, "error bars: paired 95% interval of the difference from the flat grid's observed winner",
              fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=110)
 
 
 # ---------------------------------------------------------------- running
 def shard(args: argparse.Namespace) -> None:
+    cands = json.loads(args.candidates) if args.candidates else None
     out = []
     for seed in range(args.first + args.shard, args.first + args.worlds, args.jobs):
-        r = world_record(args.generator, seed, args.walk, args.today, args.rule, tuple(args.rungs), args.first_seeds)
+        r = world_record(args.generator, seed, args.walk, args.k, args.rule, cands, not args.no_baselines)
         if r is not None:
             out.append(r)
         Path(args.out).write_text(json.dumps(out))
@@ -246,16 +256,16 @@ def shard(args: argparse.Namespace) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--generator", choices=("tune", "test"), default="tune")
+    ap.add_argument("--generator", default="tune", help="tune | test | steps (race.analysis.synthetic_worlds)")
+    ap.add_argument("--k", type=int, default=4, help="allocations per world (4, 12, 24)")
     ap.add_argument("--first", type=int, default=1000)
     ap.add_argument("--worlds", type=int, default=100, help="world seeds to draw (null worlds are skipped)")
     ap.add_argument("--walk", type=float, default=0.0, help="seed offsets wander along a trajectory (correlation "
                     "length in ln C; 0: fixed)")
-    ap.add_argument("--today", action="store_true", help="also RACE's recommendation on the flat grid")
-    ap.add_argument("--rule", help="RacingRule fields as JSON (default: the frozen rule)")
-    ap.add_argument("--rungs", type=float, nargs="+", default=list(RACE_RUNGS), help="the racing rule's rungs (fractions of T)")
-    ap.add_argument("--first-seeds", type=int, default=RACE_FIRST_SEEDS,
-                    help="seeds on the racing rule's first rung (default: the frozen design's)")
+    ap.add_argument("--rule", help="the default design: RacingRule fields (+ first_seeds) as JSON (default: frozen)")
+    ap.add_argument("--candidates", help="JSON {name: {RacingRule fields, first_seeds}}: more designs to run")
+    ap.add_argument("--no-baselines", action="store_true", help="run only --candidates")
+    ap.add_argument("--against", default="default", help="the design the paired column compares with")
     ap.add_argument("--jobs", type=int, default=1)
     ap.add_argument("--save", help="write the per-world records here (JSON)")
     ap.add_argument("--load", nargs="+", help="summarise saved records instead of running")
@@ -274,27 +284,29 @@ def main() -> None:
             outs, procs = [], []
             for i in range(args.jobs):
                 outs.append(Path(tmp) / f"shard{i}.json")
-                cmd = [sys.executable, str(HERE), "--generator", args.generator, "--first", str(args.first),
-                       "--worlds", str(args.worlds), "--walk", repr(args.walk), "--jobs", str(args.jobs),
-                       "--shard", str(i), "--out", str(outs[-1]), "--rungs", *map(repr, args.rungs)]
-                cmd += ["--first-seeds", str(args.first_seeds)] if args.first_seeds is not None else []
-                cmd += ["--today"] if args.today else []
+                cmd = [sys.executable, str(HERE), "--generator", args.generator, "--k", str(args.k), "--first",
+                       str(args.first), "--worlds", str(args.worlds), "--walk", repr(args.walk), "--jobs", str(args.jobs),
+                       "--shard", str(i), "--out", str(outs[-1])]
                 cmd += ["--rule", args.rule] if args.rule else []
+                cmd += ["--candidates", args.candidates] if args.candidates else []
+                cmd += ["--no-baselines"] if args.no_baselines else []
                 procs.append(subprocess.Popen(cmd, env=env))
             if any(p.wait() for p in procs):
                 sys.exit("a shard failed")
             records = sorted((r for o in outs for r in json.loads(o.read_text())), key=lambda r: r["seed"])
         if args.save:
             Path(args.save).write_text(json.dumps(records))
-        title = f"{args.generator} generator" + (f", seed offsets wander (walk {args.walk:g})" if args.walk else "")
+        title = f"{args.generator} generator, K={args.k}" + (f", walk {args.walk:g}" if args.walk else "")
         groups = {title: records}
-        print(f"# command: python benchmarks/race_designs.py --generator {args.generator} --first {args.first} "
-              f"--worlds {args.worlds} --walk {args.walk:g} --jobs {args.jobs}" + (" --today" if args.today else "")
-              + (f" --rule '{args.rule}'" if args.rule else "") + f" --rungs {' '.join(f'{x:.6g}' for x in args.rungs)}"
-              + (f" --first-seeds {args.first_seeds}" if args.first_seeds is not None else ""))
+        print(f"# command: python benchmarks/race_designs.py --generator {args.generator} --k {args.k} --first {args.first} "
+              f"--worlds {args.worlds} --walk {args.walk:g} --jobs {args.jobs}" + (f" --rule '{args.rule}'" if args.rule else "")
+              + (f" --candidates '{args.candidates}'" if args.candidates else ""))
         print(f"# rule: {records[0]['rule'] if records else '-'}")
+    against = args.against
     for title, records in groups.items():
-        print(table(records, title))
+        if records and against not in records[0]["designs"]:
+            against = next(iter(records[0]["designs"]))
+        print(table(records, title, against))
         print()
     if args.plot:
         plot(groups, args.plot)

@@ -1,166 +1,87 @@
 """The racing protocol's decisions: who goes on at each rung, and the pick after the last.
 
-A racing study runs its pilots in *rungs* toward the target budget T (for example T/32,
-T/8, T/3): the first rung runs every allocation with 2-3 seeds (nested: read at a few
-smaller budgets too), each later rung extends the allocations that go on (by resuming
-their runs at a constant learning rate, so a rung's runs are prefixes of the next rung's).
-After each rung :func:`rung_decision` says which allocations go on; after the last one
-:func:`race_pick` is the recommendation, and its allocation's pilot is continued to T.
+A racing study runs its pilots in *rungs* toward the target budget T (a
+:class:`race.spec.rungs.RungSchedule`: rung budgets and how many allocations are ranked onto
+each, sized by the grid and the compute cap). Rung 0 runs every allocation with 1-3 seeds;
+each later rung extends the runs of the allocations that go on (resumed at a constant
+learning rate, so a rung's runs are prefixes of the next rung's). After each rung
+:func:`rung_decision` says which allocations go on; after the last one its
+``recommendation`` is the pick, and the pick's pilot is continued to T.
 
-Both are pure functions of the study's tables (``race.grid.load_tables``) and ``seed``: a
-killed study resumed from its store makes the same decisions. The decision at rung k reads
-only the runs at budgets <= the rung's budget (later rungs' runs, when the store already
-holds them, are ignored) and only the allocations with a complete run at the rung's budget
-(the ones that went on to it); the driver calls it once the rung's runs are complete.
+The decision at rung j, a pure function of the study's tables and ``seed`` (a study resumed
+from its store decides the same), reads only runs at budgets <= the rung's:
 
-The rule (:class:`RacingRule`): the analysis of :func:`race.analysis.recommend.recommend`
-on those runs forecasts every allocation at T on joint replicates (seeds and problems
-resampled, the back-tested extrapolation error, and the offset of the one seed that later
-rungs continue); the leader is the pick there. An allocation goes on while P(it beats the
-leader at T), paired over the replicates, is at least ``p_keep``, as many as the compute
-cap allows (the least likely stop first). After the last rung only the pick goes on (its
-pilot becomes the target run).
+1. **Alive**: the allocations with a complete run at the rung's budget.
+2. **Step floor**: an alive allocation whose runs there have taken fewer than its warmup +
+   ``floor_steps`` optimizer steps has not been measured: it goes on whatever it scored.
+3. **Rank** the measured ones (``RacingRule.rank``): ``observed``, the seed-mean score at equal
+   FLOPs at the rung; ``trend``, that score plus its recent slope in ln C carried to the next
+   rung; ``forecast``, P(it beats the forecast leader at T) over the joint replicates.
+4. **Keep** the schedule's ``keep[j+1]`` best measured ones (``geometry="schedule"``), or as
+   many as the compute cap leaves room for with the leader alone after them
+   (``geometry="cap"``, the design of the earlier freezes).
+5. **Forecast** (when asked; the decisions above never read it): the analysis of
+   :func:`race.analysis.recommend.recommend` on EVERY allocation's runs up to the rung (the
+   ones stopped earlier at their last readings), so P(best), expected regret and P(beats the
+   leader) are over all allocations the study ran, never over the survivors alone; a cut
+   against the forecast's own odds (P(beats the leader) >= 0.5) says so in its reason.
+6. **Pick** (last rung): among the measured allocations alive there, the observed leader
+   (``pick="observed"``) or the recommendation's choice (``pick="forecast"``: the observed
+   leader unless another's forecast gain has a paired lower bound above 0).
+
+The rule's frozen values and how they were chosen: docs/analysis.md section 12.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, Mapping
 
 import numpy as np
 import pandas as pd
 
-from race.accounting.guard import is_budget
+from race.spec.rungs import RungSchedule, choose_schedule, keep_counts
 
-from .joint import draw_replicates, study_matrix
+from .curves import final_scores
 from .decision import ConfidenceRules
-from .forecast import INTERVALS, TrendMix, check_min_logit_sd, standings
+from .forecast import INTERVALS, TrendMix, check_min_logit_sd
 from .recommend import Recommendation, recommend
-from .tables import allocation_key, jsonable, prepare_runs, without_controls
+from .tables import jsonable, prepare_runs, without_controls
 
 RTOL = 1e-9  # budgets closer than this (relative) are the same rung
-#: the racing design frozen with :class:`RacingRule` on the tuning generator: the rungs as fractions of the
-#: target budget, and the seeds on the first rung (later rungs continue one)
+#: the fixed racing design of the earlier freezes (rungs as fractions of T, first-rung seeds): the
+#: benchmark's "forecast-gated race" baseline (``RacingRule(geometry="cap", rank="forecast")``)
 RACE_RUNGS = (1 / 64, 1 / 8, 1 / 3)
 RACE_FIRST_SEEDS = 2
-#: how the allocations that may still win are ranked when the compute cap stops some of them
-RANKS = ("forecast", "observed")
+RANKS = ("observed", "trend", "forecast")
+PICKS = ("observed", "forecast")
+GEOMETRIES = ("schedule", "cap")
 
 
 @dataclass(frozen=True)
 class RacingRule:
-    """Who goes on at each rung (module docstring).
+    """A racing design: how the rungs are sized, who goes on, and the pick (module docstring).
 
-    ``p_keep``: an allocation goes on while P(it beats the leader at T), the share of joint
-    replicates in which its forecast is above the leader's, is at least this: a cut hedged by
-    the forecast's own uncertainty (an allocation that has not passed the gate is forecast by
-    its trend, so a late riser keeps its chance). Frozen at 0: every allocation goes on while
-    the compute cap has room (far below T the forecasts are too confident to cut on). ``max_unreused``: the pilot compute that the
-    target run will not reuse (every pilot FLOP but the chosen allocation's continued run), in
-    units of T, may not exceed this; the ones with the lowest P(beats the leader) stop first
-    (None: no cap). It is checked at each rung for the next: as many go on as leave the
-    leader room to finish within the cap, so the later rungs cut harder.
-    ``rank``: who stops first when the cap binds: the lowest P(beats the leader)
-    (``forecast``) or the lowest observed score at equal FLOPs at the rung (``observed``).
-    ``later_seeds``: seeds each later rung continues (for the cap). ``own_pairs``: back-test
-    pairs at the target's reach ratio from which the study's own error scale is used without
-    the prior; ``pair_reach``: back-test pairs count whose log-FLOP reach is at most this x the
-    target's (None: by extrapolation ratio; ``race.analysis.backtest.PairRule``). ``level``, ``n_boot``, ``method``: the intervals'
-    level, the joint replicates and the forecast method of
-    :func:`race.analysis.recommend.recommend`; ``interval``: how the intervals are read from
-    the replicates (``race.analysis.forecast.INTERVALS``); ``min_logit_sd``: a floor on each
-    forecast's replicate SD in logit, applied before the trend mix
-    (``race.analysis.forecast.floor_spread``; 0: none).
+    Geometry: ``eta`` (the keep ratio between rungs), ``keep_last`` (allocations on the last
+    rung), ``last`` (the last rung as a fraction of T) and ``max_unreused`` (the cap on pilot
+    compute the target run does not reuse, in units of T) size the schedule
+    (:func:`race.spec.rungs.choose_schedule`); ``geometry="cap"`` instead keeps as many as the
+    cap leaves room for at each rung. ``floor_steps``: optimizer steps past warmup before an
+    allocation may be stopped. ``rank``, ``p_keep`` (``forecast`` rank only: an allocation
+    below this P(beats the leader) stops even with room), ``pick``: steps 3-6. ``later_seeds``:
+    seeds each later rung continues. Forecast settings (the pick's interval and the odds):
+    ``own_pairs``, ``pair_reach``, ``level``, ``n_boot``, ``method``, ``trend_weight``,
+    ``trend_scale``, ``interval``, ``min_logit_sd`` (:class:`race.analysis.decision.ConfidenceRules`)."""
 
-    Frozen twice on the tuning generator (``race.analysis.synthetic.random_world``), each time
-    before the test generator ran. First (commit "racing rule frozen:", seeds 1000-1249, rungs
-    T/32, T/8, T/3 with the world's 2-3 seeds): p_keep 0.05. Its benchmark of about 1,300
-    worlds per generator missed the regret targets, and its tuning records (seeds 5001-6599)
-    showed where the regret came from: 0.0081 of 0.0272 from eventual winners cut at rung 0,
-    whose P(beats the leader) from 32x below T was under 0.05 (the forecasts there are
-    over-confident: the pick's 95% interval covered 80% of tuning worlds), 0.0112 from the cap
-    cutting to about 2 allocations at rung 1. Second (commit "racing rule frozen again:",
-    seeds 1000-1299, 234 learning worlds, ``benchmarks/race_designs.py --generator tune --first
-    1000 --worlds 300 --rungs R --first-seeds S --rule '{...}'``, the same worlds for every
-    variant, mean regret): the first rule 0.0339; rungs T/64, T/8, T/3 with 2 first-rung seeds
-    0.0257 (a cheaper first rung lets three allocations reach T/3 more often); then p_keep 0.02
-    0.0247, 0.005 0.0207, 0 0.0167 (0 against 0.005, paired: -0.0041 [-0.0089, -0.0002]);
-    ranking by the observed score at the rung instead of P(beats the leader) 0.0262 (p_keep
-    0.02); rungs T/64, T/6, T/3 0.0159 (not distinguishable, at 0.90 T not reused against
-    0.85); T/64, T/16, T/6, T/2 0.0307; the study's back-tests pooled with the prior (own_pairs
-    inf, first rule) 0.0332 at a median width of 0.336. So p_keep is 0: no allocation stops
-    on its forecast alone while the cap has room; the cap decides who stops, the lowest
-    P(beats the leader at T) first. Frozen: p_keep 0, rank "forecast", max_unreused 0.9,
-    later_seeds 1, own_pairs 3, pair_reach 2, level 0.95, n_boot 200, method "joint", with the
-    design :data:`RACE_RUNGS` and :data:`RACE_FIRST_SEEDS` first-rung seeds.
-
-    Frozen a third time, for the interval only (commit "racing rule frozen a third time:"):
-    ``trend_weight`` and ``trend_scale`` (:class:`race.analysis.forecast.TrendMix`) make the
-    local trend a second forecaster in the replicates. The second freeze's benchmark met every
-    regret target but not the pick's interval coverage (test 86.4%, tune 77.6%, for 90-97%),
-    and its misses were the curves the joint model's saturating family lacks: on fresh tuning
-    seeds 9000-9399 (313 learning worlds, the second rule) coverage was 98% for sigmoid and 97%
-    for Weibull picks but 65% for power laws (31% above), 57% for rise-then-decline (41%
-    below) and 84% for log-linear ones; |truth - forecast| in units of the interval's logit SD
-    had a 90th percentile of 3.1 (a normal one: 1.64), so no single width could reach 90%
-    within a median width of 0.30 (x1.3: 86.5% at about 0.29). Re-scored post hoc on those
-    worlds (a normal mixture in logit with each interval's own SD, the picks fixed), the mixture of the joint
-    model and the straight line through the pick's last stretch in (ln C, logit) reached
-    86.2% at a median width of 0.235 with equal weights and equal spread; trend spread 1.5:
-    91.7% at 0.292; weight 0.4: 91.0% at 0.284; spread 2: 93.9% at 0.363; both spreads 1.3:
-    91.7% at 0.298. Run through the racing code on the same seeds (the rung decisions and picks
-    see the mixture too), weight 0.5 and spread 1.5 gave 91.4% at 0.283 (below 3.2%, above
-    5.4%), regret 0.0193 against 0.0206 (paired -0.0013 [-0.0044, +0.0013], 8 of 313 picks
-    changed). Frozen: trend_weight 0.5, trend_scale 1.5, the rest as before.
-
-    Frozen a fourth time, for the interval only (commit "racing rule frozen a fourth time:"):
-    ``interval`` "shortest" (``race.analysis.forecast.shortest_interval``) and trend_scale 1.3.
-    The third freeze's benchmark on fresh seeds met coverage (test 93.8%, tune 91.7%) but not
-    the median width (0.306, 0.317, for <= 0.30). The mixture of two forecasters, read in score
-    (pressed against 0 or 1), is skewed, and its equal-tailed interval spends width on the sparse
-    side. On fresh tuning seeds 14000-14599 (476 learning worlds), re-scored post hoc (the picks
-    of the rule with the mixture off, the expected mixture of each pick's 200 joint
-    replicates): the third rule (spread 1.5, equal-tailed) 93.3% at a median width of 0.303,
-    the shortest interval of the same mixture 94.5% at 0.285, shortest with spread 1.4 93.9% at
-    0.275, 1.3 93.3% at 0.264, 1.2 92.0% at 0.253; weight 0.4 and spread 1.3 92.6% at 0.261;
-    moving the trend replicates' centre past the trend (1.25-2x its distance from the curve
-    model's point) gained nothing the spread did not. Run through the racing code on the same
-    seeds (``benchmarks/race_designs.py --generator tune --first 14000 --worlds 600 --rule
-    '{...}'``; 200 replicates, half of them drawn onto the trend at random): the third rule
-    92.6% at 0.281; shortest with spread 1.5 93.1% at 0.274, 1.4 92.0% at 0.261, 1.3 91.8% at
-    0.251 (below 3.2%, above 5.0%); regret 0.0173-0.0175 in all four. The third freeze's fresh
-    benchmark came out 13% wider and 0.9 points lower in coverage (tune: 91.7% at 0.317) than
-    the third rule on these seeds; spread 1.3 leaves the most room on both sides of 90% and
-    0.30 after such a shift (about 90.9% at 0.284, against 91.2% at 0.295 for 1.4 and 92.2%
-    at 0.310 for 1.5). Frozen: interval "shortest", trend_scale 1.3, the rest as before.
-
-    Frozen a fifth time, for the interval only (commit "racing rule frozen a fifth time:"):
-    ``min_logit_sd`` 0.24 (``race.analysis.forecast.floor_spread``) and trend_scale 1.4. The
-    fourth freeze's benchmark on fresh seeds met the width (test 0.265, tune 0.258) and the
-    test generator's coverage (91.6%), not the tuning generator's (89.1% [87.0, 90.8]). Its
-    misses sat in the narrowest intervals: on tuning seeds 14000-14599 and 15000-16279 (1,481
-    learning worlds, the fourth rule re-scored post hoc), the pick's interval missed 16.4%,
-    14.4%, 9.3%, 2.7% and 0.3% of the worlds in the fifths of the curve model's replicate logit
-    SD (cut at 0.21, 0.31, 0.51, 0.83); in power-law worlds whose truth lay above the interval
-    it lay a median 1.60 logit above the point forecast, with a replicate SD of 0.23. A floor
-    on that SD widens only the forecasts that claim most: post hoc, spread 1.3 and no floor
-    91.2% at a median width of 0.266, floor 0.22 92.6% at 0.269, 0.24 92.7% at 0.275; spread
-    1.4 with floor 0.22 93.1% at 0.280, 0.24 93.7% at 0.287 (the spread alone: 1.5 92.6% at
-    0.289, 1.6 93.4% at 0.301); narrowing the widest forecasts as well (deviations x
-    (s0 / SD)^g) lost coverage. Through the racing code on 15000-16279 (1,005 learning
-    worlds; the selection written down before these runs: the narrowest with >= 91.5% and
-    <= 0.280, else the highest coverage within 0.285, with mean regret <= 0.021): spread 1.3
-    and floor 0.22 90.0% at 0.263 (regret 0.0187), 1.4 and 0.22 90.5% at 0.274 (0.0195), 1.4
-    and 0.24 90.9% at 0.281 (0.0196; the fourth rule with spread 1.5: 90.0% at 0.282). None
-    reached 91.5%. The racing code runs 1.9-2.3 points below the post hoc scores on the same
-    worlds (95% of them with the same pick): 0.3-0.9 of it from drawing half of the
-    replicates onto the trend at random rather than weighting both sets, the rest from the
-    rung decisions seeing the floor and the mixture (a different allocation cut at the last
-    rung changes the pick's joint fit). Frozen:
-    min_logit_sd 0.24, trend_scale 1.4, the rest as before."""
-
+    rank: str = "observed"
+    pick: str = "forecast"
+    geometry: str = "schedule"
+    eta: float = 3.0
+    keep_last: int = 2
+    last: float = 1 / 3
+    floor_steps: int = 5
     p_keep: float = 0.0
-    rank: str = "forecast"
     max_unreused: float | None = 0.9
     later_seeds: int = 1
     own_pairs: float = 3.0
@@ -174,6 +95,9 @@ class RacingRule:
     min_logit_sd: float = 0.24
 
     def __post_init__(self) -> None:
+        for name, allowed in (("rank", RANKS), ("pick", PICKS), ("geometry", GEOMETRIES), ("interval", INTERVALS)):
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"RacingRule.{name} must be one of {allowed}, got {getattr(self, name)!r}")
         if not 0.5 < self.level < 1:
             raise ValueError(f"RacingRule.level must be in (0.5, 1), got {self.level!r}")
         if int(self.n_boot) < 20:
@@ -183,17 +107,17 @@ class RacingRule:
         if self.max_unreused is not None and not self.max_unreused >= 0:
             raise ValueError(f"RacingRule.max_unreused must be >= 0 (units of the target budget) or None, "
                              f"got {self.max_unreused!r}")
-        if self.interval not in INTERVALS:
-            raise ValueError(f"RacingRule.interval must be one of {INTERVALS}, got {self.interval!r}")
-        if self.rank not in RANKS:
-            raise ValueError(f"RacingRule.rank must be one of {RANKS}, got {self.rank!r}")
+        if not self.eta > 1 or int(self.keep_last) < 1 or not 0 < self.last < 1:
+            raise ValueError(f"RacingRule needs eta > 1, keep_last >= 1 and last in (0, 1), got {self.eta!r}, "
+                             f"{self.keep_last!r}, {self.last!r}")
+        if int(self.floor_steps) < 0 or int(self.later_seeds) < 1:
+            raise ValueError(f"RacingRule needs floor_steps >= 0 and later_seeds >= 1, got {self.floor_steps!r}, "
+                             f"{self.later_seeds!r}")
         try:
             TrendMix(self.trend_weight, self.trend_scale)
         except ValueError as e:
             raise ValueError(f"RacingRule: {e}") from None
         check_min_logit_sd(self.min_logit_sd, "RacingRule")
-        if int(self.later_seeds) < 1:
-            raise ValueError(f"RacingRule.later_seeds must be >= 1, got {self.later_seeds!r}")
 
     def as_dict(self) -> dict:
         return jsonable(asdict(self))
@@ -202,6 +126,34 @@ class RacingRule:
         return ConfidenceRules(own_pairs=float(self.own_pairs), pair_reach=self.pair_reach,
                                trend_weight=float(self.trend_weight), trend_scale=float(self.trend_scale),
                                interval=str(self.interval), min_logit_sd=float(self.min_logit_sd))
+
+    def schedule(self, names: Sequence[str], target_budget: float, *, first_seeds: int,
+                 rungs: Sequence[float] | None = None, min_budgets: Mapping[str, float] | None = None,
+                 least_budget: float = 0.0, strict: bool = True) -> RungSchedule:
+        """The study's schedule: ``rungs`` (budgets in FLOPs) as given, else chosen for these
+        allocations and the cap (:func:`race.spec.rungs.choose_schedule`; ``strict=False``: the
+        least schedule where none fits). With given rungs the keep counts are geometric from
+        every allocation to ``keep_last``."""
+        cap = self.max_unreused
+        if rungs is None:
+            return choose_schedule(list(names), target_budget, cap=cap, first_seeds=first_seeds,
+                                   later_seeds=self.later_seeds, last=self.last, eta=self.eta, keep_last=self.keep_last,
+                                   min_budgets=min_budgets, least_budget=least_budget, strict=strict)
+        keep = keep_counts(len(names), self.keep_last, self.eta)
+        n = len(rungs)
+        keep = tuple(keep[min(round(j * (len(keep) - 1) / max(n - 1, 1)), len(keep) - 1)] for j in range(n))
+        return RungSchedule(float(target_budget), tuple(float(b) for b in rungs), keep, first_seeds, self.later_seeds,
+                            dict(min_budgets or {}), cap)
+
+
+def rule_from(overrides: Mapping[str, Any], later_seeds: int = 1) -> RacingRule:
+    """A :class:`RacingRule` with these field overrides (a grid file's ``race.rule``); unknown
+    names raise ValueError listing the fields."""
+    names = {f.name for f in fields(RacingRule)}
+    unknown = sorted(set(overrides) - names)
+    if unknown:
+        raise ValueError(f"race.rule: unknown setting(s) {unknown}; the racing rule's settings are {sorted(names)}")
+    return RacingRule(**{**overrides, "later_seeds": int(later_seeds)})
 
 
 @dataclass
@@ -212,82 +164,109 @@ class RungDecision:
     budget: float  # that rung's budget in FLOPs
     next_budget: float | None  # the next rung's budget (None after the last rung)
     target_budget: float  # T
-    go_on: tuple[str, ...]  # allocation keys that continue, leader first
-    stopped: dict[str, str]  # allocation key -> one-line reason it stops here
+    go_on: tuple[str, ...]  # allocations that continue, leader first
+    stopped: dict[str, str]  # allocation -> one-line reason it stops here
     leader: str | None
-    rows: list[dict] = field(default_factory=list)  # per allocation: observed, forecast, P(best), gate, decision
+    rows: list[dict] = field(default_factory=list)  # per alive allocation: observed, forecast, odds, steps, decision
     rule: dict = field(default_factory=dict)  # RacingRule.as_dict()
+    exempt: tuple[str, ...] = ()  # alive allocations the step floor kept (not measured yet)
+    schedule: dict = field(default_factory=dict)  # RungSchedule.as_dict()
+    recommendation: Recommendation | None = field(default=None, repr=False)  # the forecast (the pick at the last rung)
 
     def as_dict(self) -> dict:
-        return jsonable({k: getattr(self, k) for k in self.__dataclass_fields__})
+        return jsonable({k: getattr(self, k) for k in self.__dataclass_fields__ if k != "recommendation"})
 
 
-def _check(target_budget: float, rung_budgets: Sequence[float], rung: int | None = None) -> list[float]:
-    if not is_budget(target_budget):
-        raise ValueError(f"target_budget must be a positive number of FLOPs, got {target_budget!r}")
-    budgets = [float(b) for b in rung_budgets]
-    if not budgets or not all(is_budget(b) for b in budgets) or any(b >= c for b, c in zip(budgets, budgets[1:])):
-        raise ValueError(f"rung_budgets must be positive and increasing, got {list(rung_budgets)!r}")
-    if budgets[-1] > target_budget * (1 + RTOL):
-        raise ValueError(f"the last rung's budget {budgets[-1]:.3g} is beyond the target budget {target_budget:.3g}")
-    if rung is not None and rung not in range(len(budgets)):
-        raise ValueError(f"rung must be in 0..{len(budgets) - 1} (the rungs' indices), got {rung!r}")
-    return budgets
-
-
-def rung_tables(runs: pd.DataFrame, evals: pd.DataFrame, budget: float, condition: str | None = None,
-                ) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, str]]:
-    """(runs, evals) the decision at a rung of ``budget`` reads, and the allocations that reached it.
-
-    Kept: complete runs at budgets <= ``budget`` of the allocations with a complete run at
-    ``budget`` (random-reward controls of any budget <= ``budget`` too, for the gate).
-    The dict maps the allocation key of the restricted tables (what ``recommend`` names)
-    to the key on the whole study (:func:`race.analysis.tables.allocation_key`)."""
+def readings(runs: pd.DataFrame, evals: pd.DataFrame, budget: "float | Callable[[str], float]",
+             condition: str | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(runs, evals) a decision at a rung reads: every complete run at a budget <= ``budget`` (a
+    number, or per allocation: ``budget(allocation)``; random-reward controls up to the largest,
+    for the learning gate), prepared (``allocation`` named on the whole study), with canonical run
+    ids ``<allocation>#s<seed>#b<budget>``: a reading is named by what it is, not by how the store
+    named it (a rung's run becomes a prefix of the run that extends it), so a study resumed from
+    its store decides exactly as before."""
     prepared = prepare_runs(runs)
-    keep_budget = prepared["budget"].to_numpy(float) <= budget * (1 + RTOL)
-    cand = without_controls(prepared[keep_budget])
+    limit = budget if callable(budget) else (lambda a, b=float(budget): b)
+    control = ~prepared.index.isin(without_controls(prepared).index)
+    cap = np.array([limit(a) for a in prepared["allocation"]], dtype=float)
+    if control.any():
+        cap[control] = max(limit(a) for a in set(prepared.loc[~control, "allocation"])) if (~control).any() else 0.0
+    keep = prepared["budget"].to_numpy(float) <= cap * (1 + RTOL)
     if condition is not None:
-        cand = cand[cand["reward_system"] == condition]
-    at = np.isclose(cand["budget"].to_numpy(float), budget, rtol=RTOL, atol=0.0)
-    alive = set(cand.loc[at, "allocation"])
-    ctrl = prepared[keep_budget & ~prepared.index.isin(without_controls(prepared).index)]
-    kept = prepared.loc[sorted(set(cand.index[cand["allocation"].isin(alive)]) | set(ctrl.index))]
-    sub = runs[runs["run_id"].isin(set(kept["run_id"]))]
-    local = dict(zip(sub["run_id"], allocation_key(sub))) if len(sub) else {}
-    names = {local[r]: a for r, a in zip(kept["run_id"], kept["allocation"]) if r in local}
-    # canonical run ids and row order: a reading is named by what it is (allocation, seed, budget), not by
-    # how the store named it (a rung's run becomes a prefix of the run that extends it), so a study resumed
-    # from its store decides exactly as before
-    canon = {r: f"{local[r]}#s{s}#b{float(b):.9e}" for r, s, b in zip(sub["run_id"], sub["seed"], sub["budget"])}
+        keep &= (prepared["reward_system"] == condition).to_numpy() | control
+    sub = prepared[keep]
+    canon = {r: f"{a}#s{s}#b{float(b):.9e}" for r, a, s, b in zip(sub["run_id"], sub["allocation"], sub["seed"],
+                                                                   sub["budget"])}
     if len(set(canon.values())) < len(canon):  # two readings of one (allocation, seed, budget): keep them apart
         canon = {r: f"{c}#{r}" for r, c in canon.items()}
     sub = sub.assign(run_id=sub["run_id"].map(canon), prefix_of=None).sort_values("run_id", kind="mergesort")
     ev = evals[evals["run_id"].isin(set(canon))]
     ev = ev.assign(run_id=ev["run_id"].map(canon)).sort_values(["run_id", "target", "step", "flops"], kind="mergesort")
-    return sub.reset_index(drop=True), ev.reset_index(drop=True), names
+    return sub.reset_index(drop=True), ev.reset_index(drop=True)
 
 
-def _observed(evals: pd.DataFrame, runs: pd.DataFrame, target: str, budget: float, allocs: list[str],
-              n_boot: int, level: float, seed: int) -> dict[str, tuple[float, float, float]]:
-    """Observed seed-mean score at equal FLOPs at ``budget`` with its ``level`` interval (seeds and problems)."""
-    sm = study_matrix(evals, runs, target)
-    reps = draw_replicates(sm, n_boot, np.random.default_rng([seed, 7]))
-    names, pts, rep = standings(sm, reps, allocs, budget)
-    q = (1 - level) / 2
-    return {a: (float(p), float(np.quantile(rep[:, i], q)), float(np.quantile(rep[:, i], 1 - q)))
-            for i, (a, p) in enumerate(zip(names, pts))}
+def at_own(runs: pd.DataFrame, budget_of: Callable[[str], float]) -> pd.DataFrame:
+    """The rows of ``runs`` at each allocation's own budget ``budget_of(allocation)``."""
+    own = np.array([budget_of(a) for a in runs["allocation"]], dtype=float)
+    return runs[np.isclose(runs["budget"].to_numpy(float), own, rtol=RTOL, atol=0.0)]
 
 
-def _analyse(runs: pd.DataFrame, evals: pd.DataFrame, budget: float, target_budget: float, target: str,
-             condition: str | None, rule: RacingRule, seed: int,
-             ) -> tuple[Recommendation, dict[str, str], pd.DataFrame, pd.DataFrame]:
-    sub_runs, sub_evals, names = rung_tables(runs, evals, budget, condition)
-    if not names:
-        raise ValueError(f"no complete run of any allocation at the rung budget {budget:.3g} "
-                         f"(condition {condition!r}): the rung has not run yet")
-    rec = recommend(sub_evals, sub_runs, target, target_budget, reward_system=condition, method=rule.method,
-                    n_boot=rule.n_boot, rng=seed, level=rule.level, rules=rule.confidence_rules())
-    return rec, names, sub_runs, sub_evals
+def alive_at(runs: pd.DataFrame, budget_of: Callable[[str], float]) -> list[str]:
+    """Candidate allocations (no random-reward controls) with a complete run at their own budget."""
+    return sorted(set(at_own(without_controls(runs), budget_of)["allocation"]))
+
+
+def observed_scores(runs: pd.DataFrame, evals: pd.DataFrame, target: str, budget: "float | Callable[[str], float]",
+                    allocations: Sequence[str]) -> dict[str, float]:
+    """Seed-mean score of each allocation at equal counted FLOPs among the runs of its budget
+    (``final_scores(at="equal")``); ``budget``: one for all, or per allocation."""
+    budget_of = budget if callable(budget) else (lambda a, b=float(budget): b)
+    ends = final_scores(evals, at_own(runs, budget_of), target, at="equal")
+    means = ends.groupby("allocation")["score"].mean()
+    return {a: float(means[a]) for a in allocations if a in means.index}
+
+
+def trend_scores(runs: pd.DataFrame, evals: pd.DataFrame, target: str, budget_of: Callable[[str], float],
+                 next_of: Callable[[str], float], allocations: Sequence[str],
+                 observed: Mapping[str, float]) -> dict[str, float]:
+    """``observed`` plus each allocation's recent slope in ln C carried to its next rung: the
+    seed mean of each run's least-squares slope of score on ln FLOPs over its evaluated points
+    after step 0 in the last factor-``next / own`` stretch before its own budget (0 with fewer
+    than 2 such points)."""
+    at = at_own(runs, budget_of)
+    ev = evals[(evals["target"] == target) & evals["run_id"].isin(set(at["run_id"])) & (evals["flops"] > 0)]
+    slopes: dict[str, list[float]] = {}
+    for rid, alloc in zip(at["run_id"], at["allocation"]):
+        b, n = budget_of(alloc), max(next_of(alloc), budget_of(alloc) * (1 + 1e-9))
+        g = ev[(ev["run_id"] == rid) & (ev["flops"] >= b * b / n)]
+        x, y = np.log(g["flops"].to_numpy(float)), g["score"].to_numpy(float)
+        slopes.setdefault(alloc, []).append(float(np.polyfit(x, y, 1)[0]) if len(x) >= 2 and np.ptp(x) > 0 else 0.0)
+    return {a: observed[a] + float(np.log(max(next_of(a), budget_of(a)) / budget_of(a))) * float(np.mean(slopes.get(a, [0.0])))
+            for a in allocations if a in observed}
+
+
+def floor_status(runs: pd.DataFrame, budget_of: Callable[[str], float], allocations: Sequence[str],
+                 floor_steps: int) -> dict[str, tuple[int | None, int | None]]:
+    """Per allocation (steps its runs at its own budget took, the least, or None; steps it needs:
+    its warmup + ``floor_steps``, None when the steps are unknown)."""
+    at = at_own(runs, budget_of)
+    out = {}
+    for a in allocations:
+        g = at[at["allocation"] == a]
+        steps = pd.to_numeric(g["steps"], errors="coerce") if "steps" in g.columns else pd.Series(dtype=float)
+        warm = pd.to_numeric(g["warmup_steps"], errors="coerce") if "warmup_steps" in g.columns else None
+        have = int(steps.min()) if len(steps) and steps.notna().all() else None
+        need = int(floor_steps + (int(warm.max()) if warm is not None and warm.notna().any() else 0))
+        out[a] = (have, need if have is not None else None)
+    return out
+
+
+def _exempt(status: Mapping[str, tuple[int | None, int | None]], schedule: RungSchedule) -> list[str]:
+    """Alive allocations not measured yet: fewer steps than their floor, or (steps unknown) a floor
+    the schedule places beyond the last rung."""
+    never = set(schedule.unmeasured())
+    return [a for a, (have, need) in status.items()
+            if (have is not None and need is not None and have < need) or (have is None and a in never)]
 
 
 def spent_flops(runs: pd.DataFrame, budget: float) -> float:
@@ -298,74 +277,125 @@ def spent_flops(runs: pd.DataFrame, budget: float) -> float:
     return float(r.groupby(["allocation", "seed"], dropna=False)["budget"].max().sum())
 
 
-def rung_decision(runs: pd.DataFrame, evals: pd.DataFrame, *, target_budget: float, rung_budgets: Sequence[float],
-                  rung: int, target: str = "greedy", condition: str | None = None,
-                  rule: RacingRule = RacingRule(), seed: int = 0) -> RungDecision:
-    """Who goes on after rung ``rung`` (module docstring); a pure function of the tables and ``seed``."""
-    budgets = _check(target_budget, rung_budgets, rung)
-    budget = budgets[rung]
-    rec, names, sub_runs, sub_evals = _analyse(runs, evals, budget, target_budget, target, condition, rule, seed)
-    pred = rec.predictions
-    allocs = [str(a) for a in pred["allocation"]]
-    leader, last = rec.allocation, rung == len(budgets) - 1
-    F = rec.replicates
-    lead_i = allocs.index(leader)
-    beats = {a: float(np.mean(F[:, i] > F[:, lead_i])) for i, a in enumerate(allocs)}
-    obs = _observed(sub_evals, sub_runs, target, budget, allocs, rule.n_boot, rule.level, seed)
-    order = {"forecast": lambda a: (-beats[a], a), "observed": lambda a: (-obs.get(a, (-1.0,))[0], -beats[a], a)}
-    plausible = [a for a in sorted(allocs, key=order[rule.rank]) if a != leader and beats[a] >= rule.p_keep]
-    room, cap_note = len(plausible), ""
-    if not last and rule.max_unreused is not None:
-        # n go on to the next rung, then (at the least) the leader alone to the last: the pilots not reused
-        # by the target run are spent + s n (b_next - b) + s (b_last - b_next) - b_last <= cap T
-        spent, s_l, nxt = spent_flops(runs, budget), rule.later_seeds, budgets[rung + 1]
-        free = rule.max_unreused * target_budget - spent - s_l * (budgets[-1] - nxt) + budgets[-1]
-        room = int(np.floor(free / (s_l * (nxt - budget)) * (1 + 1e-9))) - 1
-        cap_note = (f"the compute cap ({rule.max_unreused:g} T not reused by the target run, {spent / target_budget:.2f} T "
-                    f"spent) leaves room for {max(room, 0)} besides the leader at the next rung")
-    rows, go_on, stopped = [], [], {}
-    for i, a in enumerate(allocs):
-        p = pred.iloc[i]
-        pb = f"P(beats the leader at T) {beats[a]:.2f}"
+def _cap_room(readings: pd.DataFrame, schedule: RungSchedule, rung: int) -> int:
+    """``geometry="cap"``: how many besides the leader may go on so that the leader alone can then
+    finish the last rung within the cap (the earlier freezes' rule); ``readings``: the rung's."""
+    b, T = schedule.budgets, schedule.target_budget
+    if schedule.cap is None:
+        return 10**9
+    spent = float(readings.groupby(["allocation", "seed"], dropna=False)["budget"].max().sum())
+    s_l, nxt = schedule.later_seeds, b[rung + 1]
+    free = schedule.cap * T - spent - s_l * (b[-1] - nxt) + b[-1]
+    return max(int(np.floor(free / (s_l * (nxt - b[rung])) * (1 + 1e-9))) - 1, 0)
+
+
+def _forecast(runs: pd.DataFrame, evals: pd.DataFrame, target: str, rule: RacingRule, seed: int,
+              target_budget: float, condition: str | None, pick_from: Sequence[str], default: str) -> Recommendation:
+    return recommend(evals, runs, target, target_budget, reward_system=condition, method=rule.method,
+                     n_boot=rule.n_boot, rng=seed, level=rule.level, rules=rule.confidence_rules(),
+                     pick_from=set(pick_from), default=default)
+
+
+def rung_decision(runs: pd.DataFrame, evals: pd.DataFrame, *, schedule: RungSchedule, rung: int,
+                  target: str = "greedy", condition: str | None = None, rule: RacingRule = RacingRule(),
+                  seed: int = 0, forecast: bool = True) -> RungDecision:
+    """Who goes on after rung ``rung`` of ``schedule`` (module docstring); a pure function of the
+    tables and ``seed``. ``forecast=False`` skips step 5 where the rule does not need it (the
+    decisions do not change: a benchmark's shortcut); ``rank="forecast"``, and the last rung
+    under ``pick="forecast"``, always forecast."""
+    if rung not in range(len(schedule.budgets)):
+        raise ValueError(f"rung must be in 0..{len(schedule.budgets) - 1} (the rungs' indices), got {rung!r}")
+    budget, last = schedule.budgets[rung], rung == len(schedule.budgets) - 1
+    T = schedule.target_budget
+
+    def own(a: str) -> float:
+        return schedule.budget_of(a, rung)
+
+    sub_runs, sub_evals = readings(runs, evals, own, condition)
+    alive = alive_at(sub_runs, own)
+    if not alive:
+        raise ValueError(f"no complete run of any allocation at the rung budget {budget:.3g} (condition "
+                         f"{condition!r}): the rung has not run yet")
+    status = floor_status(sub_runs, own, alive, rule.floor_steps)
+    exempt = _exempt(status, schedule)
+    measured = [a for a in alive if a not in exempt] or list(alive)
+    obs = observed_scores(sub_runs, sub_evals, target, own, alive)
+    rec = None
+    if forecast or (last and rule.pick == "forecast") or rule.rank == "forecast":
+        rec = _forecast(sub_runs, sub_evals, target, rule, seed, T, condition, measured,
+                        min(measured, key=lambda a: (-obs.get(a, -1.0), a)))
+    score = dict(obs)
+    if rule.rank == "trend" and not last:
+        score = trend_scores(sub_runs, sub_evals, target, own, lambda a: schedule.budget_of(a, rung + 1), alive, obs)
+    beats: dict[str, float] = {}
+    if rec is not None and rec.replicates is not None:
+        names = [str(a) for a in rec.predictions["allocation"]]
+        lead_f = names.index(rec.allocation)
+        F = rec.replicates
+        beats = {a: float(np.mean(F[:, i] > F[:, lead_f])) for i, a in enumerate(names)}
+    if rule.rank == "forecast":
+        order = sorted(measured, key=lambda a: (-beats.get(a, 0.0), -score.get(a, -1.0), a))
+        order.remove(rec.allocation) if rec.allocation in order else None
+        order = [rec.allocation, *order] if rec.allocation in measured else order
+    else:
+        order = sorted(measured, key=lambda a: (-score.get(a, -1.0), a))
+    if last:
+        leader = rec.allocation if rule.pick == "forecast" else min(measured, key=lambda a: (-obs.get(a, -1.0), a))
+    else:
+        leader = order[0]
+    if last:
+        keep_n, why_cap = 0, ""
+    elif rule.geometry == "cap":
+        keep_n = 1 + _cap_room(sub_runs, schedule, rung)
+        why_cap = f"the compute cap ({schedule.cap:g} T not reused) leaves room for {keep_n - 1} besides the leader"
+    else:
+        keep_n = schedule.keep[rung + 1]
+        why_cap = f"the schedule ranks {keep_n} onto the next rung (sized by the cap, {schedule.cap} T)"
+    ranked = [leader] + [a for a in order if a != leader]
+    if rule.rank == "forecast" and rule.p_keep > 0:
+        ranked = [a for a in ranked if a == leader or beats.get(a, 1.0) >= rule.p_keep]
+    goes = set(ranked[:keep_n]) | (set(exempt) if not last else set())
+    rows, stopped = [], {}
+    pred = rec.predictions.set_index("allocation") if rec is not None else None
+    for a in alive:
+        have, need = status[a]
+        pb = beats.get(a)
         if a == leader:
-            on, why = True, ("the pick: its pilot continues to the target" if last else "the leader")
+            why = "the pick: its pilot continues to the target" if last else "the leader"
         elif last:
-            on, why = False, f"the last rung: only the pick {names.get(leader, leader)} goes on to the target"
-        elif a not in plausible:
-            on, why = False, f"{pb} is below {rule.p_keep:g}: it will not win"
-        elif plausible.index(a) >= room:
-            on, why = False, f"{pb}, but {cap_note} ({rule.rank} ranks it {plausible.index(a) + 1} of {len(plausible)})"
+            why = f"the last rung: only the pick {leader} goes on to the target"
+        elif a in exempt:
+            why = (f"{have} of {need} steps (warmup + {rule.floor_steps}): not measured yet, the step floor keeps it"
+                   if have is not None else "below its step floor's budget: not measured yet, the step floor keeps it")
+        elif a in goes:
+            why = f"ranked {ranked.index(a) + 1} of {len(ranked)} by {rule.rank}: {why_cap}"
         else:
-            on, why = True, f"{pb} >= {rule.p_keep:g}: it may still win"
-        key = names.get(a, a)
-        o = obs.get(a, (float("nan"),) * 3)
-        rows.append({"allocation": key, "observed": o[0], "observed_lo": o[1], "observed_hi": o[2],
-                     "forecast": float(p["score"]), "forecast_lo": float(p["lo"]), "forecast_hi": float(p["hi"]),
-                     "p_best": float(p["p_best"]), "p_beats_leader": beats[a],
-                     "gate_passed": bool(p["gate_passed"]) if pd.notna(p["gate_passed"]) else None,
-                     "decision": "go on" if on else "stop", "reason": why})
-        if on:
-            go_on.append(key)
-        else:
-            stopped[key] = why
-    local = {names.get(a, a): a for a in allocs}
-    go_on.sort(key=lambda k: (k != names.get(leader, leader), order[rule.rank](local[k])))
-    return RungDecision(rung=rung, budget=budget, next_budget=None if last else budgets[rung + 1],
-                        target_budget=float(target_budget), go_on=tuple(go_on), stopped=stopped,
-                        leader=names.get(leader, leader), rows=rows, rule=rule.as_dict())
+            pos = f"ranked {ranked.index(a) + 1} of {len(ranked)}" if a in ranked else "below p_keep"
+            why = f"{pos} by {rule.rank}: {why_cap}"
+            if pb is not None and pb >= 0.5:
+                why += f"; stopped against the forecast's odds: P(beats the leader at T) {pb:.2f}"
+        row = {"allocation": a, "budget": own(a), "observed": obs.get(a, float("nan")),
+               "rank_score": score.get(a, float("nan")),
+               "steps": have, "steps_needed": need, "measured": a not in exempt, "p_beats_leader": pb,
+               "decision": "go on" if (a in goes or a == leader) and not (last and a != leader) else "stop",
+               "reason": why}
+        if pred is not None and a in pred.index:
+            p = pred.loc[a]
+            row.update(forecast=float(p["score"]), forecast_lo=float(p["lo"]), forecast_hi=float(p["hi"]),
+                       p_best=float(p["p_best"]),
+                       gate_passed=bool(p["gate_passed"]) if pd.notna(p.get("gate_passed")) else None)
+        rows.append(row)
+        if row["decision"] == "stop":
+            stopped[a] = why
+    go_on = [leader] + sorted((a for a in alive if a != leader and a not in stopped),
+                              key=lambda a: (a not in ranked, ranked.index(a) if a in ranked else 0, a))
+    if last:
+        go_on = [leader]
+    return RungDecision(rung=rung, budget=budget, next_budget=None if last else schedule.budgets[rung + 1],
+                        target_budget=float(T), go_on=tuple(go_on), stopped=stopped, leader=leader, rows=rows,
+                        rule=rule.as_dict(), exempt=tuple(exempt), schedule=schedule.as_dict(), recommendation=rec)
 
 
-def race_pick(runs: pd.DataFrame, evals: pd.DataFrame, *, target_budget: float, rung_budgets: Sequence[float],
-              target: str = "greedy", condition: str | None = None, rule: RacingRule = RacingRule(),
-              seed: int = 0) -> Recommendation:
-    """The recommendation after the last rung: the analysis of the allocations that reached it,
-    on the runs at budgets <= the last rung's (module docstring)."""
-    budgets = _check(target_budget, rung_budgets)
-    rec, names, _, _ = _analyse(runs, evals, budgets[-1], target_budget, target, condition, rule, seed)
-    rec.allocation = names.get(rec.allocation, rec.allocation)
-    if rec.default_allocation is not None:
-        rec.default_allocation = names.get(rec.default_allocation, rec.default_allocation)
-    if rec.runner_up is not None:
-        rec.runner_up = names.get(rec.runner_up, rec.runner_up)
-    rec.predictions = rec.predictions.assign(allocation=[names.get(a, a) for a in rec.predictions["allocation"]])
-    return rec
+__all__ = ["GEOMETRIES", "PICKS", "RACE_FIRST_SEEDS", "RACE_RUNGS", "RANKS", "RacingRule", "RungDecision",
+           "alive_at", "floor_status", "observed_scores", "readings", "rule_from", "rung_decision", "spent_flops",
+           "trend_scores"]

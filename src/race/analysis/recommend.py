@@ -46,6 +46,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -128,6 +129,16 @@ def candidate_allocations(sm: StudyMatrix, reward_system: str | None) -> list[st
     return sorted(r["allocation"].unique())
 
 
+def own_standings(sm: StudyMatrix, reps: Replicates, allocations: list[str]) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """:func:`race.analysis.forecast.standings` with each allocation read at its own largest budget."""
+    names, pts, cols = [], [], []
+    for a in allocations:
+        b = float(sm.runs.loc[sm.runs["allocation"] == a, "budget"].max())
+        n, p, r = standings(sm, reps, [a], b)
+        names, pts, cols = names + n, pts + list(p), cols + [r]
+    return names, np.array(pts), np.column_stack(cols) if cols else np.empty((reps.n, 0))
+
+
 def gated_study(evals: pd.DataFrame, runs: pd.DataFrame, target: str, n_boot: int = 200,
                 rng: np.random.Generator | int | None = 0, reward_system: str | None = None, alpha: float = 0.05,
                 level: float = 0.95) -> tuple[StudyMatrix, list[str], Replicates, pd.DataFrame, np.random.Generator]:
@@ -145,14 +156,20 @@ def gated_study(evals: pd.DataFrame, runs: pd.DataFrame, target: str, n_boot: in
 def recommend(evals: pd.DataFrame, runs: pd.DataFrame, target: str, target_budget: float, *,
               reward_system: str | None = None, method: str = "joint", n_boot: int = 200,
               rng: np.random.Generator | int | None = 0, level: float = 0.95,
-              rules: ConfidenceRules | None = None) -> Recommendation:
+              rules: ConfidenceRules | None = None, pick_from: "Collection[str] | None" = None,
+              default: str | None = None) -> Recommendation:
     """Choose an allocation for ``target_budget`` (steps in the module docstring).
 
     ``method="joint"`` (the default) fits the allocations that passed the gate together
     (:mod:`race.analysis.joint_model`); ``"curve"`` chooses among the curve families per
     allocation, ``"trend"`` forces the straight line in log FLOPs. ``predictions``: one row per candidate, the pick first, then by forecast
     (``score, lo, hi, p_best, expected_regret, observed, open_above, open_below, open_reason, gate_passed, gain,
-    family, share_*, bound_*``).
+    family, share_*, bound_*``). ``pick_from``: the allocations the pick may be (a racing study's
+    survivors at its last rung); every candidate is still forecast, so P(best), expected regret
+    and the intervals are over all of them (an allocation stopped early at its last forecast).
+    ``default``: the default pick (step 6) when the caller has one (a racing rung's observed
+    leader, read at each allocation's own budget), instead of the observed winner at the largest
+    pilot budget.
     """
     if method not in METHODS:
         raise ValueError(f"method must be one of {tuple(METHODS)}, got {method!r}")
@@ -167,7 +184,16 @@ def recommend(evals: pd.DataFrame, runs: pd.DataFrame, target: str, target_budge
     largest = float(cand["budget"].max())
     ratio = float(target_budget / largest)
     obs_names, obs_pts, obs_reps = standings(sm, reps, allocs, largest)
-    observed = obs_names[int(np.argmax(obs_pts))] if obs_names else None
+    eligible = [i for i, a in enumerate(obs_names) if pick_from is None or a in pick_from]
+    if default is not None:
+        if default not in allocs or (pick_from is not None and default not in pick_from):
+            raise ValueError(f"default {default!r} is not a candidate allocation{' of pick_from' if pick_from else ''}")
+        observed = default
+    elif pick_from is not None and not eligible:
+        raise ValueError(f"pick_from names no allocation with runs at the largest budget {largest:.3g}: "
+                         f"{sorted(pick_from)}; pass default=")
+    else:
+        observed = obs_names[max(eligible, key=lambda i: obs_pts[i])] if eligible else None
     notes = list(sm.notes)
     min_seeds = int(cand.groupby(["allocation", "budget"]).size().min())
     if min_seeds < 3:
@@ -193,9 +219,12 @@ def recommend(evals: pd.DataFrame, runs: pd.DataFrame, target: str, target_budge
                 for a, (_, r) in zip(allocs, pred.iterrows())]
         pred["open_above"], pred["open_below"], pred["open_reason"] = ([e[i] for e in ends] for i in range(3))
         default = observed if observed is not None else allocs[int(np.argmax(pred["score"]))]
-        chosen, decision, gain_lo = decide(rep_matrix, allocs, default, rules.switch_alpha)
+        sel = [i for i, a in enumerate(allocs) if pick_from is None or a in pick_from]
+        chosen, decision, gain_lo = decide(rep_matrix[:, sel], [allocs[i] for i in sel], default, rules.switch_alpha)
         method_used = method
     else:
+        if default is not None:  # a racing rung: every allocation at its own largest budget
+            obs_names, obs_pts, obs_reps = own_standings(sm, reps, allocs)
         pred = summarise(obs_names, obs_pts, obs_reps, level, rules.interval).assign(family="observed", observed=obs_pts,
                                                                       open_above=False, open_below=False, open_reason="")
         rep_matrix, method_used, forecast_c = obs_reps, "observed", largest

@@ -227,7 +227,8 @@ def prepare_runs(runs: pd.DataFrame, include_failed: bool = False) -> pd.DataFra
     """
     validate_runs(runs, RUNS_CORE)
     out = runs.copy()
-    out["allocation"] = allocation_key(out)  # on every run, so keys do not depend on the filter
+    if "allocation" not in out.columns or out["allocation"].isna().any():
+        out["allocation"] = allocation_key(out)  # on every run, so keys do not depend on the filter
     if not include_failed:
         out = out[out["status"].astype(str) == "complete"].copy()
     out["budget"] = out["budget"].astype(float)

@@ -292,7 +292,7 @@ def _print_plan(budget: float, allocs: list, skipped: list, hold: str, prompts: 
 def _register_subapps() -> None:
     """Sub-apps live in their own modules; each imports only typer at module level. They
     are part of the CLI: an ImportError here is a bug to see, not a command to hide."""
-    from race.cli import base, card, grid, import_cmd, rm, run_cmds, study_cmds
+    from race.cli import base, card, grid, import_cmd, replay_cmd, rm, run_cmds, study_cmds
 
     for sub, name in ((base, "base"), (rm, "rm"), (grid, "grid")):
         app.add_typer(sub.app, name=name)
@@ -300,6 +300,7 @@ def _register_subapps() -> None:
     study_cmds.register(app)
     card.register(app)
     import_cmd.register(app)
+    replay_cmd.register(app)
 
 
 _register_subapps()
