@@ -37,7 +37,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PlainSerializ
 
 from race.accounting.guard import check_budget
 
-from race.spec.errors import ConfigError, format_errors, load_yaml_mapping, parse_scalar
+from race.spec.errors import ConfigError, format_errors, load_yaml_mapping, parse_scalar, some_keys
 from race.spec.reward import RewardSpec, parse_reward
 from race.spec.task import TASK_ID_NEUTRAL, TaskSettings
 
@@ -366,19 +366,51 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
     return load_yaml_mapping(path, ConfigError, "config file")
 
 
-def run_config_from_dict(data: dict[str, Any], source: str = "dict") -> RunConfig:
+def run_config_from_dict(data: dict[str, Any], source: str = "dict", flags: dict[str, str] | None = None
+                         ) -> RunConfig:
+    """Validate run settings; ``ConfigError`` names each wrong field (an unknown one with
+    the closest valid name). ``flags``: dotted setting -> the command-line flag that set it
+    (``--set lora.rank=8``): its errors blame the flag, and when every error is a flag's the
+    title does not name ``source``."""
     try:
         return RunConfig.model_validate(data)
     except ValidationError as e:
-        raise ConfigError(format_errors(e, f"invalid run config ({source}):")) from None
+        flags = flags or {}
+
+        def flag_of(loc: str) -> str | None:
+            return next((f for k, f in flags.items() if loc == k or loc.startswith(k + ".")), None)
+
+        def label(loc: str) -> str:
+            flag = flag_of(loc)
+            return f"{flag}: {loc}" if flag else loc
+
+        locs = [".".join(str(p) for p in err["loc"]) for err in e.errors()]
+        title = ("invalid --set override:" if flags and all(flag_of(loc) for loc in locs)
+                 else f"invalid run config ({source}):")
+        raise ConfigError(format_errors(e, title, label=label, model=RunConfig)) from None
 
 
 def load_run_config(path: str | Path | None = None, overrides: list[str] | None = None,
                     base: dict[str, Any] | None = None, values: dict[str, Any] | None = None) -> RunConfig:
     """Load a run config from YAML (safe_load), apply ``key=value`` overrides and typed
-    ``values``, validate."""
+    ``values``, validate. A grid file is refused as such (:func:`race.spec.grid.file_kind`)."""
     data: dict[str, Any] = dict(base or {})
     if path is not None:
-        data.update(load_yaml(path))
+        loaded = load_yaml(path)
+        from race.spec.grid import file_kind
+
+        if file_kind(loaded) == "grid":
+            raise ConfigError(f"{path}: this is a grid file (it has {some_keys(grid_keys(loaded))}): run it "
+                              f"with `race grid plan {path}` and `race grid run {path}`; `race train` takes a run "
+                              "file, one run's settings (e.g. configs/tiny-rule.yaml)")
+        data.update(loaded)
     data = apply_overrides(data, overrides, values)
-    return run_config_from_dict(data, str(path) if path else "overrides")
+    flags = {".".join(parse_override(item)[0]): f"--set {item}" for item in overrides or []}
+    return run_config_from_dict(data, str(path) if path else "overrides", flags=flags)
+
+
+def grid_keys(data: dict[str, Any]) -> list[str]:
+    """The top-level keys of ``data`` that only a grid file has."""
+    from race.spec.grid import GRID_ONLY
+
+    return [k for k in data if k in GRID_ONLY]
