@@ -45,6 +45,11 @@ def test_a_file_typo_blames_the_file_and_a_bad_flag_value_the_flag(tmp_path):
 
 
 def test_a_grid_file_given_to_race_train_is_named_as_one():
+    from race.spec.files import load_run_file
+
+    with pytest.raises(ConfigError, match="this is a grid file"):
+        load_run_file(GRID_FILE)
+    assert load_run_file(RUN_FILE, ["lora.r=8"]).lora.r == 8
     code, out = _cli("train", GRID_FILE)
     text = " ".join(out.split())
     assert code == 2 and "this is a grid file" in text and f"race grid run {GRID_FILE}" in text

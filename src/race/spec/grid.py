@@ -63,7 +63,8 @@ class RunnerSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     kind: Literal["local", "ray"] = "local"
-    workers: int | None = Field(None, ge=1, description="cells in flight; local default 2, ray default cluster CPUs / cpus_per_cell")
+    workers: int | None = Field(None, ge=1, description="cells in flight; local default one per CUDA device when "
+                                "there are any (one cell per GPU), else 2; ray default cluster CPUs / cpus_per_cell")
     threads_per_worker: int = Field(1, ge=1)
     ray_address: str | None = None
     cpus_per_cell: float = Field(1.0, gt=0, description="Ray CPUs per cell (per gang with gang: true)")
@@ -75,6 +76,8 @@ class RunnerSettings(BaseModel):
         "sooner: no long cell starts last with the other workers idle); grid: the grid file's order")
 
     def resolved_workers(self) -> int:
+        """``workers``, else 2: the default without GPUs (``race.grid.local.default_workers``
+        gives one per GPU where there are any; this layer does not look for them)."""
         return self.workers if self.workers is not None else 2
 
 

@@ -37,7 +37,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PlainSerializ
 
 from race.accounting.guard import check_budget
 
-from race.spec.errors import ConfigError, format_errors, load_yaml_mapping, parse_scalar, some_keys
+from race.spec.errors import ConfigError, format_errors, load_yaml_mapping, parse_scalar
 from race.spec.reward import RewardSpec, parse_reward
 from race.spec.task import TASK_ID_NEUTRAL, TaskSettings
 
@@ -393,24 +393,11 @@ def run_config_from_dict(data: dict[str, Any], source: str = "dict", flags: dict
 def load_run_config(path: str | Path | None = None, overrides: list[str] | None = None,
                     base: dict[str, Any] | None = None, values: dict[str, Any] | None = None) -> RunConfig:
     """Load a run config from YAML (safe_load), apply ``key=value`` overrides and typed
-    ``values``, validate. A grid file is refused as such (:func:`race.spec.grid.file_kind`)."""
+    ``values``, validate (an override's errors name its ``--set``). A grid file given here
+    is refused as such by :func:`race.spec.files.load_run_file`."""
     data: dict[str, Any] = dict(base or {})
     if path is not None:
-        loaded = load_yaml(path)
-        from race.spec.grid import file_kind
-
-        if file_kind(loaded) == "grid":
-            raise ConfigError(f"{path}: this is a grid file (it has {some_keys(grid_keys(loaded))}): run it "
-                              f"with `race grid plan {path}` and `race grid run {path}`; `race train` takes a run "
-                              "file, one run's settings (e.g. configs/tiny-rule.yaml)")
-        data.update(loaded)
+        data.update(load_yaml(path))
     data = apply_overrides(data, overrides, values)
     flags = {".".join(parse_override(item)[0]): f"--set {item}" for item in overrides or []}
     return run_config_from_dict(data, str(path) if path else "overrides", flags=flags)
-
-
-def grid_keys(data: dict[str, Any]) -> list[str]:
-    """The top-level keys of ``data`` that only a grid file has."""
-    from race.spec.grid import GRID_ONLY
-
-    return [k for k in data if k in GRID_ONLY]
