@@ -27,6 +27,34 @@ app = typer.Typer(
 
 
 
+def package_version() -> str:
+    """The installed package's version (``race-rl``'s metadata), else the source tree's
+    (``race.__version__``: running from a checkout that is not installed)."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("race-rl")
+    except metadata.PackageNotFoundError:
+        import race
+
+        return race.__version__
+
+
+def _show_version(value: bool) -> None:
+    if value:
+        typer.echo(f"race {package_version()}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    version: Annotated[bool, typer.Option("--version", callback=_show_version, is_eager=True,
+                                          help="print the version and exit")] = False,
+) -> None:
+    """RACE: compute-accounted RL post-training. Account every FLOP of a GRPO step, train under a FLOP budget,
+    compare allocations at equal FLOPs, and recommend one."""
+
+
 def _console():
     from rich.console import Console
 
