@@ -183,3 +183,36 @@ def test_workers_default_to_the_cuda_device_count(monkeypatch):
     assert default_workers(RunnerSettings()) == 2 and plan_grid(spec, predictor=_fake_predict).workers == 2
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1,3,5")
     assert default_workers(RunnerSettings()) == 3  # the driver's own restriction counts
+
+
+def test_evaluations_are_priced_as_rollouts_on_a_gpu():
+    from race.spec.run import RunConfig
+
+    cfg = RunConfig(model="tiny-s", budget_flops=1e16, prompts_per_step=8, num_generations=8,
+                    max_completion_length=256, eval={"targets": ["greedy", "pass@k"], "n_problems": 200,
+                                                     "n_pass_problems": 50, "pass_k": 4, "num_points": 4})
+    h = pricing("h100")
+    rows, points, batches = 200 + 50 * 4, 1 + 4, 2  # step 0 and 4 points; 400 rows in 2 loops of <= 256
+    small = {"steps": 10, "rollout": 10 * 64 * 1e9, "learning": 1e12, "feedback": 0.0}  # decoding is latency
+    assert h.eval_seconds(small, cfg) == pytest.approx(points * batches * 256 * GPU_DECODE_SECONDS, rel=1e-12)
+    big = {"steps": 10, "rollout": 10 * 64 * 1e13, "learning": 1e15, "feedback": 0.0}  # decoding is FLOPs
+    assert h.eval_seconds(big, cfg) == pytest.approx(points * rows * 1e13 / (H100 * ASSUMED_MFU["rollout"]), rel=1e-12)
+    assert h.cell_seconds(big, cfg) == pytest.approx(
+        h.run_seconds(10, big, dtype="bf16", completion_len=256) + h.eval_seconds(big, cfg), rel=1e-12)
+    nested = cfg.model_copy(update={"eval": cfg.eval.model_copy(update={"at_budgets": [1e15, 3e15]})})
+    assert h.eval_seconds(small, nested) == pytest.approx((points + 2) / points * h.eval_seconds(small, cfg))
+    assert pricing("cpu").eval_seconds(big, cfg) == 0.0  # the CPU model counts them in its fixed costs
+
+
+def test_a_ray_cluster_of_gpu_nodes_runs_one_cell_per_gpu_by_default():
+    pytest.importorskip("ray")
+    from race.grid.ray_runner import ray_capacity
+    from race.spec.grid import RunnerSettings
+
+    two_nodes = {"CPU": 64.0, "GPU": 16.0}
+    assert ray_capacity(RunnerSettings(kind="ray", gpus_per_cell=1), two_nodes) == 16
+    assert ray_capacity(RunnerSettings(kind="ray", gpus_per_cell=0.5), two_nodes) == 32
+    assert ray_capacity(RunnerSettings(kind="ray", cpus_per_cell=8, gpus_per_cell=1), two_nodes) == 8  # CPUs bind
+    assert ray_capacity(RunnerSettings(kind="ray"), two_nodes) == 64  # CPU cells: the CPUs
+    assert ray_capacity(RunnerSettings(kind="ray", workers=5, gpus_per_cell=1), two_nodes) == 5
+    assert ray_capacity(RunnerSettings(kind="ray", gpus_per_cell=1), {"CPU": 8.0}) == 1  # no GPU: at least one

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from race.accounting.devices import plan_device
-from race.grid.pricing import CPU_CELL_SECONDS, CPU_STEP_SECONDS, Pricing, pricing, run_dtype, study_runs
+from race.grid.pricing import CPU_CELL_SECONDS, CPU_STEP_SECONDS, Pricing, pricing, study_runs
 from race.spec.cells import Cell
 from race.spec.grid import DEFAULT_CELL_FN, GridSpec, as_grid_spec
 from race.spec.run import RunConfig
@@ -222,10 +222,9 @@ def _time_scale(study_dir: Path | None, predicted: dict[str, float], price: Pric
             continue
         guess = predicted.get(r["run_id"])
         if guess is None and (r.get("steps") or r.get("total_flops")):
-            cfg = r["config"]
             guess = (default_seconds(r["steps"] or 0, r["total_flops"] or 0.0) if not price.device.gpu else
-                     price.run_seconds(r["steps"] or 0, {**r["flops"], "total": r["total_flops"] or 0.0},
-                                       dtype=run_dtype(cfg), completion_len=int(cfg.get("max_completion_length") or 0)))
+                     price.cell_seconds({**r["flops"], "steps": r["steps"] or 0, "total": r["total_flops"] or 0.0},
+                                        RunConfig.model_validate(r["config"])))
         if guess:
             pairs.append((r["wall_s"], guess))
     return (sum(o for o, _ in pairs) / sum(g for _, g in pairs), len(pairs)) if pairs else (None, 0)

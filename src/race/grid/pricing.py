@@ -10,8 +10,9 @@ seconds: ``R``, ``Lrn``, ``F`` its predicted rollout, learning and feedback FLOP
 phase, ``L`` the completion tokens a step decodes one after another (``max_completion_length``)
 and ``decode_s`` the time of one decoding position however small the model (token-by-token
 decoding is bound by latency, not FLOPs, at pilot sizes), ``step_s`` a step's other fixed
-cost and ``cell_s`` the loading and evaluations of one run. Its device-hours are its seconds
-x the devices it holds (``gpus_per_cell``; one per cell on the local runner).
+cost and ``cell_s`` the loading of one run; its evaluations are priced as rollouts
+(:meth:`Pricing.eval_seconds`). Its device-hours are its seconds x the devices it holds
+(``gpus_per_cell``; one per cell on the local runner).
 
 The MFU per phase is, in this order: ``--mfu``; measured on the study's finished runs
 (``--study-dir``: each phase's ledger FLOPs over its ledger seconds, against the device's peak:
@@ -37,10 +38,12 @@ ASSUMED_MFU = {"rollout": 0.02, "learning": 0.15, "feedback": 0.15}
 ASSUMED_MFU_SOURCE = "assumed, not measured: docs/gpu.md; --mfu or --study-dir to replace it"
 #: Fixed costs on a GPU: ``decode_s`` measured (TRL on an H200, Qwen2.5-0.5B, bf16, 16 sequences x 48 tokens:
 #: rollout 14.97 s over 5 steps = 62 ms per decoded position; docs/gpu-check/h200-run1.json), ``step_s``
-#: measured in the same run (update 2.12 s over 5 steps), ``cell_s`` assumed (loading, evaluations).
+#: measured in the same run (update 2.12 s over 5 steps), ``cell_s`` assumed (loading the models).
 GPU_DECODE_SECONDS = 0.062
 GPU_STEP_SECONDS = 0.42
 GPU_CELL_SECONDS = 60.0
+#: Rows per evaluation decode loop (``race.engines.evaluation.Evaluator``'s batch_size).
+EVAL_BATCH = 256
 #: The CPU model (``race.grid.plan``): measured on the demo grid, 2 workers x 1 thread, 2-core CPU.
 CPU_CELL_SECONDS = 4.0
 CPU_STEP_SECONDS = 0.4
@@ -118,12 +121,33 @@ class Pricing:
         return self.cell_s + steps * (self.step_s + rollout + rest)
 
     def cell_seconds(self, pred: dict[str, float], cfg: Any) -> float:
-        """Seconds of the run a cell's prediction describes (a CPU prediction's own
-        ``est_seconds`` when the predictor gave one and the MFU is the CPU model's)."""
+        """Seconds of the run a cell's prediction describes, its evaluations included on a GPU
+        (:meth:`eval_seconds`; a CPU prediction's own ``est_seconds`` when the predictor gave
+        one and the MFU is the CPU model's)."""
         if not self.device.gpu and "est_seconds" in pred and set(self.mfu.values()) == {1.0}:
             return float(pred["est_seconds"])
         return self.run_seconds(pred.get("steps", 0), pred, dtype=run_dtype(cfg),
-                                completion_len=int(getattr(cfg, "max_completion_length", 0) or 0))
+                                completion_len=int(getattr(cfg, "max_completion_length", 0) or 0)) + \
+            self.eval_seconds(pred, cfg)
+
+    def eval_seconds(self, pred: dict[str, float], cfg: Any) -> float:
+        """A run's evaluations on a GPU (the CPU model counts them in its fixed costs): at
+        each point (step 0, ``eval.num_points`` over the budget or every ``eval.every_flops``,
+        and each ``eval.at_budgets``) one decode of every evaluated row (greedy and hard
+        problems, ``pass_k`` samples per pass@k problem) in batches of 256, priced as the
+        rollout: ``max(rows x a rollout sequence's FLOPs / (P m_rollout), batches x L x decode_s)``."""
+        ev = getattr(cfg, "eval", None)
+        steps, n_seq = pred.get("steps") or 0, cfg.prompts_per_step * cfg.num_generations if ev else 0
+        if not self.device.gpu or ev is None or not steps or not n_seq:
+            return 0.0
+        rows = (ev.n_problems if "greedy" in ev.targets else 0) + (ev.n_hard_problems if "hard" in ev.targets else 0)
+        rows += ev.n_pass_problems * ev.pass_k if {"pass@k", "pass@1"} & set(ev.targets) else 0
+        points = 1 + len(ev.at_budgets) + (ev.num_points if ev.every_flops is None
+                                           else int(cfg.budget_flops // ev.every_flops))
+        peak = self.device.peak(run_dtype(cfg)) or self.device.peak("fp32") or 0.0
+        per_row = float(pred.get("rollout") or 0.0) / steps / n_seq
+        decode = math.ceil(rows / EVAL_BATCH) * cfg.max_completion_length * self.decode_s
+        return points * max(rows * per_row / (peak * self.mfu["rollout"]), decode)
 
     def budget_seconds(self, budget: float) -> float:
         """A cell without a prediction: its budget at the learning phase's rate, plus its fixed cost."""
@@ -143,7 +167,8 @@ class Pricing:
                     + ("" if set(self.mfu.values()) == {1.0} else f"; MFU {mfu}"))
         return (f"priced on {d.key} ({d.title}, bf16 dense peak {d.peak('bf16') / 1e12:.4g} TFLOP/s); MFU {mfu} "
                 f"({self.mfu_source}); at least {self.decode_s * 1e3:.0f} ms per decoded position, {self.step_s:g} s "
-                f"per step, {self.cell_s:g} s per cell (loading, evaluations); {self.gpus_per_cell:g} GPU per cell")
+                f"per step, {self.cell_s:g} s per cell to load, evaluations priced as rollouts; {self.gpus_per_cell:g} GPU "
+                "per cell")
 
 
 def pricing(device: str = "cpu", *, mfu: "str | dict[str, float] | None" = None,

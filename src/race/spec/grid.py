@@ -64,7 +64,8 @@ class RunnerSettings(BaseModel):
 
     kind: Literal["local", "ray"] = "local"
     workers: int | None = Field(None, ge=1, description="cells in flight; local default one per CUDA device when "
-                                "there are any (one cell per GPU), else 2; ray default cluster CPUs / cpus_per_cell")
+                                "there are any (one cell per GPU), else 2; ray default what the cluster's CPUs (and, with "
+                                "gpus_per_cell, GPUs) hold")
     threads_per_worker: int = Field(1, ge=1)
     ray_address: str | None = None
     cpus_per_cell: float = Field(1.0, gt=0, description="Ray CPUs per cell (per gang with gang: true)")
