@@ -216,3 +216,26 @@ def test_a_ray_cluster_of_gpu_nodes_runs_one_cell_per_gpu_by_default():
     assert ray_capacity(RunnerSettings(kind="ray"), two_nodes) == 64  # CPU cells: the CPUs
     assert ray_capacity(RunnerSettings(kind="ray", workers=5, gpus_per_cell=1), two_nodes) == 5
     assert ray_capacity(RunnerSettings(kind="ray", gpus_per_cell=1), {"CPU": 8.0}) == 1  # no GPU: at least one
+
+
+@pytest.mark.parametrize("size", ["0.5b", "1.5b", "7b"])
+def test_the_qwen_gpu_pilots_plan_without_weights_as_docs_gpu_md_says(size, monkeypatch, tmp_path):
+    from pathlib import Path
+
+    from race.grid import load_grid_spec
+
+    root = Path(__file__).resolve().parents[2]
+    monkeypatch.chdir(root)  # the grids' data paths are relative to the checkout
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))  # nothing downloaded: priced from the presets
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    spec = load_grid_spec(root / "configs" / f"grid-qwen-gpu-{size}.yaml")
+    hours = {}
+    for device in ("h100", "a100", "l40s"):
+        p = plan_grid(spec, price=pricing(device))
+        assert len(p.runnable) == 8 and not p.refused and all(c.prediction for c in p.cells)
+        hours[device] = p.device_hours
+    row = next(line for line in (root / "docs" / "gpu.md").read_text().splitlines()
+               if line.startswith(f"| Qwen2.5-{size[:-1]}B |"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert [float(cells[3]), float(cells[4]), float(cells[5])] == [
+        float(f"{hours[d]:.2g}") for d in ("h100", "a100", "l40s")]  # the table is what the plan prints
