@@ -34,10 +34,8 @@ def package_version() -> str:
 
     try:
         return metadata.version("race-rl")
-    except metadata.PackageNotFoundError:
-        import race
-
-        return race.__version__
+    except metadata.PackageNotFoundError:  # the package ``race`` is loaded before any module of it
+        return str(sys.modules["race"].__version__)
 
 
 def _show_version(value: bool) -> None:

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from race.accounting.devices import Device, gpu_hours, plan_device
+from race.accounting.guard import steps_bought
 
 #: The phases of a plan's prediction, in the order MFU is written (``rollout`` is the search axis).
 PHASES = ("rollout", "learning", "feedback")
@@ -142,8 +143,8 @@ class Pricing:
             return 0.0
         rows = (ev.n_problems if "greedy" in ev.targets else 0) + (ev.n_hard_problems if "hard" in ev.targets else 0)
         rows += ev.n_pass_problems * ev.pass_k if {"pass@k", "pass@1"} & set(ev.targets) else 0
-        points = 1 + len(ev.at_budgets) + (ev.num_points if ev.every_flops is None
-                                           else int(cfg.budget_flops // ev.every_flops))
+        points = 1 + len(ev.at_budgets) + (ev.num_points if ev.every_flops is None  # evaluations every_flops apart
+                                           else steps_bought(cfg.budget_flops, ev.every_flops))
         peak = self.device.peak(run_dtype(cfg)) or self.device.peak("fp32") or 0.0
         per_row = float(pred.get("rollout") or 0.0) / steps / n_seq
         decode = math.ceil(rows / EVAL_BATCH) * cfg.max_completion_length * self.decode_s
