@@ -106,6 +106,23 @@ def unknown_setting(model: type[BaseModel], loc: tuple[Any, ...], what: str = "f
     return f"unknown {what} (check the spelling; see configs/ for examples)"
 
 
+def blame_flags(err: ValidationError, flags: dict[str, str], title: str, flags_title: str
+                ) -> tuple[str, Callable[[str], str]]:
+    """``(title, label)`` for :func:`format_errors` when some settings came from flags
+    (``flags``: dotted setting -> the flag that set it, e.g. ``--set lora.rank=8``): an error
+    at or under a flag's setting is labelled with the flag, and when every error is a flag's
+    the title is ``flags_title`` (it does not blame the file)."""
+    def flag_of(loc: str) -> str | None:
+        return next((f for k, f in flags.items() if loc == k or loc.startswith(k + ".")), None)
+
+    def label(loc: str) -> str:
+        flag = flag_of(loc)
+        return f"{flag}: {loc}" if flag else loc
+
+    locs = [".".join(str(p) for p in e["loc"]) for e in err.errors()]
+    return (flags_title if flags and all(flag_of(loc) for loc in locs) else title), label
+
+
 def some_keys(keys: Any, most: int = 4) -> str:
     """``a, b, c, d, ...``: the first ``most`` of ``keys`` (sorted), to name a file's kind."""
     names = sorted(str(k) for k in keys)

@@ -339,10 +339,8 @@ RUN_ONLY = frozenset(RunConfig.model_fields) - frozenset(GridSpec.model_fields)
 
 
 def file_kind(data: Any) -> str | None:
-    """``"grid"`` or ``"run"`` when the top-level keys of a settings mapping say which file
-    it is (keys only a grid file has and none only a run file has, or the reverse), else
-    None (validation then names each wrong key). Read before the field-by-field checks, so
-    a file given to the wrong command is named as such."""
+    """``"grid"`` or ``"run"`` when a mapping's top-level keys say which file it is (some
+    only one kind has, none only the other has), else None; read before the field checks."""
     if not isinstance(data, dict):
         return None
     keys = set(data)

@@ -37,7 +37,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PlainSerializ
 
 from race.accounting.guard import check_budget
 
-from race.spec.errors import ConfigError, format_errors, load_yaml_mapping, parse_scalar
+from race.spec.errors import ConfigError, blame_flags, format_errors, load_yaml_mapping, parse_scalar
 from race.spec.reward import RewardSpec, parse_reward
 from race.spec.task import TASK_ID_NEUTRAL, TaskSettings
 
@@ -375,18 +375,7 @@ def run_config_from_dict(data: dict[str, Any], source: str = "dict", flags: dict
     try:
         return RunConfig.model_validate(data)
     except ValidationError as e:
-        flags = flags or {}
-
-        def flag_of(loc: str) -> str | None:
-            return next((f for k, f in flags.items() if loc == k or loc.startswith(k + ".")), None)
-
-        def label(loc: str) -> str:
-            flag = flag_of(loc)
-            return f"{flag}: {loc}" if flag else loc
-
-        locs = [".".join(str(p) for p in err["loc"]) for err in e.errors()]
-        title = ("invalid --set override:" if flags and all(flag_of(loc) for loc in locs)
-                 else f"invalid run config ({source}):")
+        title, label = blame_flags(e, flags or {}, f"invalid run config ({source}):", "invalid --set override:")
         raise ConfigError(format_errors(e, title, label=label, model=RunConfig)) from None
 
 
