@@ -165,3 +165,15 @@ def test_every_reason_of_a_cell_is_named(tmp_path, monkeypatch):
     g["base"] = {**g["base"], "task": {"name": "jsonl", "path": "missing.jsonl"}}
     why = plan_grid(g).cells[0].refusal
     assert "task.path 'missing.jsonl': file not found" in why and "; and unknown model 'tiny-mm'" in why
+
+
+def test_race_grid_run_runs_the_others_and_exits_1_on_cells_that_cannot_run(tmp_path, monkeypatch):
+    """A data file that is not there is refused for any cell function; the fake engine runs the rest."""
+    monkeypatch.chdir(tmp_path)
+    g = grid(axes={"task": [{"name": "arith"}, {"name": "jsonl", "path": "missing.jsonl"}]}, seeds=[0])
+    f = write_grid(tmp_path / "g.yaml", g)
+    res = CliRunner(env={"COLUMNS": "250"}).invoke(app, ["grid", "run", str(f), "--study-dir", str(tmp_path / "s"),
+                                                         "--quiet"])
+    out = " ".join(res.output.split())
+    assert res.exit_code == 1, out
+    assert "2/2 cells complete" in out and "2 cell(s) could not run" in out and "missing.jsonl" in out

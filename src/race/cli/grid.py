@@ -212,6 +212,11 @@ def run(
               f"study: {result.study_dir}")
     if result.failed:
         con.print("failed cells: " + ", ".join(result.failed) + "  (see `race grid status`)")
+    blocked = [c for c in result.refused if c.cannot_run]
+    if blocked:
+        con.print(f"[red]{len(blocked)} cell(s) could not run[/red] (refused above; the others ran): fix them and run "
+                  "the grid again, it runs only what is missing")
+    if result.failed or blocked:
         raise typer.Exit(1)
 
 
