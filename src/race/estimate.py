@@ -97,18 +97,19 @@ def run_step_plan(cfg: RunConfig, shape: ModelShape, *, engine: str | None = Non
                     reward=reward, conventions=cfg.conventions)
 
 
-def run_step_flops(cfg: RunConfig) -> PhaseFlops:
+def run_step_flops(cfg: RunConfig, shape: ModelShape | None = None) -> PhaseFlops:
     """One step of run ``cfg`` at its upper bound (:func:`run_step_plan`): every sequence at
     ``max_prompt_length + max_completion_length``, a judge writing ``max_completion_length``
     tokens per verdict; the learning passes over ``num_update_generations`` sequences per
     prompt where it is set. The built-in engine shares each prompt across its group in the
     rollout and, without gradient checkpointing, in the learning passes too (for the
     Qwen2/Llama-style models its functional forward runs; another architecture runs
-    unshared and costs more)."""
+    unshared and costs more). ``shape``: the policy's, when the caller resolved it (default
+    :func:`race.models.refs.resolve_shape` of ``cfg.model``)."""
     reward = reward_system(cfg.reward)
     judge = reward.row.head == "decode"
     n = cfg.prompts_per_step * cfg.num_generations
-    plan = run_step_plan(cfg, resolve_shape(cfg.model), reward=reward)
+    plan = run_step_plan(cfg, shape or resolve_shape(cfg.model), reward=reward)
     return plan.step([cfg.max_prompt_length] * n, [cfg.max_completion_length] * n,
                      judge_completion_lens=[cfg.max_completion_length] * n if judge else None)
 

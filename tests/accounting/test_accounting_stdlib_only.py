@@ -17,7 +17,7 @@ import race.accounting
 import race.accounting.budget, race.accounting.conventions, race.accounting.errors, race.accounting.grpo
 import race.accounting.ledger, race.accounting.lora, race.accounting.passes, race.accounting.report_card
 import race.accounting.shapes, race.accounting.terms, race.accounting.guard, race.accounting.trl_step
-import race.accounting.trl_compare, race.schema, race.cards
+import race.accounting.trl_compare, race.accounting.devices, race.schema, race.cards
 race.accounting.ModelShape.from_preset("qwen2.5-7b")  # also loads the packaged shapes data
 new = sorted(set(sys.modules) - before)
 stdlib_dirs = {os.path.realpath(sysconfig.get_paths()[k]) for k in ("stdlib", "platstdlib")}

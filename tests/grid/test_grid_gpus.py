@@ -46,15 +46,18 @@ def go(cfg, run_dir):
 
 
 @pytest.mark.parametrize("gpus,workers,want", [(["0", "1"], 2, ["0", "1"]), (["0", "1"], 3, ["0", "0", "1"]),
-                                               ([], 2, [None, None])])
+                                               ([], 2, [None, None]), (["0", "1", "2"], None, ["0", "1", "2"])])
 def test_worker_environments_name_one_gpu_each(tmp_path, monkeypatch, gpus, workers, want):
+    """``workers`` unset: one worker per GPU (``race.grid.local.default_workers``)."""
     monkeypatch.setattr(local, "visible_gpus", lambda: list(gpus))
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     gate = tmp_path / "gate"
     gate.mkdir()
     probe = tmp_path / "probe.py"
-    probe.write_text(PROBE.format(gate=str(gate), n=workers))
     ex = LocalExecutor(RunnerSettings(workers=workers, preload_torch=False), f"{probe}:go")
+    workers = ex.capacity
+    assert workers == len(want)
+    probe.write_text(PROBE.format(gate=str(gate), n=workers))
     try:
         assert ("one GPU each" in ex.description) == bool(gpus)
         futs = [ex.submit({"budget_flops": 1e9}, str(tmp_path / f"c{i}")) for i in range(workers)]

@@ -48,10 +48,13 @@ def test_race_grid_plan_shows_both_refusals(tmp_path):
     g = _base(task={"name": "jsonl", "path": str(tmp_path / "missing.jsonl")})
     f = write_grid(tmp_path / "g.yaml", g)
     res = CliRunner(env={"COLUMNS": "200"}).invoke(app, ["grid", "plan", str(f)])
-    assert res.exit_code == 0, res.output
+    assert res.exit_code == 1, res.output  # cells a worker would fail on: the plan fails
     assert "refused" in res.output and "missing.jsonl" in res.output and "file not found" in res.output
+    assert "8 of 8 cell(s) cannot run" in res.output
+    res = CliRunner(env={"COLUMNS": "200"}).invoke(app, ["grid", "plan", str(f), "--allow-refused"])
+    assert res.exit_code == 0 and "missing.jsonl" in res.output  # report only, as before
     g = _base(drop_zero_variance_groups=True)
     g["axes"] = {**g["axes"], "engine": ["trl"]}
     res = CliRunner(env={"COLUMNS": "200"}).invoke(app, ["grid", "plan", str(write_grid(tmp_path / "t.yaml", g))])
-    assert res.exit_code == 0, res.output
+    assert res.exit_code == 1, res.output
     assert "engine: trl refuses this cell" in res.output

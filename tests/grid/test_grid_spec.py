@@ -93,9 +93,11 @@ def test_invalid_cell_values_name_the_cell_and_the_run_setting():
     assert "cell [model=tiny-xs num_generations=1 budget=2e+09 seed=0]" in msg
     assert "num_generations: num_generations=1: GRPO needs a group of at least 2" in msg
     msg = _err(grid(base={"lr": 1e-4}))
-    assert "  - base.lr: unknown run setting 'lr'; choose from [" in msg and "'learning_rate'" in msg
+    assert "  - base.lr: unknown run setting 'lr' (did you mean 'learning_rate'?)" in msg
+    msg = _err(grid(base={"xyzzy": 1e-4}))  # nothing close: the valid names
+    assert "  - base.xyzzy: unknown run setting 'xyzzy'; choose from [" in msg and "'learning_rate'" in msg
     msg = _err(grid(base={"lora": {"rank": 8}}))
-    assert "lora.rank: unknown field" in msg
+    assert "lora.rank: unknown field (did you mean 'lora.r'?)" in msg
 
 
 def test_axis_on_lora_rank_turns_lora_on_when_base_has_none():

@@ -27,6 +27,32 @@ app = typer.Typer(
 
 
 
+def package_version() -> str:
+    """The installed package's version (``race-rl``'s metadata), else the source tree's
+    (``race.__version__``: running from a checkout that is not installed)."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("race-rl")
+    except metadata.PackageNotFoundError:  # the package ``race`` is loaded before any module of it
+        return str(sys.modules["race"].__version__)
+
+
+def _show_version(value: bool) -> None:
+    if value:
+        typer.echo(f"race {package_version()}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    version: Annotated[bool, typer.Option("--version", callback=_show_version, is_eager=True,
+                                          help="print the version and exit")] = False,
+) -> None:
+    """RACE: compute-accounted RL post-training. Account every FLOP of a GRPO step, train under a FLOP budget,
+    compare allocations at equal FLOPs, and recommend one."""
+
+
 def _console():
     from rich.console import Console
 
@@ -151,18 +177,27 @@ def plan(
                                   ] = "all",
     beta: Annotated[float, typer.Option(help="KL coefficient; != 0 adds reference log-probs")] = 0.0,
     conventions: Annotated[str, typer.Option()] = "race",
+    device: Annotated[Optional[str], typer.Option(help="also price each run's wall time and GPU-hours on this "
+                                                       "device: h100 | h200 | a100 | l40s | cpu")] = None,
+    mfu: Annotated[Optional[str], typer.Option(help="with --device: model-FLOP utilisation, one fraction or "
+                                                    "rollout=0.02,learning=0.15,feedback=0.15 (default: measured "
+                                                    "in --study-dir, else the stated assumption)")] = None,
+    study_dir: Annotated[Optional[Path], typer.Option(help="with --device: measure the MFU on this study's "
+                                                           "finished runs")] = None,
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Allocations (model x group size x reward x iterations x steps per generation x update
     generations) that fit a budget: prompts and sequences per step, the steps each buys and
     its split (the update share p moves with the last three at equal FLOPs: more passes or
     optimizer steps raise it, training on m of a prompt's G rollouts lowers it); rows that
-    cannot afford one step are named."""
+    cannot afford one step are named. With --device, each run's wall time and GPU-hours on
+    that device."""
     from race.accounting import LoRA, StepPlan, allocations
     from race.models.refs import resolve_shape
     from race.rewards.systems import reward_system
 
     _check_plan_flags(budget, lora_rank, hold, beta, prompts, prompt_len, completion_len)
+    price = _pricing(device, mfu, study_dir)
     gs = _whole_numbers("--groups", groups, 2, "GRPO needs group sizes >= 2")
     its = _whole_numbers("--iterations", iterations, 1, "must be >= 1")
     spgs = _whole_numbers("--steps-per-generation", steps_per_generation, 1, "must be >= 1")
@@ -185,10 +220,40 @@ def plan(
         cheapest = min(a.step.total for a in skipped)
         _fail(f"no allocation affords one step within {budget:.3g} FLOPs (the cheapest step costs {cheapest:.3g}); "
               "raise --budget or shrink the step")
+    times = [_run_time(price, a, lora_rank, completion_len) for a in allocs] if price else None
     if as_json:
-        typer.echo(json.dumps([a.row() for a in allocs], indent=2))
+        typer.echo(json.dumps([{**a.row(), **(times[i] if times else {})} for i, a in enumerate(allocs)], indent=2))
         return
-    _print_plan(budget, allocs, skipped, hold, prompts, max(gs))
+    _print_plan(budget, allocs, skipped, hold, prompts, max(gs), times)
+    if price is not None:
+        _console().print(f"[dim]{price.describe()}[/dim]", highlight=False)
+
+
+def _pricing(device: Optional[str], mfu: Optional[str], study_dir: Optional[Path]):
+    """``race.grid.pricing`` for ``--device`` (None without it); a bad device or MFU ends the command."""
+    if device is None:
+        if mfu is not None or study_dir is not None:
+            _fail("--mfu and --study-dir price the runs on a device: add --device h100 (or h200, a100, l40s, cpu)")
+        return None
+    from race.grid.pricing import pricing
+
+    try:
+        return pricing(device, mfu=mfu, study_dir=study_dir)
+    except AccountingError as e:
+        _fail(f"--device {device}: {e}")
+    except ValueError as e:
+        _fail(str(e))
+
+
+def _run_time(price, a, lora_rank: Optional[int], completion_len: int) -> dict:
+    """Wall seconds and device-hours of the run allocation ``a`` buys, on ``price``'s device."""
+    from race.accounting import split_sums
+
+    per_step = split_sums(a.step.as_dict())
+    flops = {"rollout": per_step["search"] * a.steps, "learning": per_step["learning"] * a.steps,
+             "feedback": per_step["feedback"] * a.steps}
+    secs = price.run_seconds(a.steps, flops, dtype="bf16" if lora_rank else "fp32", completion_len=completion_len)
+    return {"device": price.device.key, "wall_s": secs, "device_hours": price.hours(secs)}
 
 
 def _check_plan_flags(budget: float, lora_rank: Optional[int], hold: str, beta: float, prompts: int, prompt_len: int,
@@ -244,12 +309,13 @@ def _whole_numbers(flag: str, text: str, least: int, why: str) -> list[int]:
     return vals
 
 
-def _print_plan(budget: float, allocs: list, skipped: list, hold: str, prompts: int, gmax: int) -> None:
+def _print_plan(budget: float, allocs: list, skipped: list, hold: str, prompts: int, gmax: int,
+                times: Optional[list] = None) -> None:
     from rich.table import Table
 
     from race.cards import fmt_flops
     from race.accounting import SPLIT
-    from race.cli.tables import print_table
+    from race.cli.tables import fmt_seconds, print_table
 
     held = (f"sequences per step held at {prompts * gmax} ({prompts} prompts x G={gmax}): a larger G means fewer "
             "prompts, so FLOPs per step barely change with G" if hold == "sequences"
@@ -264,19 +330,22 @@ def _print_plan(budget: float, allocs: list, skipped: list, hold: str, prompts: 
                  if sub else "")
               + "split = % of FLOPs in search (rollout), learning (the update share p), feedback (reward)"
               + ("; p = learning / all, p_pol = learning / (search + learning)" if knobs or sub else ""))
+    unit = "GPU-h" if times and times[0]["device"] != "cpu" else "worker-h"
     cols = ("model", "G", *(("m",) if sub else ()), "reward", *(("it", "spg") if knobs else ()), "prompts", "seqs",
             "FLOPs/step", "steps", *(("opt steps",) if knobs else ()), "split % S L F",
-            *(("p", "p_pol") if knobs or sub else ()))
+            *(("p", "p_pol") if knobs or sub else ()),
+            *((f"wall ({times[0]['device']})", unit) if times else ()))
     for col in cols:
         t.add_column(col, justify="right" if col not in ("model", "reward") else "left")
-    for r in cells:
+    for i, r in enumerate(cells):
         split = " ".join(f"{100 * float(r[k]):.0f}" for k in SPLIT)  # type: ignore[arg-type]
         knob = (str(r["num_iterations"]), str(r["steps_per_generation"])) if knobs else ()
+        when = (fmt_seconds(times[i]["wall_s"]), f"{times[i]['device_hours']:.3g}") if times else ()
         t.add_row(str(r["model"]), str(r["num_generations"]), *((str(r["num_update_generations"]),) if sub else ()),
                   str(r["reward"]), *knob, str(r["prompts"]),
                   str(r["sequences"]), fmt_flops(r["step_flops"]), str(r["steps"]),
                   *((str(r["optimizer_steps"]),) if knobs else ()), split,
-                  *((f"{r['p']:.2f}", f"{r['p_policy']:.2f}") if knobs or sub else ()))
+                  *((f"{r['p']:.2f}", f"{r['p_policy']:.2f}") if knobs or sub else ()), *when)
     c = _console()
     print_table(c, t)
     by: dict[tuple[str, str], list] = {}

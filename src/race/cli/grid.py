@@ -29,56 +29,106 @@ def _load(grid_file: Path) -> Any:
 
 
 def _fmt_s(s: float | None) -> str:
-    if s is None:
-        return "-"
-    s = int(round(s))
-    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
+    from race.cli.tables import fmt_seconds
+
+    return fmt_seconds(s)
 
 
 @app.command("plan")
 def plan(
     grid_file: Annotated[Path, typer.Argument(help="grid YAML file")],
-    study_dir: Annotated[Optional[Path], typer.Option(help="calibrate wall time on this study's finished runs")] = None,
+    study_dir: Annotated[Optional[Path], typer.Option(help="calibrate wall time (and, on a GPU, the MFU) on this "
+                                                           "study's finished runs")] = None,
+    device: Annotated[str, typer.Option(help="price on this device of the table: h100 | h200 | a100 | l40s | cpu")
+                      ] = "cpu",
+    mfu: Annotated[Optional[str], typer.Option(help="model-FLOP utilisation: one fraction, or rollout=0.02,"
+                                                    "learning=0.15,feedback=0.15 (default: measured in --study-dir, "
+                                                    "else the stated assumption)")] = None,
+    workers: Annotated[Optional[int], typer.Option(min=1, help="cells in flight (default: the grid's, else one per "
+                                                               "GPU here, else 2)")] = None,
+    allow_refused: Annotated[bool, typer.Option("--allow-refused", help="exit 0 although cells are refused (report "
+                                                                        "only)")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="print the plan as JSON")] = False,
 ) -> None:
-    """Dry run: every cell with its predicted steps and FLOP split, totals, refusals."""
-    from rich.console import Console
-    from rich.markup import escape
-    from rich.table import Table
-
-    from race.cli.tables import print_table
+    """Dry run: every cell with its predicted steps, FLOP split, wall time and GPU-hours, totals, refusals.
+    Exits 1 when a cell cannot run (a worker would fail on it: a misspelled model, a missing file or
+    tokenizer...), unless --allow-refused; cells below min_steps are refused by the grid's own rule."""
+    from race.accounting import AccountingError
+    from race.grid.pricing import pricing
     from race.grid.race_plan import plan_race
 
     spec = _load(grid_file)
+    per_cell = spec.runner.gpus_per_cell if spec.runner.kind == "ray" and spec.runner.gpus_per_cell > 0 else 1.0
+    try:
+        price = pricing(device, mfu=mfu, study_dir=study_dir, gpus_per_cell=per_cell)
+    except (AccountingError, ValueError) as e:
+        _fail(f"--device {device}: {e}" if isinstance(e, AccountingError) else str(e))
     cap = None
     if spec.racing and spec.race is not None:
         from race.protocol.racing import racing_rule
 
         cap = racing_rule(spec.race.rule, spec.race.later_seeds).max_unreused
-    p = plan_race(spec, study_dir=study_dir, max_unreused=cap)
+    p = plan_race(spec, study_dir=study_dir, max_unreused=cap, price=price, workers=workers)
     if as_json:
         typer.echo(json.dumps(p.to_dict(), indent=2))
-        return
+    else:
+        _print_plan(p)
+    if p.cannot_run and not allow_refused:
+        typer.secho(f"{len(p.cannot_run)} of {len(p.cells)} cell(s) cannot run (refused above): fix them, or pass "
+                    "--allow-refused to plan the others (`race grid run` runs only the others)",
+                    fg=typer.colors.RED, err=True)
+        raise typer.Exit(1)
+
+
+def _print_plan(p: Any) -> None:
+    """The plan's table, totals, per-rung lines (a racing grid), refusals and notes."""
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    from race.cli.tables import print_table
+
+    unit = p.pricing.unit
     table = Table(title=f"study {p.spec.study}: {len(p.cells)} cells ({len(p.refused)} refused)"
-                  + (" on the first rung (protocol: race; later rungs extend the runs that go on)" if p.race else ""))
-    for col in ("run_id", "allocation", "budget", "seed", "steps", "rollout %", "learning %", "feedback %", "note"):
-        table.add_column(col, justify="right" if col in ("budget", "seed", "steps") or "%" in col else "left")
+                  + (" on the first rung (protocol: race; later rungs extend the runs that go on)" if p.race else "")
+                  + f", priced on {p.pricing.device.key}")
+    cols = ("run_id", "allocation", "budget", "seed", "steps", "rollout %", "learning %", "feedback %", "wall",
+            f"{unit}-h", "note")
+    for col in cols:
+        table.add_column(col, justify="left" if col in ("run_id", "allocation", "note") else "right")
     for c in p.cells:
         split = c.split_pct()
         pct = [f"{x:.0f}" for x in split] if split else ["-"] * 3
         steps = str(int(c.prediction["steps"])) if c.prediction else "?"
         table.add_row(c.cell.run_id, escape(c.cell.label), f"{c.cell.budget:.3g}", str(c.cell.seed), steps, *pct,
-                      "[red]refused[/red]" if c.refusal else "")
+                      _fmt_s(p.cell_seconds(c)), f"{p.cell_hours(c):.3g}",
+                      "[red]cannot run[/red]" if c.cannot_run else "[yellow]< min_steps[/yellow]" if c.refusal else "")
     con = Console()
     print_table(con, table)
     pred = p.total_predicted_flops
     con.print(f"runnable cells: {len(p.runnable)}   budget total: {p.total_budget:.3g} FLOPs"
               + (f"   predicted spend: {pred:.3g} FLOPs" if pred is not None else "")
-              + f"   est. wall time: {_fmt_s(p.est_wall_s)} with {p.workers} worker(s)")
+              + f"   est. wall time: {_fmt_s(p.est_wall_s)} with {p.workers} worker(s)"
+              + f"   {unit}-hours: {p.device_hours:.3g} on {p.pricing.device.key}")
+    if p.race:
+        _print_rungs(con, p.race)
     for c in p.refused:
         con.print(f"[red]refused[/red] {c.cell.run_id} " + escape(f"[{c.cell.label} seed={c.cell.seed}]: {c.refusal}"))
     for n in p.notes:
         con.print(f"[dim]note: {escape(n)}[/dim]")
+
+
+def _print_rungs(con: Any, race: dict) -> None:
+    """A racing grid's cost per rung at both ends (every allocation goes on / only the leader)."""
+    unit = race["unit"]
+    for k, (a, b) in enumerate(zip(race["all"]["rungs"], race["least"]["rungs"])):
+        con.print(f"rung {k} ({a['budget']:.3g} FLOPs): {a['cells']} cell(s) {_fmt_s(a['est_wall_s'])} "
+                  f"{a['device_hours']:.3g} {unit}-h if every allocation goes on; {b['cells']} cell(s) "
+                  f"{_fmt_s(b['est_wall_s'])} {b['device_hours']:.3g} {unit}-h if only the leader does")
+    con.print(f"race in all: {_fmt_s(race['all']['est_wall_s'])} / {race['all']['device_hours']:.3g} {unit}-h (every "
+              f"allocation) to {_fmt_s(race['least']['est_wall_s'])} / {race['least']['device_hours']:.3g} {unit}-h "
+              f"(the leader only), then the target run's extension {_fmt_s(race['target_extension_wall_s'])} / "
+              f"{race['target_extension_device_hours']:.3g} {unit}-h")
 
 
 @app.command("run")
@@ -162,6 +212,11 @@ def run(
               f"study: {result.study_dir}")
     if result.failed:
         con.print("failed cells: " + ", ".join(result.failed) + "  (see `race grid status`)")
+    blocked = [c for c in result.refused if c.cannot_run]
+    if blocked:
+        con.print(f"[red]{len(blocked)} cell(s) could not run[/red] (refused above; the others ran): fix them and run "
+                  "the grid again, it runs only what is missing")
+    if result.failed or blocked:
         raise typer.Exit(1)
 
 

@@ -30,12 +30,12 @@ def train(
     from race.accounting import AccountingError
     from race.cards import fmt_flops
     from race.spec.errors import ConfigError
-    from race.spec.run import load_run_config
+    from race.spec.files import load_run_file
 
     if budget is not None and not is_budget(budget):
         _fail(f"--budget {budget:g}: budget must be > 0 and finite (a FLOP count)")
     try:  # the budget travels as a float, not through YAML text
-        cfg = load_run_config(config, list(set_ or []), values={"budget_flops": budget} if budget is not None else None)
+        cfg = load_run_file(config, list(set_ or []), values={"budget_flops": budget} if budget is not None else None)
     except ConfigError as e:
         _fail(str(e))
     run_dir = output_dir or Path(cfg.output_dir or f"runs/{cfg.name}-{cfg.run_id()}")

@@ -27,6 +27,14 @@ def _measure(console: Any, renderable: Any) -> tuple[int, int]:
     return m.minimum, m.maximum
 
 
+def fmt_seconds(s: float | None) -> str:
+    """``1h05m``, ``3m07s`` or ``-``: a wall time as the plans print it."""
+    if s is None:
+        return "-"
+    s = int(round(s))
+    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
+
+
 def natural_width(console: Any, table: Any) -> int:
     """The width the table takes when nothing wraps."""
     return _measure(console, table)[1]

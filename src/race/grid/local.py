@@ -34,6 +34,14 @@ def visible_gpus() -> list[str]:
     return [str(i) for i in range(torch.cuda.device_count())]
 
 
+def default_workers(settings: RunnerSettings) -> int:
+    """Cells in flight on the local runner: ``runner.workers`` when the grid sets it, else one
+    per GPU the driver sees (:func:`visible_gpus`: one cell per GPU), else 2 (a 2-core CPU)."""
+    if settings.workers is not None:
+        return settings.workers
+    return len(visible_gpus()) or 2
+
+
 def worker_gpu_env(slot: int, gpus: list[str]) -> dict[str, str]:
     """The environment worker ``slot`` runs with: one GPU, round robin; nothing without GPUs."""
     return {"CUDA_VISIBLE_DEVICES": gpus[slot % len(gpus)]} if gpus else {}
@@ -82,7 +90,7 @@ class LocalExecutor:
     def __init__(self, settings: RunnerSettings, cell_fn: str):
         self.settings = settings
         self.cell_fn = cell_fn
-        self.capacity = settings.resolved_workers()
+        self.capacity = default_workers(settings)
         self.gpus = visible_gpus()
         self.description = f"local: {self.capacity} worker(s) x {settings.threads_per_worker} thread(s)"
         if self.gpus:

@@ -15,8 +15,9 @@ the study runs (``race.protocol.racing``), so the plan gives two ends:
 
 Both in budgeted FLOPs and in predicted spend (each cell's predicted steps x step FLOPs,
 ``race.grid.plan.predict_cell``), absolute and in units of T, with the part the target run
-reuses, and an estimated wall time (each rung a barrier: its cells scheduled on the workers,
-then the decision, then the next rung).
+reuses, and an estimated wall time and device-hours per rung and in all (each rung a barrier:
+its cells scheduled on the workers, then the decision, then the next rung), priced on the
+plan's device (``race.grid.pricing``).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from typing import Any
 from pathlib import Path
 
 from race.grid.plan import GridPlan, Predictor, default_seconds, list_schedule, plan_grid, predict_cell
+from race.grid.pricing import Pricing
 from race.spec.cells import Cell, race_cell, rung_cells
 from race.spec.grid import GridSpec, as_grid_spec
 
@@ -56,21 +58,20 @@ def price_race(plan: GridPlan, predict: Predictor, max_unreused: float | None = 
     for k in range(len(rungs)):
         for c in (first if k == 0 else rung_cells(spec, k, set(labels))):
             p = _prediction(predict, c)
-            ladders.setdefault((c.label, c.seed), []).append(
-                (c.budget, p["total"] if p else c.budget, scale * (p["est_seconds"] if p else default_seconds(0, c.budget))))
+            ladders.setdefault((c.label, c.seed), []).append((c.budget, p["total"] if p else c.budget,
+                                                              plan.seconds_of(c, p)))
     for label in labels:
         c0 = next(c for c in first if c.label == label and c.seed in spec.seeds[: race.later_seeds])
         c = race_cell(spec, c0.allocation, T, c0.seed)
         p = _prediction(predict, c)
-        ladders[(label, c0.seed)].append((T, p["total"] if p else T, scale * (p["est_seconds"] if p else
-                                                                             default_seconds(0, T))))
+        ladders[(label, c0.seed)].append((T, p["total"] if p else T, plan.seconds_of(c, p)))
 
     def steps_of(ladder: list[tuple[float, float, float]], upto: int) -> list[tuple[float, float, float]]:
         """The cost of each rung's run of one trajectory up to index ``upto``: the first run
         whole, each later one only beyond the run it extends (plus a cell's fixed cost)."""
         out, prev = [], (0.0, 0.0, 0.0)
         for b, f, s in ladder[: upto + 1]:
-            fixed = 0.0 if prev == (0.0, 0.0, 0.0) else default_seconds(0, 0.0) * scale
+            fixed = 0.0 if prev == (0.0, 0.0, 0.0) else plan.pricing.cell_s * scale
             out.append((b - prev[0], f - prev[1], s - prev[2] + fixed))
             prev = (b, f, s)
         return out
@@ -78,18 +79,22 @@ def price_race(plan: GridPlan, predict: Predictor, max_unreused: float | None = 
     continued = set(spec.seeds[: race.later_seeds])
     ends: dict[str, Any] = {}
     for end in ("all", "least"):
-        budget = spend = wall = 0.0
+        per_rung = []
         for k in range(len(rungs)):
-            units = []
+            units, b_k, f_k = [], 0.0, 0.0
             for (label, seed), ladder in ladders.items():
                 if k > 0 and (seed not in continued or (end == "least" and label != labels[0])):
                     continue
                 b, f, s = steps_of(ladder, k)[k]
-                budget, spend = budget + b, spend + f
+                b_k, f_k = b_k + b, f_k + f
                 units.append(s)
-            wall += list_schedule(sorted(units, reverse=True), plan.workers)
+            per_rung.append({"rung": k, "budget": rungs[k], "cells": len(units), "pilot_budget": b_k,
+                             "pilot_flops": f_k, "est_wall_s": list_schedule(sorted(units, reverse=True), plan.workers),
+                             "device_hours": sum(plan.pricing.hours(u) for u in units)})
+        budget, spend = sum(r["pilot_budget"] for r in per_rung), sum(r["pilot_flops"] for r in per_rung)
         ends[end] = {"pilot_budget": budget, "pilot_flops": spend, "pilot_budget_T": budget / T,
-                     "pilot_flops_T": spend / T, "est_wall_s": wall}
+                     "pilot_flops_T": spend / T, "est_wall_s": sum(r["est_wall_s"] for r in per_rung),
+                     "device_hours": sum(r["device_hours"] for r in per_rung), "rungs": per_rung}
     reused_budget = rungs[-1] * len(continued)
     reused_flops = sum(ladders[(labels[0], s)][len(rungs) - 1][1] for s in continued) if labels else 0.0
     target = [steps_of(ladders[(labels[0], s)], len(rungs))[-1] for s in sorted(continued)] if labels else []
@@ -97,7 +102,9 @@ def price_race(plan: GridPlan, predict: Predictor, max_unreused: float | None = 
            "allocations": len(labels), "first_rung_seeds": list(spec.seeds), "later_seeds": race.later_seeds,
            "reused_budget": reused_budget, "reused_budget_T": reused_budget / T, "reused_flops": reused_flops,
            "target_extension_flops": sum(f for _, f, _ in target),
-           "target_extension_wall_s": max((s for _, _, s in target), default=0.0), **{e: v for e, v in ends.items()}}
+           "target_extension_wall_s": max((s for _, _, s in target), default=0.0),
+           "target_extension_device_hours": max((plan.pricing.hours(s) for _, _, s in target), default=0.0),
+           "unit": plan.pricing.unit, **{e: v for e, v in ends.items()}}
     if max_unreused is not None:
         cap = min(max_unreused * T + reused_budget, ends["all"]["pilot_budget"])
         out["cap"] = {"max_unreused_T": max_unreused, "pilot_budget": cap, "pilot_budget_T": cap / T}
@@ -109,18 +116,19 @@ def price_race(plan: GridPlan, predict: Predictor, max_unreused: float | None = 
             f"race ({what}): pilots budget {e['pilot_budget']:.3g} FLOPs = {e['pilot_budget_T']:.2f} T (predicted "
             f"spend {e['pilot_flops']:.3g} = {e['pilot_flops_T']:.2f} T), of which the target run reuses "
             f"{reused_budget:.3g} = {reused_budget / T:.2f} T (the pick's continued run at the last rung); est. wall "
-            f"{e['est_wall_s']:.0f} s on {plan.workers} worker(s), then the target run's extension "
-            f"{out['target_extension_wall_s']:.0f} s")
+            f"{e['est_wall_s']:.0f} s on {plan.workers} worker(s) ({e['device_hours']:.3g} {plan.pricing.unit}-hours), "
+            f"then the target run's extension {out['target_extension_wall_s']:.0f} s")
     return out
 
 
 def plan_race(spec: "GridSpec | dict | str | Path", predictor: Predictor | None = None,
-              study_dir: str | Path | None = None, max_unreused: float | None = None) -> GridPlan:
+              study_dir: str | Path | None = None, max_unreused: float | None = None,
+              price: "Pricing | None" = None, workers: int | None = None) -> GridPlan:
     """:func:`race.grid.plan.plan_grid` of the first rung's cells, with ``race`` set to the
     racing study's compute (:func:`price_race`; ``max_unreused``: the racing rule's cap) for a
-    ``protocol: race`` grid."""
+    ``protocol: race`` grid; ``price`` and ``workers`` as for ``plan_grid``."""
     spec = as_grid_spec(spec)
-    plan = plan_grid(spec, predictor=predictor, study_dir=study_dir)
+    plan = plan_grid(spec, predictor=predictor, study_dir=study_dir, price=price, workers=workers)
     if spec.racing:
         plan.race = price_race(plan, predictor or predict_cell, max_unreused)
     return plan

@@ -32,6 +32,18 @@ def ray_gang(cell_fn: str, specs: list[dict[str, Any]], run_dirs: list[str], gan
     return execute_gang(cell_fn, specs, run_dirs, gang_dir)
 
 
+def ray_capacity(settings: RunnerSettings, resources: dict[str, float]) -> int:
+    """Cells in flight on a Ray cluster: ``runner.workers`` when set, else as many as the
+    cluster's CPUs hold at ``cpus_per_cell`` and, with ``gpus_per_cell``, its GPUs at
+    ``gpus_per_cell`` (one cell per GPU on a cluster of GPU nodes), at least 1."""
+    if settings.workers:
+        return settings.workers
+    fits = [int(resources.get("CPU", 1.0) // settings.cpus_per_cell)]
+    if settings.gpus_per_cell > 0:
+        fits.append(int(resources.get("GPU", 0.0) // settings.gpus_per_cell))
+    return max(1, min(fits))
+
+
 class RayExecutor:
     """Cells and gangs as Ray tasks (``max_retries=0``: the grid driver does the retrying)."""
 
@@ -47,8 +59,7 @@ class RayExecutor:
         if not ray.is_initialized():
             ray.init(address=settings.ray_address, include_dashboard=False, log_to_driver=False)
             self._started = True
-        cpus = ray.cluster_resources().get("CPU", 1.0)
-        self.capacity = settings.workers or max(1, int(cpus // settings.cpus_per_cell))
+        self.capacity = ray_capacity(settings, ray.cluster_resources())
         resources = dict(num_cpus=settings.cpus_per_cell, num_gpus=settings.gpus_per_cell, max_retries=0)
         self._task = ray.remote(ray_cell).options(**resources)
         self._gang_task = ray.remote(ray_gang).options(**resources)  # per gang: one unit of work

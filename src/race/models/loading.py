@@ -23,7 +23,7 @@ from race.artefacts.cache import cache_root as cache_dir  # race.models.cache_di
 from race.models.base_recipes import base_path
 from race.models.family import is_tiny_name
 from race.models.imported import imported_path, is_imported_name
-from race.models.refs import looks_like_path
+from race.models.refs import hub_download_command, looks_like_path
 from race.models.tokenizer import check_vocab_fits
 
 ATTN_IMPLEMENTATIONS = ("eager", "sdpa")
@@ -111,7 +111,8 @@ def _hub_error(name: str, err: Exception) -> FileNotFoundError:
     return FileNotFoundError(
         f"could not load {name!r}: it is not a tiny family name, not an existing local directory, and "
         f"not available from the Hugging Face cache ({type(err).__name__}: {str(err).splitlines()[0][:200]}). "
-        "Offline, download it elsewhere (e.g. `hf download NAME --local-dir DIR`) and pass the directory.")
+        f"Offline, download it elsewhere (e.g. `{hub_download_command(name)} --local-dir DIR`) and pass the "
+        "directory.")
 
 
 def load_tokenizer(source: str, **kwargs: Any) -> Any:

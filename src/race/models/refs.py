@@ -11,6 +11,7 @@ a model already loaded (PEFT-wrapped or not).
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -55,9 +56,10 @@ def resolve_shape(ref: str) -> ModelShape:
         found = cached_hub_config(ref)
         if found is None:
             raise AccountingError(
-                f"model {ref!r}: not in the local Hugging Face cache ({hub_cache_dir()}); RACE reads hub "
-                "configs from the cache only (no network): download it first (e.g. `huggingface-cli download "
-                f"{ref} config.json`) or pass a preset, a config.json path or a model directory") from None
+                f"model {ref!r}: not a folder here ({Path.cwd()}) and not in the local Hugging Face cache "
+                f"({hub_cache_dir()}); RACE reads hub configs from the cache only (no network): download it first "
+                f"(e.g. `{hub_download_command(ref, 'config.json')}`), or fix the folder's path (./{ref} when it is "
+                "one), or pass a preset or a config.json path") from None
         return ModelShape.from_hf_config(found, name=ref)
     raise AccountingError(
         f"unknown model {ref!r}: use a preset ({', '.join(preset_names())}), a tiny-family name, "
@@ -68,6 +70,67 @@ def looks_like_hub_name(ref: str) -> bool:
     """``org/name`` that is not a path (:func:`looks_like_path`): a Hugging Face hub repository id."""
     parts = ref.split("/")
     return len(parts) == 2 and all(parts) and not looks_like_path(ref) and " " not in ref
+
+
+def hub_download_command(repo_id: str, *files: str) -> str:
+    """The command that downloads hub model ``repo_id`` (or some of its ``files``) with the
+    CLI the installed ``huggingface_hub`` ships: ``hf download`` (huggingface_hub >= 0.34),
+    else ``huggingface-cli download`` (older releases), else how to install it."""
+    from importlib import metadata
+
+    try:
+        scripts = {e.name for e in metadata.distribution("huggingface_hub").entry_points
+                   if e.group == "console_scripts"}
+    except metadata.PackageNotFoundError:
+        scripts = set()
+    args = " ".join((repo_id, *files))
+    if "hf" in scripts:
+        return f"hf download {args}"
+    if "huggingface-cli" in scripts:
+        return f"huggingface-cli download {args}"
+    return f"pip install huggingface_hub && hf download {args}"
+
+
+#: Qwen2.5 preset size -> the size as the hub repositories spell it.
+_HUB_SIZES = {"0.5b": "0.5B", "1.5b": "1.5B", "3b": "3B", "7b": "7B", "14b": "14B", "32b": "32B", "72b": "72B"}
+
+
+def preset_hub_id(preset: str) -> str | None:
+    """The hub repository of a Qwen2.5 preset (``qwen2.5-0.5b`` -> ``Qwen/Qwen2.5-0.5B``,
+    ``qwen2.5-7b-instruct`` -> ``Qwen/Qwen2.5-7B-Instruct``), None for another name."""
+    key = preset.strip().lower()
+    instruct = key.endswith("-instruct")
+    size = key.removesuffix("-instruct").removeprefix("qwen2.5-")
+    if not key.startswith("qwen2.5-") or size not in _HUB_SIZES:
+        return "Qwen/Qwen2.5-Math-PRM-7B" if key == "qwen2.5-math-prm-7b" else None
+    return f"Qwen/Qwen2.5-{_HUB_SIZES[size]}" + ("-Instruct" if instruct else "")
+
+
+def hub_preset(repo_id: str) -> str | None:
+    """The Qwen2.5 preset whose shapes hub model ``repo_id`` has (``Qwen/Qwen2.5-0.5B`` and
+    ``Qwen/Qwen2.5-0.5B-Instruct`` -> ``qwen2.5-0.5b``), None for another name: a plan prices a
+    Qwen2.5 model that is not downloaded yet from the preset (the base and instruct models
+    share their shapes)."""
+    parts = repo_id.split("/")
+    if len(parts) != 2 or parts[0].lower() != "qwen":
+        return None
+    for size in _HUB_SIZES:
+        for suffix in ("", "-instruct"):
+            if parts[1].lower() == f"qwen2.5-{size}{suffix}":
+                return f"qwen2.5-{size}"
+    return None
+
+
+def plan_shape(ref: str) -> ModelShape:
+    """:func:`resolve_shape`, except that a Qwen2.5 hub model not in the local cache is read
+    from its preset (:func:`hub_preset`): what a plan prices before the weights are there."""
+    try:
+        return resolve_shape(ref)
+    except AccountingError:
+        preset = hub_preset(ref) if looks_like_hub_name(ref) else None
+        if preset is None:
+            raise
+        return replace(preset_shape(preset), name=ref)
 
 
 def hub_cache_dir() -> Path:
@@ -105,4 +168,5 @@ def model_shape(model: Any) -> ModelShape:
     return ModelShape.from_hf_config(text.to_dict(), name=str(getattr(cfg, "_name_or_path", "") or "") or None)
 
 
-__all__ = ["cached_hub_config", "hub_cache_dir", "looks_like_hub_name", "looks_like_path", "model_shape", "resolve_shape", "tiny_shape"]
+__all__ = ["cached_hub_config", "hub_cache_dir", "hub_download_command", "hub_preset", "looks_like_hub_name",
+           "looks_like_path", "model_shape", "plan_shape", "preset_hub_id", "resolve_shape", "tiny_shape"]

@@ -12,7 +12,8 @@ from typing import Any
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from race.spec.errors import ConfigError, format_errors
+from race.accounting.errors import did_you_mean
+from race.spec.errors import SETTING_ALIASES, ConfigError, format_errors
 from race.spec.reward import parse_reward
 from race.spec.run import BudgetField, RewardField, RunConfig, run_config_from_dict
 
@@ -110,6 +111,11 @@ def flops_query(data: dict[str, Any], source: str = "settings", flags: dict[str,
     file), then ``flags`` (field name -> value) replacing the file's setting under any of
     its names (``steps`` and ``budget`` replace each other). ``ConfigError`` names the
     setting (and its flag)."""
+    from race.spec.grid import file_kind
+
+    if file_kind(data) == "grid":
+        raise ConfigError(f"{source}: this is a grid file: `race grid plan {source}` prices every cell; `race flops` "
+                          "reads one run's settings (a run file or flops settings)")
     data = query_of_run(data, source) if is_run_file(data) else dict(data)
     for field, value in (flags or {}).items():
         for name in _names(field) + (_names("budget") if field == "steps" else
@@ -120,7 +126,8 @@ def flops_query(data: dict[str, Any], source: str = "settings", flags: dict[str,
         return FlopsQuery.model_validate(data)
     except ValidationError as e:
         def unknown(loc: tuple[Any, ...]) -> str:
-            return "unknown setting (check the spelling)"
+            names = {n for f in FlopsQuery.model_fields for n in _names(f)}
+            return f"unknown setting{did_you_mean(str(loc[-1]), names, SETTING_ALIASES)} (check the spelling)"
 
         raise ConfigError(format_errors(e, f"invalid flops query ({source}):", unknown,
                                         lambda field: _FLAG.get(field, field))) from None

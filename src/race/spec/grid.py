@@ -37,7 +37,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from race.accounting.guard import is_budget
-from race.spec.errors import GridSpecError, format_errors, load_yaml_mapping
+from race.accounting.errors import did_you_mean
+from race.spec.errors import SETTING_ALIASES, GridSpecError, format_errors, load_yaml_mapping, some_keys, submodel, \
+    unknown_setting
 from race.spec.cells import Cell, expand_cells
 from race.spec.race import RaceSettings, race_budgets
 from race.spec.run import RunConfig
@@ -61,7 +63,9 @@ class RunnerSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     kind: Literal["local", "ray"] = "local"
-    workers: int | None = Field(None, ge=1, description="cells in flight; local default 2, ray default cluster CPUs / cpus_per_cell")
+    workers: int | None = Field(None, ge=1, description="cells in flight; local default one per CUDA device when "
+                                "there are any (one cell per GPU), else 2; ray default what the cluster's CPUs (and, with "
+                                "gpus_per_cell, GPUs) hold")
     threads_per_worker: int = Field(1, ge=1)
     ray_address: str | None = None
     cpus_per_cell: float = Field(1.0, gt=0, description="Ray CPUs per cell (per gang with gang: true)")
@@ -73,6 +77,8 @@ class RunnerSettings(BaseModel):
         "sooner: no long cell starts last with the other workers idle); grid: the grid file's order")
 
     def resolved_workers(self) -> int:
+        """``workers``, else 2: the default without GPUs (``race.grid.local.default_workers``
+        gives one per GPU where there are any; this layer does not look for them)."""
         return self.workers if self.workers is not None else 2
 
 
@@ -311,27 +317,35 @@ def _check_field_path(path: str, where: str) -> None:
             raise ValueError(
                 f"{where}.{path}: unknown run setting {part!r}"
                 + (f" in {'.'.join(parts[:i])}" if i else "")
-                + f"; choose from {sorted(fields)}"
+                + (did_you_mean(part, fields, SETTING_ALIASES) or f"; choose from {sorted(fields)}")
             )
-        model = _submodel(fields[part].annotation)
-
-
-def _submodel(annotation: Any) -> type[BaseModel] | None:
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return annotation
-    for arg in getattr(annotation, "__args__", ()) or ():
-        if isinstance(arg, type) and issubclass(arg, BaseModel):
-            return arg
-    return None
+        model = submodel(fields[part].annotation)
 
 
 def _unknown_grid_key(loc: tuple[Any, ...]) -> str:
     if len(loc) != 1:
-        return "unknown setting (check the spelling)"
-    msg = "unknown grid setting; grid keys are " + ", ".join(sorted(GridSpec.model_fields))
+        return unknown_setting(GridSpec, loc, "setting")
     if loc[0] in RunConfig.model_fields:
-        msg += f"; run settings such as {loc[0]!r} go under base: or axes:"
-    return msg
+        return (f"unknown grid setting; run settings such as {loc[0]!r} go under base: or axes: (grid keys are "
+                + ", ".join(sorted(GridSpec.model_fields)) + ")")
+    return (f"unknown grid setting{did_you_mean(str(loc[0]), GridSpec.model_fields, SETTING_ALIASES)}; grid keys are "
+            + ", ".join(sorted(GridSpec.model_fields)))
+
+
+#: Top-level keys only a grid file has (a run file has none of them).
+GRID_ONLY = frozenset(GridSpec.model_fields) - frozenset(RunConfig.model_fields)
+#: Top-level keys only a run file has (a grid file puts them under base: or axes:).
+RUN_ONLY = frozenset(RunConfig.model_fields) - frozenset(GridSpec.model_fields)
+
+
+def file_kind(data: Any) -> str | None:
+    """``"grid"`` or ``"run"`` when a mapping's top-level keys say which file it is (some
+    only one kind has, none only the other has), else None; read before the field checks."""
+    if not isinstance(data, dict):
+        return None
+    keys = set(data)
+    grid, run = keys & GRID_ONLY, keys & RUN_ONLY
+    return "grid" if grid and not run else "run" if run and not grid else None
 
 
 def _resolve_cell_fn(cell_fn: str, base_dir: Path | None) -> str:
@@ -350,6 +364,11 @@ def grid_spec_from_dict(data: dict[str, Any], source: str = "dict", base_dir: Pa
     """Validate a grid spec and check that every cell expands to a valid RunConfig."""
     if not isinstance(data, dict):
         raise GridSpecError(f"{source}: the top level must be a mapping of grid settings, got {type(data).__name__}")
+    if file_kind(data) == "run":
+        run_keys = some_keys(set(data) & RUN_ONLY)
+        raise GridSpecError(f"{source}: this is a run file (it has {run_keys}; a grid file has study, budgets and "
+                            f"axes): train it with `race train {source}`; `race grid` takes a grid file (e.g. "
+                            "configs/grid-demo.yaml, docs/design.md)")
     try:
         spec = GridSpec.model_validate(data)
     except ValidationError as e:

@@ -44,7 +44,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PlainSerializ
 
 from race.accounting.guard import check_budget
 
-from race.spec.errors import ConfigError, format_errors, load_yaml_mapping, parse_scalar
+from race.spec.errors import ConfigError, blame_flags, format_errors, load_yaml_mapping, parse_scalar
 from race.spec.reward import RewardSpec, parse_reward
 from race.spec.selection import DEFAULT_SELECTION, update_selection
 from race.spec.task import TASK_ID_NEUTRAL, TaskSettings
@@ -415,19 +415,27 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
     return load_yaml_mapping(path, ConfigError, "config file")
 
 
-def run_config_from_dict(data: dict[str, Any], source: str = "dict") -> RunConfig:
+def run_config_from_dict(data: dict[str, Any], source: str = "dict", flags: dict[str, str] | None = None
+                         ) -> RunConfig:
+    """Validate run settings; ``ConfigError`` names each wrong field (an unknown one with
+    the closest valid name). ``flags``: dotted setting -> the command-line flag that set it
+    (``--set lora.rank=8``): its errors blame the flag, and when every error is a flag's the
+    title does not name ``source``."""
     try:
         return RunConfig.model_validate(data)
     except ValidationError as e:
-        raise ConfigError(format_errors(e, f"invalid run config ({source}):")) from None
+        title, label = blame_flags(e, flags or {}, f"invalid run config ({source}):", "invalid --set override:")
+        raise ConfigError(format_errors(e, title, label=label, model=RunConfig)) from None
 
 
 def load_run_config(path: str | Path | None = None, overrides: list[str] | None = None,
                     base: dict[str, Any] | None = None, values: dict[str, Any] | None = None) -> RunConfig:
     """Load a run config from YAML (safe_load), apply ``key=value`` overrides and typed
-    ``values``, validate."""
+    ``values``, validate (an override's errors name its ``--set``). A grid file given here
+    is refused as such by :func:`race.spec.files.load_run_file`."""
     data: dict[str, Any] = dict(base or {})
     if path is not None:
         data.update(load_yaml(path))
     data = apply_overrides(data, overrides, values)
-    return run_config_from_dict(data, str(path) if path else "overrides")
+    flags = {".".join(parse_override(item)[0]): f"--set {item}" for item in overrides or []}
+    return run_config_from_dict(data, str(path) if path else "overrides", flags=flags)

@@ -1,5 +1,5 @@
 """Utilisation values the drop-in ledger adds to TRL's logs, from the ledger alone (the
-arithmetic is in :mod:`race.engines.trl.utilisation`).
+arithmetic and the device table are in :mod:`race.accounting.devices`).
 
 ==================================  ==========================================================
 key                                 value
@@ -29,7 +29,7 @@ from typing import Any
 
 from race.accounting import FlopLedger
 from race.accounting.ledger import UNCOUNTED_PHASES
-from race.engines.trl.utilisation import gpu_hours, imbalance, mfu, tokens_per_second
+from race.accounting.devices import gpu_hours, imbalance, mfu, tokens_per_second
 
 #: seconds-only ledger key of vLLM's weight syncs
 WEIGHT_SYNC = "rollout/weight_sync"
@@ -81,7 +81,7 @@ def utilisation_values(ledger: FlopLedger, *, world: int = 1, peak: float | None
 def device_peak(device: Any, dtype: str | None) -> tuple[float | None, str]:
     """One device's peak FLOP/s from the table for a torch ``device`` and dtype name, and
     the device's name (``cpu`` off CUDA)."""
-    from race.engines.trl.utilisation import peak_flops
+    from race.accounting.devices import peak_flops
 
     if getattr(device, "type", str(device)) != "cuda":
         return None, str(getattr(device, "type", device))

@@ -99,7 +99,7 @@ def model_peak(model: Any, args: Any) -> tuple[float | None, str, str | None]:
     ``model`` as the trainer runs it: ``bf16``/``fp16`` under mixed precision, else its
     parameters' dtype (``tf32`` for fp32 with ``args.tf32``)."""
     from race.engines.trl.usage import device_peak
-    from race.engines.trl.utilisation import dtype_name
+    from race.accounting.devices import dtype_name
 
     param = next(model.parameters())
     dtype = "bf16" if getattr(args, "bf16", False) else "fp16" if getattr(args, "fp16", False) else \
@@ -135,8 +135,8 @@ class TablePeak:
                 import logging
 
                 logging.getLogger(__name__).warning(
-                    "race/mfu/* not logged: no peak FLOP/s for device %r at %s in race.engines.trl.utilisation."
-                    "PEAK_FLOPS; pass peak_flops=<one device's FLOP/s> to add_race_accounting / RaceFlopCallback",
+                    "race/mfu/* not logged: no peak FLOP/s for device %r at %s in the device table "
+                    "(race.accounting.devices); pass peak_flops=<one device's FLOP/s> to add_race_accounting / RaceFlopCallback",
                     name, dtype)
         return self.value
 
