@@ -86,11 +86,23 @@ class RaceDesign:
 def allocation_name(world: World, k: int) -> str:
     """The analysis's name of allocation ``k`` of ``world``: ``race.analysis.tables.allocation_key``
     of its runs' rows."""
+    return allocation_names(world)[k]
+
+
+def allocation_names(world: World) -> list[str]:
+    """:func:`allocation_name` of every allocation (one key computation; cached on the world)."""
     from .tables import allocation_key
 
-    row = run_row(world, world.allocations[k], "name", world.target_budget, 0, 0.0)
-    row["learning_rate"] = _lr(world, k)
-    return str(allocation_key(pd.DataFrame([row])).iloc[0])
+    cached = getattr(world, "_race_names", None)  # an instance attribute, not a field: asdict/to_dict leave it out
+    if cached is None or len(cached) != len(world.allocations):
+        rows = []
+        for k, a in enumerate(world.allocations):
+            row = run_row(world, a, "name", world.target_budget, 0, 0.0)
+            row["learning_rate"] = _lr(world, k)
+            rows.append(row)
+        cached = [str(x) for x in allocation_key(pd.DataFrame(rows))] if rows else []
+        world._race_names = cached
+    return list(cached)
 
 
 def _lr(world: World, k: int) -> float:
@@ -100,8 +112,8 @@ def _lr(world: World, k: int) -> float:
 def min_budgets(world: World, floor_steps: int) -> dict[str, float]:
     """Per allocation the budget that buys its warmup + ``floor_steps`` optimizer steps
     (``World.step_cost``) even when a run spends only the least share of its budget (``spend``)."""
-    return {allocation_name(world, k): float((world.warmup_steps(a) + floor_steps) * world.step_cost(a)
-                                             / world.spend[0] * (1 + 1e-9))
+    names = allocation_names(world)
+    return {names[k]: float((world.warmup_steps(a) + floor_steps) * world.step_cost(a) / world.spend[0] * (1 + 1e-9))
             for k, a in enumerate(world.allocations)}
 
 
@@ -191,7 +203,7 @@ class WorldSource:
 
     def __post_init__(self) -> None:
         self.target_budget = float(self.world.target_budget)
-        self.names = [allocation_name(self.world, k) for k in range(len(self.world.allocations))]
+        self.names = allocation_names(self.world)
         self.seeds = list(self.world.seeds)
         self._cache: dict = {}
 

@@ -34,8 +34,8 @@ from typing import Mapping, Sequence
 
 #: budgets closer than this (relative) are the same budget
 RTOL = 1e-9
-#: candidate first rungs tried between the least first rung and the last rung (log-spaced)
-_GRID = 400
+#: candidate first rungs tried between the least first rung and the last rung (log-spaced), then bisected
+_GRID = 120
 
 
 class ScheduleError(ValueError):
@@ -182,7 +182,7 @@ def choose_schedule(names: Sequence[str] | int, target_budget: float, *, cap: fl
         raise _infeasible(schedule(lo), K, cap, first_seeds)
     a = grid[ok[-1]]
     b = grid[ok[-1] + 1] if ok[-1] + 1 < len(grid) else b_last * (1 - 1e-6)
-    for _ in range(50):  # the cost is continuous and increasing in b0 between two grid points: bisect to the edge
+    for _ in range(30):  # the cost is continuous and increasing in b0 between two grid points: bisect to the edge
         m = (a * b) ** 0.5
         a, b = (m, b) if schedule(m).fits() else (a, m)
     return schedule(a)
