@@ -63,7 +63,7 @@ def make_world(generator: str, seed: int, walk: float = 0.0, k: int = 4):
 
 # ---------------------------------------------------------------- designs
 def world_record(generator: str, seed: int, walk: float = 0.0, k: int = 4, rule_json: str | None = None,
-                 candidates: dict | None = None, baselines: bool = True) -> dict | None:
+                 candidates: dict | None = None, baselines: bool = True, skip: tuple[str, ...] = ()) -> dict | None:
     """One learning world's record (None for a null world): every design of
     ``race.analysis.designs.DESIGNS`` and the ``candidates`` on the same trajectories."""
     from race.analysis.designs import DESIGNS, race
@@ -84,6 +84,8 @@ def world_record(generator: str, seed: int, walk: float = 0.0, k: int = 4, rule_
     s0 = int(base.pop("first_seeds", 2))
     rule = RacingRule(**base)
     for name, design in (DESIGNS.items() if baselines else ()):
+        if name in skip:
+            continue
         t = time.perf_counter()
         rec["designs"][name] = design(src, rule, min(s0, len(src.seeds))).as_dict()
         rec["seconds"][name] = time.perf_counter() - t
@@ -248,7 +250,8 @@ def shard(args: argparse.Namespace) -> None:
     cands = json.loads(args.candidates) if args.candidates else None
     out = []
     for seed in range(args.first + args.shard, args.first + args.worlds, args.jobs):
-        r = world_record(args.generator, seed, args.walk, args.k, args.rule, cands, not args.no_baselines)
+        r = world_record(args.generator, seed, args.walk, args.k, args.rule, cands, not args.no_baselines,
+                         tuple(args.skip or ()))
         if r is not None:
             out.append(r)
         Path(args.out).write_text(json.dumps(out))
@@ -265,6 +268,7 @@ def main() -> None:
     ap.add_argument("--rule", help="the default design: RacingRule fields (+ first_seeds) as JSON (default: frozen)")
     ap.add_argument("--candidates", help="JSON {name: {RacingRule fields, first_seeds}}: more designs to run")
     ap.add_argument("--no-baselines", action="store_true", help="run only --candidates")
+    ap.add_argument("--skip", nargs="+", help="designs of race.analysis.designs.DESIGNS to leave out")
     ap.add_argument("--against", default="default", help="the design the paired column compares with")
     ap.add_argument("--jobs", type=int, default=1)
     ap.add_argument("--save", help="write the per-world records here (JSON)")
@@ -290,6 +294,7 @@ def main() -> None:
                 cmd += ["--rule", args.rule] if args.rule else []
                 cmd += ["--candidates", args.candidates] if args.candidates else []
                 cmd += ["--no-baselines"] if args.no_baselines else []
+                cmd += ["--skip", *args.skip] if args.skip else []
                 procs.append(subprocess.Popen(cmd, env=env))
             if any(p.wait() for p in procs):
                 sys.exit("a shard failed")
@@ -300,7 +305,8 @@ def main() -> None:
         groups = {title: records}
         print(f"# command: python benchmarks/race_designs.py --generator {args.generator} --k {args.k} --first {args.first} "
               f"--worlds {args.worlds} --walk {args.walk:g} --jobs {args.jobs}" + (f" --rule '{args.rule}'" if args.rule else "")
-              + (f" --candidates '{args.candidates}'" if args.candidates else ""))
+              + (f" --candidates '{args.candidates}'" if args.candidates else "")
+              + (" --skip " + " ".join(f"'{x}'" for x in args.skip) if args.skip else ""))
         print(f"# rule: {records[0]['rule'] if records else '-'}")
     against = args.against
     for title, records in groups.items():
