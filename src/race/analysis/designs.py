@@ -94,9 +94,13 @@ class DesignResult:
                "alive_n": list(self.alive_n), "fits": bool(self.schedule.get("fits", True)),
                "first_seeds": self.schedule.get("first_seeds")}
         rec = self.recommendation
-        if rec is not None:
-            out.update(lo=rec.predicted_lo, hi=rec.predicted_hi, p_best=rec.win_probability,
-                       p_near_best=rec.p_near_best, point=rec.predicted_score, confidence=str(rec.confidence))
+        if rec is not None:  # the pick's own row (an observed pick may differ from the forecast's choice)
+            row = rec.predictions.set_index("allocation")
+            if self.pick in row.index:
+                r = row.loc[self.pick]
+                out.update(lo=float(r["lo"]), hi=float(r["hi"]), p_best=float(r["p_best"]),
+                           p_near_best=float(r["p_near_best"]), point=float(r["score"]),
+                           confidence=str(rec.confidence), forecast_pick=rec.allocation)
         return out
 
 
