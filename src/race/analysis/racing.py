@@ -36,7 +36,7 @@ from .joint import draw_replicates, study_matrix
 from .decision import ConfidenceRules
 from .forecast import INTERVALS, TrendMix, check_min_logit_sd, standings
 from .recommend import Recommendation, recommend
-from .tables import allocation_key, jsonable, prepare_runs, without_controls
+from .tables import jsonable, prepare_runs, without_controls
 
 RTOL = 1e-9  # budgets closer than this (relative) are the same rung
 #: the racing design frozen with :class:`RacingRule` on the tuning generator: the rungs as fractions of the
@@ -236,13 +236,13 @@ def _check(target_budget: float, rung_budgets: Sequence[float], rung: int | None
 
 
 def rung_tables(runs: pd.DataFrame, evals: pd.DataFrame, budget: float, condition: str | None = None,
-                ) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, str]]:
+                ) -> tuple[pd.DataFrame, pd.DataFrame, list[str]]:
     """(runs, evals) the decision at a rung of ``budget`` reads, and the allocations that reached it.
 
     Kept: complete runs at budgets <= ``budget`` of the allocations with a complete run at
-    ``budget`` (random-reward controls of any budget <= ``budget`` too, for the gate).
-    The dict maps the allocation key of the restricted tables (what ``recommend`` names)
-    to the key on the whole study (:func:`race.analysis.tables.allocation_key`)."""
+    ``budget`` (random-reward controls of any budget <= ``budget`` too, for the gate). The
+    kept runs carry their allocation's name (``allocation``: the study's, fixed when its grid
+    expanded; :func:`race.analysis.tables.prepare_runs`), which ``recommend`` and the decision use."""
     prepared = prepare_runs(runs)
     keep_budget = prepared["budget"].to_numpy(float) <= budget * (1 + RTOL)
     cand = without_controls(prepared[keep_budget])
@@ -253,18 +253,18 @@ def rung_tables(runs: pd.DataFrame, evals: pd.DataFrame, budget: float, conditio
     ctrl = prepared[keep_budget & ~prepared.index.isin(without_controls(prepared).index)]
     kept = prepared.loc[sorted(set(cand.index[cand["allocation"].isin(alive)]) | set(ctrl.index))]
     sub = runs[runs["run_id"].isin(set(kept["run_id"]))]
-    local = dict(zip(sub["run_id"], allocation_key(sub))) if len(sub) else {}
-    names = {local[r]: a for r, a in zip(kept["run_id"], kept["allocation"]) if r in local}
+    name = dict(zip(kept["run_id"], kept["allocation"]))
     # canonical run ids and row order: a reading is named by what it is (allocation, seed, budget), not by
     # how the store named it (a rung's run becomes a prefix of the run that extends it), so a study resumed
     # from its store decides exactly as before
-    canon = {r: f"{local[r]}#s{s}#b{float(b):.9e}" for r, s, b in zip(sub["run_id"], sub["seed"], sub["budget"])}
+    canon = {r: f"{name[r]}#s{s}#b{float(b):.9e}" for r, s, b in zip(sub["run_id"], sub["seed"], sub["budget"])}
     if len(set(canon.values())) < len(canon):  # two readings of one (allocation, seed, budget): keep them apart
         canon = {r: f"{c}#{r}" for r, c in canon.items()}
-    sub = sub.assign(run_id=sub["run_id"].map(canon), prefix_of=None).sort_values("run_id", kind="mergesort")
+    sub = sub.assign(allocation=sub["run_id"].map(name), run_id=sub["run_id"].map(canon), prefix_of=None
+                     ).sort_values("run_id", kind="mergesort")
     ev = evals[evals["run_id"].isin(set(canon))]
     ev = ev.assign(run_id=ev["run_id"].map(canon)).sort_values(["run_id", "target", "step", "flops"], kind="mergesort")
-    return sub.reset_index(drop=True), ev.reset_index(drop=True), names
+    return sub.reset_index(drop=True), ev.reset_index(drop=True), sorted(alive)
 
 
 def _observed(evals: pd.DataFrame, runs: pd.DataFrame, target: str, budget: float, allocs: list[str],
@@ -280,14 +280,14 @@ def _observed(evals: pd.DataFrame, runs: pd.DataFrame, target: str, budget: floa
 
 def _analyse(runs: pd.DataFrame, evals: pd.DataFrame, budget: float, target_budget: float, target: str,
              condition: str | None, rule: RacingRule, seed: int,
-             ) -> tuple[Recommendation, dict[str, str], pd.DataFrame, pd.DataFrame]:
-    sub_runs, sub_evals, names = rung_tables(runs, evals, budget, condition)
-    if not names:
+             ) -> tuple[Recommendation, pd.DataFrame, pd.DataFrame]:
+    sub_runs, sub_evals, reached = rung_tables(runs, evals, budget, condition)
+    if not reached:
         raise ValueError(f"no complete run of any allocation at the rung budget {budget:.3g} "
                          f"(condition {condition!r}): the rung has not run yet")
     rec = recommend(sub_evals, sub_runs, target, target_budget, reward_system=condition, method=rule.method,
                     n_boot=rule.n_boot, rng=seed, level=rule.level, rules=rule.confidence_rules())
-    return rec, names, sub_runs, sub_evals
+    return rec, sub_runs, sub_evals
 
 
 def spent_flops(runs: pd.DataFrame, budget: float) -> float:
@@ -304,7 +304,7 @@ def rung_decision(runs: pd.DataFrame, evals: pd.DataFrame, *, target_budget: flo
     """Who goes on after rung ``rung`` (module docstring); a pure function of the tables and ``seed``."""
     budgets = _check(target_budget, rung_budgets, rung)
     budget = budgets[rung]
-    rec, names, sub_runs, sub_evals = _analyse(runs, evals, budget, target_budget, target, condition, rule, seed)
+    rec, sub_runs, sub_evals = _analyse(runs, evals, budget, target_budget, target, condition, rule, seed)
     pred = rec.predictions
     allocs = [str(a) for a in pred["allocation"]]
     leader, last = rec.allocation, rung == len(budgets) - 1
@@ -330,29 +330,27 @@ def rung_decision(runs: pd.DataFrame, evals: pd.DataFrame, *, target_budget: flo
         if a == leader:
             on, why = True, ("the pick: its pilot continues to the target" if last else "the leader")
         elif last:
-            on, why = False, f"the last rung: only the pick {names.get(leader, leader)} goes on to the target"
+            on, why = False, f"the last rung: only the pick {leader} goes on to the target"
         elif a not in plausible:
             on, why = False, f"{pb} is below {rule.p_keep:g}: it will not win"
         elif plausible.index(a) >= room:
             on, why = False, f"{pb}, but {cap_note} ({rule.rank} ranks it {plausible.index(a) + 1} of {len(plausible)})"
         else:
             on, why = True, f"{pb} >= {rule.p_keep:g}: it may still win"
-        key = names.get(a, a)
         o = obs.get(a, (float("nan"),) * 3)
-        rows.append({"allocation": key, "observed": o[0], "observed_lo": o[1], "observed_hi": o[2],
+        rows.append({"allocation": a, "observed": o[0], "observed_lo": o[1], "observed_hi": o[2],
                      "forecast": float(p["score"]), "forecast_lo": float(p["lo"]), "forecast_hi": float(p["hi"]),
                      "p_best": float(p["p_best"]), "p_beats_leader": beats[a],
                      "gate_passed": bool(p["gate_passed"]) if pd.notna(p["gate_passed"]) else None,
                      "decision": "go on" if on else "stop", "reason": why})
         if on:
-            go_on.append(key)
+            go_on.append(a)
         else:
-            stopped[key] = why
-    local = {names.get(a, a): a for a in allocs}
-    go_on.sort(key=lambda k: (k != names.get(leader, leader), order[rule.rank](local[k])))
+            stopped[a] = why
+    go_on.sort(key=lambda k: (k != leader, order[rule.rank](k)))
     return RungDecision(rung=rung, budget=budget, next_budget=None if last else budgets[rung + 1],
                         target_budget=float(target_budget), go_on=tuple(go_on), stopped=stopped,
-                        leader=names.get(leader, leader), rows=rows, rule=rule.as_dict())
+                        leader=leader, rows=rows, rule=rule.as_dict())
 
 
 def race_pick(runs: pd.DataFrame, evals: pd.DataFrame, *, target_budget: float, rung_budgets: Sequence[float],
@@ -361,11 +359,5 @@ def race_pick(runs: pd.DataFrame, evals: pd.DataFrame, *, target_budget: float, 
     """The recommendation after the last rung: the analysis of the allocations that reached it,
     on the runs at budgets <= the last rung's (module docstring)."""
     budgets = _check(target_budget, rung_budgets)
-    rec, names, _, _ = _analyse(runs, evals, budgets[-1], target_budget, target, condition, rule, seed)
-    rec.allocation = names.get(rec.allocation, rec.allocation)
-    if rec.default_allocation is not None:
-        rec.default_allocation = names.get(rec.default_allocation, rec.default_allocation)
-    if rec.runner_up is not None:
-        rec.runner_up = names.get(rec.runner_up, rec.runner_up)
-    rec.predictions = rec.predictions.assign(allocation=[names.get(a, a) for a in rec.predictions["allocation"]])
+    rec, _, _ = _analyse(runs, evals, budgets[-1], target_budget, target, condition, rule, seed)
     return rec

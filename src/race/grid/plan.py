@@ -26,7 +26,7 @@ from typing import Any, Callable
 
 from race.engines.checks import engine_refusal
 from race.spec.cells import Cell
-from race.spec.grid import GridSpec, as_grid_spec
+from race.spec.grid import GridSpec
 from race.spec.run import RunConfig
 
 # Wall-time model of one cell on one worker: steps x per-step overhead + FLOPs / rate.
@@ -209,13 +209,12 @@ def cell_refusal(cfg: RunConfig) -> str | None:
     return engine_refusal(cfg)
 
 
-def plan_grid(spec: "GridSpec | dict | str | Path", predictor: Predictor | None = None,
+def plan_grid(spec: GridSpec, predictor: Predictor | None = None,
               study_dir: str | Path | None = None, cells: "list[Cell] | None" = None) -> GridPlan:
     """Expand the grid and predict every cell (``cells``: these cells of it instead, e.g. one
     rung of a racing grid). ``predictor`` defaults to :func:`predict_cell`; with
     ``study_dir`` the wall-time estimate is calibrated on the study's finished runs. A racing
     grid's rungs and target run are priced by ``race.grid.race_plan.plan_race``."""
-    spec = as_grid_spec(spec)
     notes: list[str] = []
     predict = predictor or predict_cell
     planned: list[PlannedCell] = []

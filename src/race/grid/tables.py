@@ -18,7 +18,8 @@ from race.grid.lock import StudyLock
 from race.grid.store import Store, is_read_prefix
 from race.records import run_record
 from race.schema import EVALS_COLUMNS, EVALS_OPTIONAL, LEDGER_COLUMNS as LEDGER_SCHEMA, OWN_COLUMN_AXES, \
-    RUNS_COLUMNS, RUNS_EXTRA, FINISHED, STATUSES, axis_column
+    RUNS_COLUMNS, RUNS_EXTRA, FINISHED, STATUSES, allocation_name, axis_column, axis_value, optional_columns, \
+    varying_columns
 from race.spec.reward import reward_columns
 
 #: The tables' columns, in order: ``race.schema`` (the one layout the analysis reads too).
@@ -66,20 +67,35 @@ def study_status(study_dir: str | Path) -> StudyStatus:
                        prefixes=len(rows) - len(runs))
 
 
-def _axis_value(v: Any) -> Any:
-    return v if v is None or isinstance(v, (str, int, float, bool)) else json.dumps(v, sort_keys=True)
-
-
 def load_tables(study_dir: str | Path) -> dict[str, "Any"]:
-    """``{"runs", "evals", "ledger", "train"}`` as pandas DataFrames."""
+    """``{"runs", "evals", "ledger", "train"}`` as pandas DataFrames (:func:`read_tables` of
+    the study's store, opened for this read)."""
+    with Store(study_dir, create=False) as store:
+        return read_tables(store)
+
+
+def allocation_names(records: list[dict[str, Any]], columns: list[str]) -> list[str]:
+    """The ``allocation`` column of a runs table read from a store (``records``: its rows,
+    ``columns``: the table's): the names the grid stored (``Store.add_cells``). A store
+    written before names were stored (a row without one) has every row named here, over all
+    its runs: the six allocation columns and each optional one whose value differs between
+    them (``race.schema.allocation_name``, as the grid names a whole grid's cells)."""
+    names = [r.get("allocation") for r in records]
+    if all(names):
+        return [str(n) for n in names]
+    extras = varying_columns(records, optional_columns(columns))
+    return [allocation_name(r, extras) for r in records]
+
+
+def read_tables(store: Store) -> dict[str, "Any"]:
+    """``{"runs", "evals", "ledger", "train"}`` as pandas DataFrames, read from an open store."""
     import pandas as pd
 
-    with Store(study_dir, create=False) as store:
-        runs = store.runs()
-        ledger = store.rows("ledger")
-        evals = store.rows("evals")
-        train = store.rows("train_metrics")
-        study = store.study_name()
+    runs = store.runs()
+    ledger = store.rows("ledger")
+    evals = store.rows("evals")
+    train = store.rows("train_metrics")
+    study = store.study_name()
 
     rows_of: dict[str, dict[str, list[dict[str, Any]]]] = {}  # run id -> its rows, for its record
     for table, kind in ((ledger, "ledger"), (evals, "evals")):
@@ -119,7 +135,7 @@ def load_tables(study_dir: str | Path) -> dict[str, "Any"]:
             "zero_var_frac": diag.get("zero_var_frac"), "trunc_rate": diag.get("trunc_rate"),
             "lora_r": r["lora_r"], "engine": r["engine"], "label": r["label"], "attempts": r["attempts"],
             "error": r["error"], "conventions": run.get("conventions"),
-            "prefix_of": r.get("prefix_of"), "extends": r.get("extends"),
+            "prefix_of": r.get("prefix_of"), "extends": r.get("extends"), "allocation": r.get("allocation"),
             "own_flops": (0.0 if r.get("prefix_of") and is_read_prefix(r["run_id"], r["prefix_of"])
                           else total - (totals.get(r.get("extends") or "") or 0.0)) if done and total is not None
             else None,
@@ -130,9 +146,12 @@ def load_tables(study_dir: str | Path) -> dict[str, "Any"]:
         alloc = json.loads(r["allocation_json"])
         for path in alloc:
             if axis_column(path) in extra_axes:
-                rec[axis_column(path)] = _axis_value(alloc[path])
+                rec[axis_column(path)] = axis_value(alloc[path])
         records.append(rec)
-    runs_df = pd.DataFrame.from_records(records, columns=RUN_COLUMNS + EXTRA_RUN_COLUMNS + extra_axes)
+    columns = RUN_COLUMNS + EXTRA_RUN_COLUMNS + extra_axes
+    for rec, name in zip(records, allocation_names(records, columns)):
+        rec["allocation"] = name
+    runs_df = pd.DataFrame.from_records(records, columns=columns)
     for col in ("budget", "model_params", "total_flops", "own_flops", "rollout_flops", "learning_flops", "feedback_flops",
                 "wall_s", "zero_var_frac", "trunc_rate", "learning_rate"):
         runs_df[col] = pd.to_numeric(runs_df[col], errors="coerce").astype("float64")
@@ -173,4 +192,4 @@ def export_study(study_dir: str | Path, out_dir: str | Path | None = None, fmt: 
     return files
 
 
-__all__ = ["StudyStatus", "study_status", "load_tables", "export_study", "RUN_COLUMNS", "EVAL_COLUMNS", "STATUSES"]
+__all__ = ["StudyStatus", "study_status", "load_tables", "read_tables", "export_study", "RUN_COLUMNS", "EVAL_COLUMNS", "STATUSES"]

@@ -3,8 +3,9 @@ into pilot and validation runs, its recorded validations, its recommendation) an
 validation stage that runs the recommendation and its rivals at the target budget.
 
     errors.py     ReportError
-    study.py      load a study (directory or tables); pilot vs validation runs; validation.json;
-                  the recommendation for a target budget
+    study.py      Study: a study read once (directory, its store opened once, or tables): its tables,
+                  pilot vs validation runs, its grid (GridSpec, racing ladder), rung decisions,
+                  validation.json; the recommendation for a target budget
     validate.py   validate_study: run the recommendation and rivals at the target budget
                   (through race.grid), and measure the realised regret
     racing.py     run_race: a racing study's rungs (protocol: race), each decided from the store
@@ -17,9 +18,8 @@ validation stage that runs the recommendation and its rivals at the target budge
 from .study import (
     VALIDATION_FILE,
     ReportError,
-    StudyData,
+    Study,
     default_target_budget,
-    grid_primary_target,
     load_study,
     read_validations,
     recommend_for,
@@ -30,7 +30,7 @@ from .validate import ValidationOutcome, choose_allocations, validate_study, val
 from .racing import RaceResult, run_race
 from .target import run_validation, validate_race
 
-__all__ = ["VALIDATION_FILE", "RaceResult", "ReportError", "StudyData", "ValidationOutcome", "choose_allocations",
+__all__ = ["VALIDATION_FILE", "RaceResult", "ReportError", "Study", "ValidationOutcome", "choose_allocations",
            "run_race", "run_validation", "validate_race",
-           "default_target_budget", "grid_primary_target", "load_study", "read_validations", "recommend_for",
+           "default_target_budget", "load_study", "read_validations", "recommend_for",
            "reward_model_cards", "validate_study", "validation_grids", "write_validation"]
