@@ -174,6 +174,13 @@ def test_a_race_runs_rungs_decided_from_the_store_and_extends_runs(tmp_path, mon
     assert st.flops_done == pytest.approx(sum(r["total_flops"] for r in top))  # counted once per trajectory
     again = run_race(spec, study, decide=top_half, poll_s=0.05)  # a finished race runs nothing again
     assert again.decisions == decisions
+    from race.protocol import load_study
+
+    opens["read"] = 0
+    st = load_study(study)  # the study as one value, its store opened once
+    assert opens["read"] == 1 and st.rung_decisions == decisions and st.race == spec.race
+    assert st.grid is not None and st.ladder.names == names and st.ladder.budgets() == [T / 32, T / 8, T / 3]
+    assert st.primary_target == spec.primary_target() == "greedy"
 
 
 DRIVER = ("import sys; sys.path.insert(0, sys.argv[3]); from race_rule import top_half; "

@@ -242,7 +242,7 @@ def prepare_runs(runs: pd.DataFrame, include_failed: bool = False) -> pd.DataFra
 
 def allocation_table(runs: pd.DataFrame) -> pd.DataFrame:
     """Distinct allocations: ``allocation`` key, its columns, model_params and reward_system."""
-    prepared = runs if "allocation" in runs.columns else prepare_runs(runs, include_failed=True)
+    prepared = prepare_runs(runs, include_failed=True)  # sorted by run id: the first row of each allocation
     cols = ["allocation", *ALLOCATION_COLUMNS, *extra_allocation_columns(prepared), "model_params", "reward_system"]
     cols = [c for c in cols if c in prepared.columns]
     return (
