@@ -51,10 +51,11 @@ def main() -> None:
     a = ap.parse_args()
     import torch
 
+    from race.grid import load_grid_spec
     from race.grid.plan import plan_grid
 
     torch.set_num_threads(a.threads)
-    plan = plan_grid(a.grid)
+    plan = plan_grid(load_grid_spec(a.grid))
     grid = plan.spec
     print(f"$ {' '.join([Path(sys.executable).name] + sys.argv)}")
     print(f"torch {torch.__version__}, {a.threads} thread(s), medians of {a.rounds} rounds, load average "

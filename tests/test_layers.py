@@ -463,7 +463,7 @@ OTHER_STOPS = {"race.engines.trl.run_callback": "a diverged run (non-finite loss
 #: Orderings of a run's budget that decide nothing about FLOPs (module -> why).
 BUDGET_ORDERINGS = {"race.spec.run": "eval.at_budgets: a smaller budget against the run's (two budgets, no FLOPs)",
                     "race.engines.common": "an extension: the shorter run's budget against the run's (two budgets)",
-                    "race.spec.cells": "a racing cell's reads: the study budgets below its own (two budgets)"}
+                    "race.spec.ladder": "a racing cell's reads: the study budgets below its own (two budgets)"}
 
 
 def _is_run_budget(node: ast.AST) -> bool:

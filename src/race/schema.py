@@ -23,10 +23,18 @@ embedding and head), and the analysis orders and fits model sizes by it.
 
 An *allocation* is everything that describes how a run spends its budget except the
 budget itself and the seed: :data:`ALLOCATION_COLUMNS`, plus every optional allocation
-column (:data:`OPTIONAL_ALLOCATION_COLUMNS`, ``axis_*``) whose value differs between runs.
+column (:data:`OPTIONAL_ALLOCATION_COLUMNS`, ``axis_*``) whose value differs between the
+grid's allocations. Its name (:func:`allocation_name`, the ``allocation`` column) is fixed
+once, when the grid expands into cells (``race.spec.cells``), and stored with each run.
 """
 
 from __future__ import annotations
+
+import json
+import math
+import numbers
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 ALLOCATION_COLUMNS: tuple[str, ...] = ("model", "num_generations", "prompts_per_step", "num_iterations",
                                        "learning_rate", "reward")
@@ -64,8 +72,10 @@ RUNS_COLUMNS: dict[str, str] = {
 RUNS_EXTRA: dict[str, str] = {
     "lora_r": "LoRA rank (empty for full fine-tuning)",
     "engine": "training engine ('builtin', 'trl')",
-    "label": "the grid's label of the cell, 'model=tiny-s num_generations=8' (the analysis keys allocations "
-    "itself: its 'allocation' column)",
+    "label": "the grid's label of the cell, 'model=tiny-s num_generations=8' (axis values only; the analysis "
+    "names allocations by the 'allocation' column)",
+    "allocation": "the allocation's name (allocation_name), fixed when the grid expanded into cells: every run of "
+    "one allocation, at any budget or rung, carries the same one",
     "attempts": "attempts the driver made",
     "error": "the last attempt's error, if any",
     "conventions": "FLOP conventions the run was counted under",
@@ -142,6 +152,65 @@ STATUSES = ("pending", "running", "complete", "failed", "diverged")
 FINISHED = ("complete", "diverged")
 
 
+def fmt_number(x: Any) -> str:
+    """A count as an allocation name writes it: an integral value without its decimals
+    (``8.0`` -> ``"8"``), any other number in ``%g``, what is not a number as ``str``."""
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        return str(x)
+    if v.is_integer() and abs(v) < 1e15:
+        return str(int(v))
+    return f"{v:g}"
+
+
+def fmt_value(v: Any) -> str:
+    """An optional allocation column's value as an allocation name writes it: ``-`` when
+    missing (None, NaN), a number by :func:`fmt_number`, a boolean as ``True``/``False``,
+    anything else as ``str`` (a grid axis's list or mapping is stored as its JSON)."""
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "-"
+    if isinstance(v, numbers.Real) and not isinstance(v, bool):
+        return fmt_number(v)
+    return str(v)
+
+
+def allocation_name(values: Mapping[str, Any], extras: Sequence[str] = ()) -> str:
+    """The name of one allocation, the one formula every reader and writer uses:
+    ``"{model}|G={num_generations}|P={prompts_per_step}|it={num_iterations}|lr={lr:g}|{reward}"``
+    (everything but budget and seed), then ``"|{column}={value}"`` (:func:`fmt_value`,
+    ``axis_`` dropped from the name) for each column of ``extras``: the optional allocation
+    columns that tell this allocation from the others of its grid (``lora_r``, ``engine``,
+    ``axis_*``: ``race.spec.cells`` chooses them over the whole grid).
+    ``values``: column -> value, :data:`ALLOCATION_COLUMNS` and the ``extras``."""
+    parts = [str(values["model"]), f"G={fmt_number(values['num_generations'])}",
+             f"P={fmt_number(values['prompts_per_step'])}", f"it={fmt_number(values['num_iterations'])}",
+             f"lr={float(values['learning_rate']):g}", str(values["reward"])]
+    for col in extras:
+        name = col[len(AXIS_PREFIX):] if col.startswith(AXIS_PREFIX) else col
+        parts.append(f"{name}={fmt_value(values.get(col))}")
+    return "|".join(parts)
+
+
+def optional_columns(columns: Sequence[Any]) -> list[str]:
+    """The optional allocation columns among ``columns``, in the order names write them:
+    :data:`OPTIONAL_ALLOCATION_COLUMNS`, then the ``axis_*`` columns sorted."""
+    have = [c for c in columns if isinstance(c, str)]
+    return [c for c in OPTIONAL_ALLOCATION_COLUMNS if c in have] + sorted(c for c in have if c.startswith(AXIS_PREFIX))
+
+
+def varying_columns(rows: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> list[str]:
+    """The columns of ``columns`` (optional allocation columns) whose written value
+    (:func:`fmt_value`) differs between ``rows``: what an allocation's name adds to the six."""
+    return [c for c in columns if len({fmt_value(r.get(c)) for r in rows}) > 1]
+
+
+def axis_value(v: Any) -> Any:
+    """A grid axis's value as its ``axis_*`` column holds it: a scalar as it is, a list or
+    mapping as its JSON (keys sorted)."""
+    return v if v is None or isinstance(v, (str, int, float, bool)) else json.dumps(v, sort_keys=True)
+
+
 def axis_column(path: str) -> str:
     """Column of a grid axis outside the standard allocation columns: ``axis_`` + the
     dotted path with dots as underscores (the analysis keys allocations on ``axis_*``)."""
@@ -150,4 +219,5 @@ def axis_column(path: str) -> str:
 
 __all__ = ["ALLOCATION_COLUMNS", "AXIS_PREFIX", "EVALS_COLUMNS", "EVALS_OPTIONAL", "FINISHED",
            "LEDGER_COLUMNS", "OPTIONAL_ALLOCATION_COLUMNS", "OWN_COLUMN_AXES", "REWARD_COLUMNS", "RUNG_DECISION_FIELDS",
-           "RUNS_COLUMNS", "RUNS_CORE", "RUNS_EXTRA", "RUNS_OPTIONAL", "STATUSES", "TRAIN_COLUMNS", "axis_column"]
+           "RUNS_COLUMNS", "RUNS_CORE", "RUNS_EXTRA", "RUNS_OPTIONAL", "STATUSES", "TRAIN_COLUMNS", "allocation_name",
+           "axis_column", "axis_value", "fmt_number", "fmt_value", "optional_columns", "varying_columns"]

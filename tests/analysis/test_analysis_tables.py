@@ -85,22 +85,37 @@ def test_schema_lists_the_documented_columns():
         assert col in RUNS_COLUMNS
 
 
-def test_varying_optional_columns_split_allocations_and_constant_ones_do_not():
-    """A grid with a lora.r (or any other) axis must not merge its cells into one
-    allocation; constant optional columns leave the key as it was."""
+def test_a_hand_made_tables_keys_are_each_rows_own():
+    """A table passed in by hand (no ``allocation`` column: the grid's tables carry theirs)
+    names each row from that row alone: the six allocation columns, then each optional
+    column (lora_r, engine, axis_*) the row fills. So a subset of the rows names every
+    allocation as the whole table does, and a lora.r axis does not merge its cells."""
     runs, _ = make_study([SMALL], budgets=[1e14], n_problems=0)
+    assert set(allocation_key(runs)) == {SMALL.key}  # no optional column: the six
     runs = runs.assign(lora_r=16, engine="builtin")
-    assert set(allocation_key(runs)) == {SMALL.key}
+    assert set(allocation_key(runs)) == {SMALL.key + "|lora_r=16|engine=builtin"}
     half = np.arange(len(runs)) % 2 == 0
-    ranked = runs.assign(lora_r=np.where(half, 8, 16), axis_max_completion_length=64)
+    ranked = runs.assign(lora_r=np.where(half, 8, 16), engine=None, axis_max_completion_length=64)
     keys = allocation_key(ranked)
-    assert set(keys) == {SMALL.key + "|lora_r=8", SMALL.key + "|lora_r=16"}
+    assert set(keys) == {SMALL.key + "|lora_r=8|max_completion_length=64",
+                         SMALL.key + "|lora_r=16|max_completion_length=64"}
+    assert list(allocation_key(ranked[half])) == list(keys[half])  # a subset names its rows the same
     both = ranked.assign(axis_max_completion_length=np.where(half, 32, 64))
     assert set(allocation_key(both)) == {SMALL.key + "|lora_r=8|max_completion_length=32",
                                          SMALL.key + "|lora_r=16|max_completion_length=64"}
     table = allocation_table(both)
     assert len(table) == 2 and {"lora_r", "axis_max_completion_length"} <= set(table.columns)
-    # keys come from the whole study: dropping failed runs does not change them
     both.loc[half, "status"] = "failed"
     kept = prepare_runs(both)
     assert set(kept["allocation"]) == {SMALL.key + "|lora_r=16|max_completion_length=64"}
+
+
+def test_prepare_runs_reads_the_allocation_column_as_it_is():
+    """A study's tables name their allocations (the grid fixed the names): prepare_runs keeps
+    them, whatever the other columns say; a row without one is keyed by its own columns."""
+    runs, _ = make_study([SMALL, LARGE], budgets=[1e14], n_problems=0)
+    named = runs.assign(allocation=np.where(runs["model"] == runs["model"].iloc[0], "first", "second"))
+    assert set(prepare_runs(named)["allocation"]) == {"first", "second"}
+    partly = named.assign(allocation=named["allocation"].where(named["model"] == named["model"].iloc[0], None))
+    other = LARGE.key if runs["model"].iloc[0] == SMALL.model else SMALL.key
+    assert set(prepare_runs(partly)["allocation"]) == {"first", other}

@@ -119,7 +119,7 @@ def test_nested_prefixes_are_the_smaller_budgets_runs(tiny_model_dir, tmp_path):
 
 
 def test_plan_prices_the_saving_and_the_cli_shows_it(tiny_model_dir, tmp_path):
-    p = plan_grid(_grid(tiny_model_dir, nested=True))
+    p = plan_grid(grid_spec_from_dict(_grid(tiny_model_dir, nested=True)))
     assert len(p.runnable) == 4 and p.total_budget == 4 * LARGE
     assert p.separate["total_budget"] == 4 * (SMALL + LARGE)
     assert p.separate["est_wall_s"] > p.est_wall_s
@@ -156,6 +156,6 @@ def test_a_version_1_store_migrates(tmp_path):
     conn.commit()
     conn.close()
     with Store(tmp_path) as s:
-        assert s.schema_version() == 4
+        assert s.schema_version() == 5
         cols = {r[1] for r in s.conn.execute("PRAGMA table_info(runs)")}
-    assert {"prefix_of", "prefix_step", "extends"} <= cols and "final_json" not in cols  # schema 3 dropped it
+    assert {"prefix_of", "prefix_step", "extends", "allocation"} <= cols and "final_json" not in cols  # schema 3 dropped it

@@ -8,7 +8,7 @@ import json
 from typer.testing import CliRunner
 
 from race.cli.app import app
-from race.grid import plan_grid
+from race.grid import grid_spec_from_dict, plan_grid
 from tests.grid.conftest import grid, write_grid
 
 
@@ -18,8 +18,12 @@ def _base(**over):
     return g
 
 
+def _plan(g):
+    return plan_grid(grid_spec_from_dict(g))
+
+
 def test_a_missing_task_file_refuses_every_cell_that_reads_it(tmp_path):
-    p = plan_grid(_base(task={"name": "jsonl", "path": str(tmp_path / "nope.jsonl")}))
+    p = _plan(_base(task={"name": "jsonl", "path": str(tmp_path / "nope.jsonl")}))
     assert p.cells and not p.runnable
     assert all("task.path" in c.refusal and "file not found" in c.refusal and "nope.jsonl" in c.refusal
                for c in p.cells)
@@ -28,14 +32,14 @@ def test_a_missing_task_file_refuses_every_cell_that_reads_it(tmp_path):
 def test_an_existing_task_file_is_not_refused(tmp_path):
     f = tmp_path / "probs.jsonl"
     f.write_text(json.dumps({"question": "1+1?", "answer": "2"}) + "\n")
-    p = plan_grid(_base(task={"name": "jsonl", "path": str(f)}))
+    p = _plan(_base(task={"name": "jsonl", "path": str(f)}))
     assert all(c.refusal is None or "task.path" not in c.refusal for c in p.cells)
 
 
 def test_cells_the_trl_engine_refuses_are_refused_in_the_plan():
     g = _base(drop_zero_variance_groups=True)
     g["axes"] = {**g["axes"], "engine": ["builtin", "trl"]}
-    p = plan_grid(g)
+    p = _plan(g)
     trl = [c for c in p.cells if c.cell.config.engine == "trl"]
     builtin = [c for c in p.cells if c.cell.config.engine == "builtin"]
     assert trl and builtin

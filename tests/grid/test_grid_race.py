@@ -20,7 +20,6 @@ import pytest
 from race.grid import Store, load_tables, study_status
 from race.grid.race_plan import plan_race
 from race.protocol.racing import run_race
-from race.spec.cells import rung_cells
 from race.spec.errors import GridSpecError
 from race.spec.grid import grid_spec_from_dict
 
@@ -72,9 +71,20 @@ def test_the_grid_reads_rungs_and_chains_extensions():
     first = spec.cells()
     assert len(first) == 8 and {c.budget for c in first} == {T / 32} and not any(c.extends for c in first)
     assert all(c.config.eval.at_budgets == [1e9] for c in first)
-    later = rung_cells(spec, 2, {first[0].label})
+    ladder = spec.ladder()
+    assert ladder is spec.ladder() and ladder.budgets() == [T / 32, T / 8, T / 3]
+    later = ladder.cells(2, [first[0].name])
     assert [c.seed for c in later] == [0] and later[0].config.eval.at_budgets == [1e9, T / 32, T / 8]
-    assert later[0].extends == rung_cells(spec, 1, {first[0].label})[0].run_id
+    assert later[0].extends == ladder.cells(1, [first[0].name])[0].run_id
+    # one name per allocation: every rung's cells and the target run's carry the first rung's
+    assert {c.name for c in ladder.cells(1)} == set(ladder.names) == {c.name for c in first} and len(ladder.names) == 4
+    target = ladder.target_cells([first[0].name], T, seeds=[1, 5])
+    assert [(c.name, c.seed, c.budget) for c in target] == [(first[0].name, s, T) for s in (0, 1, 5)]
+    assert target[0].extends == later[0].run_id  # the continued seed extends its last-rung run
+    assert target[1].extends == next(c.run_id for c in first if c.name == first[0].name and c.seed == 1)
+    assert target[2].extends is None  # a seed the study never ran starts fresh
+    with pytest.raises(ValueError, match="not allocations of the racing grid"):
+        ladder.cells(1, ["no-such-allocation"])
 
 
 def test_the_plan_prices_both_ends_in_units_of_the_target():
@@ -108,10 +118,36 @@ def _race(study: Path, spec) -> None:
     assert res.finished and not res.failed
 
 
-def test_a_race_runs_rungs_decided_from_the_store_and_extends_runs(tmp_path):
+def _count_reads(monkeypatch) -> dict[str, int]:
+    """Store opens outside the grid driver (``run_grid``), counted from now on."""
+    import race.grid
+
+    opens = {"read": 0}
+    driving: list[int] = []
+    init, run = Store.__init__, race.grid.run_grid
+
+    def counting(self, *a, **k):
+        opens["read"] += 0 if driving else 1
+        init(self, *a, **k)
+
+    def driven(*a, **k):
+        driving.append(1)
+        try:
+            return run(*a, **k)
+        finally:
+            driving.pop()
+
+    monkeypatch.setattr(Store, "__init__", counting)
+    monkeypatch.setattr(race.grid, "run_grid", driven)
+    return opens
+
+
+def test_a_race_runs_rungs_decided_from_the_store_and_extends_runs(tmp_path, monkeypatch):
     spec = grid_spec_from_dict(race_grid())
     study = tmp_path / "race"
+    opens = _count_reads(monkeypatch)
     _race(study, spec)
+    assert opens["read"] == 3  # each rung's decision: the store opened once (stored decision, tables, record)
     with Store(study, create=False) as s:
         decisions = s.rung_decisions()
         rows = {r["run_id"]: r for r in s.runs()}
@@ -120,6 +156,9 @@ def test_a_race_runs_rungs_decided_from_the_store_and_extends_runs(tmp_path):
     assert len(rows) == 8 + 2 + 1  # rung 0: 4 allocations x 2 seeds; rung 1: 2 x 1 seed; rung 2: 1
     ext = [r for r in rows.values() if r["extends"]]
     assert len(ext) == 3
+    names = spec.ladder().names  # the store holds each run's allocation name; the decisions name the same
+    assert {r["allocation"] for r in rows.values()} == set(names) and set(decisions[0]["go_on"]) <= set(names)
+    assert all(r["allocation"] == rows[r["extends"]]["allocation"] for r in ext)
     for r in ext:  # an extension continues its parent's ledger; the parent becomes its prefix
         parent = rows[r["extends"]]
         assert parent["prefix_of"] == r["run_id"] and parent["prefix_step"] == parent["steps"]
@@ -137,10 +176,18 @@ def test_a_race_runs_rungs_decided_from_the_store_and_extends_runs(tmp_path):
     assert st.flops_done == pytest.approx(sum(r["total_flops"] for r in top))  # counted once per trajectory
     again = run_race(spec, study, decide=top_half, poll_s=0.05)  # a finished race runs nothing again
     assert again.decisions == decisions
+    from race.protocol import load_study
+
+    opens["read"] = 0
+    st = load_study(study)  # the study as one value, its store opened once
+    assert opens["read"] == 1 and st.rung_decisions == decisions and st.race == spec.race
+    assert st.grid is not None and st.ladder.names == names and st.ladder.budgets() == [T / 32, T / 8, T / 3]
+    assert st.primary_target == spec.primary_target() == "greedy"
 
 
 DRIVER = ("import sys; sys.path.insert(0, sys.argv[3]); from race_rule import top_half; "
-          "from race.protocol.racing import run_race; run_race(sys.argv[1], sys.argv[2], decide=top_half)")
+          "from race.grid import load_grid_spec; from race.protocol.racing import run_race; "
+          "run_race(load_grid_spec(sys.argv[1]), sys.argv[2], decide=top_half)")
 
 
 @pytest.mark.skipif(not Path("/proc").exists(), reason="needs /proc")

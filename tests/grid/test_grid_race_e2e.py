@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from race.grid import Store, load_tables
+from race.grid import Store, grid_spec_from_dict, load_tables
 from race.protocol import load_study, run_race, validate_race
 from race.report import build_report
 
@@ -31,7 +31,7 @@ def _grid(model_dir):
 @pytest.mark.slow
 def test_a_race_with_the_real_rule_ends_in_the_target_run_continuing_the_pick(tiny_model_dir, tmp_path):
     study = tmp_path / "study"
-    res = run_race(_grid(tiny_model_dir), study, poll_s=0.1)
+    res = run_race(grid_spec_from_dict(_grid(tiny_model_dir)), study, poll_s=0.1)
     assert res.finished and not res.failed and len(res.decisions) == 2
     assert res.decisions[0]["rule"]["level"] > 0  # the real rule's parameters, stored with the decision
     with Store(study, create=False) as s:

@@ -282,7 +282,19 @@ def test_extra_axes_reach_the_tables_and_keep_allocations_apart(tmp_path):
     assert sorted(runs["lora_r"].tolist()) == [4, 4, 8, 8]
     assert sorted(runs["axis_max_completion_length"].tolist()) == [8, 8, 16, 16]
     keys = prepare_runs(runs)["allocation"]
-    assert keys.nunique() == 4 and all("|lora_r=" in k and "|max_completion_length=" in k for k in keys)
+    want = {f"tiny-xs|G=8|P=4|it=1|lr=0.0001|rule|lora_r={r}|max_completion_length={m}" for r in (4, 8)
+            for m in (8, 16)}  # the six, then what varies between the grid's cells (engine does not)
+    assert set(keys) == want == {c.name for c in grid_spec_from_dict(spec).cells()}
+    # the names are the grid's, stored: a subset of the runs keeps them
+    one = runs[runs["lora_r"] == 4]
+    assert set(prepare_runs(one)["allocation"]) == {k for k in want if "lora_r=4" in k}
+    # a store written before the names were stored names its runs at load, over all of them, the same
+    con = sqlite3.connect(tmp_path / "study.sqlite")
+    con.execute("UPDATE runs SET allocation=NULL")
+    con.commit()
+    con.close()
+    old = load_tables(tmp_path)["runs"]
+    assert dict(zip(old["run_id"], old["allocation"])) == dict(zip(runs["run_id"], runs["allocation"]))
 
 
 @pytest.mark.parametrize("order", ["longest_first", "grid"])

@@ -44,6 +44,8 @@ def test_schema_is_versioned_and_in_wal_mode(study):
     assert store.integrity_check() == "ok"
     assert migrate(store.conn) == SCHEMA_VERSION  # idempotent
     assert store.add_cells("t", cells) == 0  # already there
+    assert {r["run_id"]: r["allocation"] for r in store.runs()} == {c.run_id: c.name for c in cells}
+    assert len({c.name for c in cells}) == 4 and all(c.name.startswith("tiny-") for c in cells)
     assert store.counts()["pending"] == len(cells)
 
 
@@ -90,7 +92,7 @@ def _old_store(path, source: Store) -> None:
             con.execute(stmt)
         con.execute("INSERT INTO schema_version VALUES (?)", (version,))
     for r in source.rows("runs"):
-        r = {k: v for k, v in r.items() if k != "extends"}  # schema 4's column
+        r = {k: v for k, v in r.items() if k not in ("extends", "allocation")}  # schema 4's and 5's columns
         r = dict(r, final_json=None if r["run_json"] is None else json.dumps(json.loads(r["run_json"])["final"]))
         con.execute(f"INSERT INTO runs ({', '.join(r)}) VALUES ({', '.join('?' * len(r))})", list(r.values()))
     for table in ("studies", "ledger", "evals", "train_metrics"):
@@ -117,10 +119,13 @@ def test_a_schema_2_store_migrates_and_reads_the_same_rows(study, tmp_path):
     assert "final_json" in [c[1] for c in con.execute("PRAGMA table_info(runs)")]
     con.close()
     with Store(tmp_path / "old", create=False) as old:
-        assert old.schema_version() == SCHEMA_VERSION == 4
+        assert old.schema_version() == SCHEMA_VERSION == 5
         assert old.rung_decisions() == []  # schema 4: racing's decision table, empty
         assert [c[1] for c in old.conn.execute("PRAGMA table_info(runs)")] == list(want["runs"][0])
-        assert {t: old.rows(t) for t in want} == want
+        # schema 5: the allocation's name, empty in the old rows (the tables name them at load)
+        assert {r["allocation"] for r in old.rows("runs")} == {None}
+        assert {t: old.rows(t) for t in want if t != "runs"} == {t: v for t, v in want.items() if t != "runs"}
+        assert [{**r, "allocation": None} for r in want["runs"]] == old.rows("runs")
         assert old.integrity_check() == "ok"
         assert old.conn.execute("PRAGMA foreign_keys").fetchone()[0] == 1
         assert old.conn.execute("SELECT COUNT(*) FROM sqlite_master WHERE name='runs_status'").fetchone()[0] == 1
@@ -129,7 +134,7 @@ def test_a_schema_2_store_migrates_and_reads_the_same_rows(study, tmp_path):
         assert old.ingest(rid, nested) == "complete"  # and it takes results again
         assert old.rows("evals") == want["evals"] and old.rows("ledger") == want["ledger"]
     with Store(tmp_path / "old", create=False) as again:  # migrated once
-        assert again.conn.execute("SELECT COUNT(*) FROM schema_version").fetchone()[0] == 4
+        assert again.conn.execute("SELECT COUNT(*) FROM schema_version").fetchone()[0] == 5
 
 
 class _FailingConn:

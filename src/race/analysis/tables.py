@@ -10,9 +10,12 @@ Three tables feed every analysis function (one row each), in the layout of
 
 An *allocation* is everything that describes how a run spends its budget except the
 budget itself and the seed: ``(model, num_generations, prompts_per_step, num_iterations,
-learning_rate, reward)``, plus any optional allocation column (``lora_r``, ``engine``,
-``axis_*``: a grid's other axes) whose value differs between runs. :func:`allocation_key`
-turns it into one readable string, the identifier every other module uses.
+learning_rate, reward)``, plus the optional allocation columns (``lora_r``, ``engine``,
+``axis_*``: a grid's other axes) that tell it from the grid's other allocations. Its name,
+one readable string, is the identifier every other module uses: the ``allocation`` column
+of a study's runs table, fixed when the grid expanded (``race.spec.cells.name_cells``) and
+read as it is (:func:`prepare_runs`); a table passed in by hand without that column gets it
+from :func:`allocation_key`, row by row. Both write it with ``race.schema.allocation_name``.
 
 A *reward system* is the kind of the parsed reward spec (``race.spec.reward``, the one
 parser: ``"prm:prm-s"`` -> ``"prm"``; the grid writes it as the ``reward_system``
@@ -42,6 +45,8 @@ from race.schema import (  # the tables' layout has one home; re-exported here f
     RUNS_CORE,
     RUNS_OPTIONAL,
     TRAIN_COLUMNS,
+    allocation_name,
+    optional_columns,
 )
 
 #: The run columns the analysis carries beside a run's scores (curves, end points, the study
@@ -110,56 +115,54 @@ def validate_train(train: pd.DataFrame, columns: Iterable[str] | None = None) ->
     return train
 
 
-def _fmt_number(x: object) -> str:
-    try:
-        v = float(x)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        return str(x)
-    if v.is_integer() and abs(v) < 1e15:
-        return str(int(v))
-    return f"{v:g}"
-
-
 def extra_allocation_columns(df: pd.DataFrame) -> list[str]:
     """Optional allocation columns of ``df`` whose value differs between its rows:
     ``lora_r``, ``engine`` and every ``axis_*`` column, in that order."""
-    cols = [c for c in OPTIONAL_ALLOCATION_COLUMNS if c in df.columns]
-    cols += sorted(c for c in df.columns if isinstance(c, str) and c.startswith(AXIS_PREFIX))
+    cols = optional_columns(list(df.columns))
     return [c for c in cols if df[c].astype(str).nunique(dropna=False) > 1]
 
 
+def _value(v: object) -> object:
+    """A table cell as ``race.schema.allocation_name`` reads it: missing (None, NaN, NA) as None."""
+    if v is None or v is pd.NA or v is pd.NaT or (isinstance(v, float) and math.isnan(v)):
+        return None
+    return v
+
+
+def table_names(df: pd.DataFrame, extras: Sequence[str] | None = None) -> list[str]:
+    """``race.schema.allocation_name`` of each row of ``df``, with the optional columns
+    ``extras``; None: each optional allocation column (``lora_r``, ``engine``, ``axis_*``)
+    whose value in that row is not missing (:func:`allocation_key`)."""
+    cols = optional_columns(list(df.columns))
+    names = []
+    for rec in df[[*ALLOCATION_COLUMNS, *cols]].to_dict("records"):
+        rec = {k: _value(v) for k, v in rec.items()}
+        names.append(allocation_name(rec, [c for c in cols if rec[c] is not None] if extras is None else extras))
+    return names
+
+
 def allocation_key(df: pd.DataFrame) -> pd.Series:
-    """One readable string per row naming its allocation.
+    """One readable string per row naming its allocation, for a table passed in by hand (a
+    study's tables carry the grid's names in their ``allocation`` column, which
+    :func:`prepare_runs` reads as it is).
 
     ``"{model}|G={num_generations}|P={prompts_per_step}|it={num_iterations}|lr={lr:g}|{reward}"``
     (everything but budget and seed), then ``"|{column}={value}"`` for every optional
-    allocation column that varies across ``df`` (``axis_`` dropped from the name), so a
-    grid with a ``lora.r`` or ``max_completion_length`` axis does not merge its cells.
-    Equal allocations give equal keys; compute keys on the whole study so that they do
-    not depend on which rows were kept.
+    allocation column (``lora_r``, ``engine``, ``axis_*``; ``axis_`` dropped from the name)
+    whose value in that row is not missing (``race.schema.allocation_name``). A row's key
+    depends on that row only, never on which other rows the table holds.
     """
     require_columns(df, ALLOCATION_COLUMNS, "runs")
-    parts = [
-        df["model"].astype(str),
-        "G=" + df["num_generations"].map(_fmt_number),
-        "P=" + df["prompts_per_step"].map(_fmt_number),
-        "it=" + df["num_iterations"].map(_fmt_number),
-        "lr=" + df["learning_rate"].map(lambda v: f"{float(v):g}"),
-        df["reward"].astype(str),
-    ]
-    for col in extra_allocation_columns(df):
-        name = col[len(AXIS_PREFIX):] if col.startswith(AXIS_PREFIX) else col
-        parts.append(f"{name}=" + df[col].map(_fmt_extra))
-    key = parts[0]
-    for p in parts[1:]:
-        key = key + "|" + p
-    return key.rename("allocation")
+    return pd.Series(table_names(df), index=df.index, name="allocation", dtype=object)
 
 
-def _fmt_extra(v: object) -> str:
-    if v is None or (isinstance(v, float) and np.isnan(v)) or v is pd.NA:
-        return "-"
-    return _fmt_number(v) if isinstance(v, (int, float, np.integer, np.floating)) else str(v)
+def allocation_of(runs: pd.DataFrame) -> pd.Series:
+    """Each row's allocation name: its ``allocation`` column as it is (a study's tables: the
+    grid's names), :func:`allocation_key` where a row has none (a table passed in by hand)."""
+    if "allocation" in runs.columns and runs["allocation"].notna().all():
+        return runs["allocation"]
+    key = allocation_key(runs)
+    return key if "allocation" not in runs.columns else runs["allocation"].where(runs["allocation"].notna(), key)
 
 
 def reward_columns_of(reward: object) -> dict[str, object]:
@@ -220,15 +223,15 @@ def without_controls(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def prepare_runs(runs: pd.DataFrame, include_failed: bool = False) -> pd.DataFrame:
-    """Runs with ``allocation`` and the typed reward columns (``reward_system``, ...:
+    """Runs with ``allocation`` (the study's names as they are; :func:`allocation_key` for
+    rows without one) and the typed reward columns (``reward_system``, ...:
     :func:`with_reward_columns`, read as the grid wrote them), sorted by run_id.
 
     Only ``status == "complete"`` runs are kept unless ``include_failed``.
     """
     validate_runs(runs, RUNS_CORE)
     out = runs.copy()
-    if "allocation" not in out.columns or out["allocation"].isna().any():
-        out["allocation"] = allocation_key(out)  # on every run, so keys do not depend on the filter
+    out["allocation"] = allocation_of(out)
     if not include_failed:
         out = out[out["status"].astype(str) == "complete"].copy()
     out["budget"] = out["budget"].astype(float)
@@ -239,7 +242,7 @@ def prepare_runs(runs: pd.DataFrame, include_failed: bool = False) -> pd.DataFra
 
 def allocation_table(runs: pd.DataFrame) -> pd.DataFrame:
     """Distinct allocations: ``allocation`` key, its columns, model_params and reward_system."""
-    prepared = runs if "allocation" in runs.columns else prepare_runs(runs, include_failed=True)
+    prepared = prepare_runs(runs, include_failed=True)  # sorted by run id: the first row of each allocation
     cols = ["allocation", *ALLOCATION_COLUMNS, *extra_allocation_columns(prepared), "model_params", "reward_system"]
     cols = [c for c in cols if c in prepared.columns]
     return (

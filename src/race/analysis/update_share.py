@@ -51,7 +51,7 @@ import pandas as pd
 
 from .bootstrap import BootstrapResult, bootstrap_cells, difference
 from .curves import final_scores
-from .tables import allocation_key, prepare_runs, require_columns, without_controls
+from .tables import extra_allocation_columns, prepare_runs, require_columns, table_names, without_controls
 
 #: p values closer than this are one p level (the same knob setting, other seeds' groups dropped).
 SAME_P = 0.005
@@ -92,9 +92,10 @@ def run_shares(runs: pd.DataFrame) -> pd.DataFrame:
     s, lrn, f = (pr["rollout_flops"].astype(float), pr["learning_flops"].astype(float),
                  pr["feedback_flops"].astype(float))
     total = s + lrn + f
-    line = allocation_key(pr.assign(num_iterations="*").drop(columns=[c for c in KNOBS if c in pr.columns]))
+    # a line: the allocation with the knobs left out (num_iterations written "*"), named over these runs
+    line = table_names(pr.assign(num_iterations="*"), [c for c in extra_allocation_columns(pr) if c not in KNOBS])
     out = pr[["run_id", "budget", "seed", "allocation", "reward"]].assign(
-        line=line.to_numpy(), reward=pr["reward"].astype(str), p=lrn / total, p_policy=lrn / (s + lrn),
+        line=line, reward=pr["reward"].astype(str), p=lrn / total, p_policy=lrn / (s + lrn),
         search_share=s / total,
         feedback_share=f / total)
     return out[total > 0].reset_index(drop=True)

@@ -142,16 +142,17 @@ def demo(
                 raise
     split["grid"] = time.perf_counter() - t_grid
     t_val = time.perf_counter()
+    study = None  # the study as the validation read it after its runs (the report renders it)
     if validate:
         con.rule("[bold]3/4 target run[/bold] (the pick's pilot continued to the target budget, a rival's beside "
                  "it; they never feed the forecast)" if spec.racing else
                  "[bold]3/4 validation[/bold] (new runs at the target budget; they never feed the forecast)")
-        _demo_validation(con, study_dir, rivals, workers)
+        study = _demo_validation(con, study_dir, rivals, workers)
         split["validation"] = time.perf_counter() - t_val
         con.print(f"  ({split['validation']:.0f} s)")
     t_rep = time.perf_counter()
     con.rule(f"[bold]{'4/4' if validate else '3/3'} report[/bold]")
-    paths = build_report(study_dir)
+    paths = build_report(study if study is not None else study_dir)
     if paths.headline:
         con.print(f"recommendation: {paths.headline} (confidence: {paths.confidence})")
     con.print(f"report: {paths.html}")
@@ -161,9 +162,10 @@ def demo(
               + ", ".join(f"{k} {v:.0f} s" for k, v in split.items()) + ")")
 
 
-def _demo_validation(con: Any, study_dir: Path, rivals: int, workers: int | None) -> None:
+def _demo_validation(con: Any, study_dir: Path, rivals: int, workers: int | None) -> Any:
     """``race validate`` inside the demo: the report then shows forecast vs realised. A
-    validation that cannot run (e.g. no pilot run completed) is reported, not fatal."""
+    validation that cannot run (e.g. no pilot run completed) is reported, not fatal.
+    Returns the study as the validation read it after its runs (None when it did not run)."""
     from race.cards import fmt_flops
     from race.protocol import ReportError, run_validation
 
@@ -171,7 +173,7 @@ def _demo_validation(con: Any, study_dir: Path, rivals: int, workers: int | None
         res = run_validation(study_dir, rivals=rivals, workers=workers, on_event=cell_events(con.print))
     except ReportError as e:
         con.print(f"[yellow]  validation not run: {e}[/yellow]")
-        return
+        return None
     v = res.result
     con.print(f"  validated at {fmt_flops(res.target_budget)}: {', '.join(res.allocations)}")
     if v is not None:
@@ -180,6 +182,7 @@ def _demo_validation(con: Any, study_dir: Path, rivals: int, workers: int | None
                      if v.predicted_score == v.predicted_score else ""))
     if res.message:
         con.print(f"[yellow]  note: {res.message}[/yellow]")
+    return res.study
 
 
 def register(app: typer.Typer) -> None:

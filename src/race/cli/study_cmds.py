@@ -1,7 +1,9 @@
 """`race report` and `race validate`: a study's report, and the validation stage.
 
 Each command is a few lines over ``race.protocol`` (the study, the validation stage) and
-``race.report`` (rendering); heavy imports stay inside. The lead's
+``race.report`` (rendering); heavy imports stay inside. Each reads the study once
+(``race.protocol.load_study``) and hands the value on; ``race validate`` reads it once more
+after its runs (what the realised regret and the report are computed on). The lead's
 ``race.cli.run_cmds`` calls :func:`register` to add them to the main app.
 """
 
@@ -25,7 +27,8 @@ def _targets(target: str) -> tuple[str, ...]:
 
 
 def _load(study_dir: Path, target: str | None, target_budget: float | None) -> tuple[Any, str]:
-    """The study and the primary target (``--target``, else the study's own)."""
+    """The study (read once, ``race.protocol.load_study``) and the primary target
+    (``--target``, else the study's own)."""
     from race.protocol import ReportError, load_study
 
     try:
@@ -118,11 +121,11 @@ def validate(
     from race.report import build_report
 
     seed_list = _parse_seeds(seeds)
-    _, target = _load(study_dir, target, target_budget)
+    study, target = _load(study_dir, target, None)
 
     on_event = cell_events(typer.echo)
     try:
-        res = run_validation(study_dir, target_budget=target_budget, target=target, rivals=rivals, seeds=seed_list,
+        res = run_validation(study, target_budget=target_budget, target=target, rivals=rivals, seeds=seed_list,
                              workers=workers, n_boot=n_boot, n_boot_fit=n_boot_fit, rng=seed, on_event=on_event)
     except ReportError as e:
         _fail(str(e))
@@ -138,9 +141,9 @@ def validate(
                    f"best rival {v.best_rival or '-'}; confidence was {rec.confidence}")
     if res.message:
         typer.secho(f"note: {res.message}", fg=typer.colors.YELLOW)
-    try:
-        paths = build_report(study_dir, out, target_budget=res.target_budget, targets=_targets(target), rng=seed,
-                             n_boot=n_boot, n_boot_fit=n_boot_fit)
+    try:  # the study as the validation read it after its runs
+        paths = build_report(res.study or study_dir, out, target_budget=res.target_budget, targets=_targets(target),
+                             rng=seed, n_boot=n_boot, n_boot_fit=n_boot_fit)
     except ReportError as e:
         _fail(str(e))
     _print_report(paths)

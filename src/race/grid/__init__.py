@@ -18,11 +18,11 @@ from race.grid.store import SCHEMA_VERSION, Store, StoreError
 from race.spec.cells import Cell
 from race.spec.errors import GridSpecError
 from race.spec.grid import DEFAULT_CELL_FN, GridSpec, RunnerSettings, expand_grid, grid_spec_from_dict, load_grid_spec
-from race.grid.tables import StudyStatus, export_study, load_tables, study_status
+from race.grid.tables import StudyStatus, export_study, load_tables, read_tables, study_status
 
 __all__ = [
     "Cell", "expand_grid", "StudyLock", "StudyLockedError", "GridPlan", "PlannedCell", "plan_grid", "predict_cell",
     "GridEvent", "GridProgress", "GridResult", "run_grid", "DEFAULT_CELL_FN", "GridSpec", "GridSpecError",
     "RunnerSettings", "grid_spec_from_dict", "load_grid_spec", "SCHEMA_VERSION", "Store", "StoreError",
-    "StudyStatus", "export_study", "load_tables", "study_status",
+    "StudyStatus", "export_study", "load_tables", "read_tables", "study_status",
 ]

@@ -31,7 +31,7 @@ from typing import Any, Callable
 from race.accounting.devices import plan_device
 from race.grid.pricing import CPU_CELL_SECONDS, CPU_STEP_SECONDS, Pricing, pricing, study_runs
 from race.spec.cells import Cell
-from race.spec.grid import DEFAULT_CELL_FN, GridSpec, as_grid_spec
+from race.spec.grid import DEFAULT_CELL_FN, GridSpec
 from race.spec.run import RunConfig
 
 # Wall-time model of one cell on one CPU worker: steps x per-step overhead + FLOPs / rate.
@@ -263,7 +263,7 @@ def _plan_cell(cell: Cell, spec: GridSpec, predict: Predictor, price: Pricing
     return PlannedCell(cell, pred, refusal, cannot_run), failure, notes
 
 
-def plan_grid(spec: "GridSpec | dict | str | Path", predictor: Predictor | None = None,
+def plan_grid(spec: GridSpec, predictor: Predictor | None = None,
               study_dir: str | Path | None = None, cells: "list[Cell] | None" = None,
               price: Pricing | None = None, workers: int | None = None) -> GridPlan:
     """Expand the grid and predict every cell (``cells``: these cells of it instead, e.g. one
@@ -272,7 +272,6 @@ def plan_grid(spec: "GridSpec | dict | str | Path", predictor: Predictor | None 
     ``study_dir`` the wall-time estimate is calibrated on the study's finished runs;
     ``workers``: cells in flight (default the grid's, else ``race.grid.local.default_workers``).
     A racing grid's rungs and target run are priced by ``race.grid.race_plan.plan_race``."""
-    spec = as_grid_spec(spec)
     price = price or pricing()
     notes: list[str] = []
     predict = predictor or predict_cell

@@ -28,8 +28,8 @@ from pathlib import Path
 
 from race.grid.plan import GridPlan, Predictor, default_seconds, list_schedule, plan_grid, predict_cell
 from race.grid.pricing import Pricing
-from race.spec.cells import Cell, race_cell, rung_cells
-from race.spec.grid import GridSpec, as_grid_spec
+from race.spec.cells import Cell
+from race.spec.grid import GridSpec
 
 
 def _prediction(predict: Predictor, cell: Cell) -> dict[str, float] | None:
@@ -52,17 +52,19 @@ def price_race(plan: GridPlan, predict: Predictor, max_unreused: float | None = 
     rungs = race.rung_budgets()
     first = [pc.cell for pc in plan.runnable]
     labels = sorted({c.label for c in first})
+    names = {c.name for c in first}
     scale = plan.time_scale
+    ladder = spec.ladder()  # the cells of every rung and of the target run (race.spec.ladder)
     # per (label, seed) the cell of every rung and of the target, with budget and predicted spend/seconds
     ladders: dict[tuple[str, int], list[tuple[float, float, float]]] = {}
     for k in range(len(rungs)):
-        for c in (first if k == 0 else rung_cells(spec, k, set(labels))):
+        for c in (first if k == 0 else ladder.cells(k, names)):
             p = _prediction(predict, c)
             ladders.setdefault((c.label, c.seed), []).append((c.budget, p["total"] if p else c.budget,
                                                               plan.seconds_of(c, p)))
     for label in labels:
         c0 = next(c for c in first if c.label == label and c.seed in spec.seeds[: race.later_seeds])
-        c = race_cell(spec, c0.allocation, T, c0.seed)
+        c = next(t for t in ladder.target_cells([c0.name], T) if t.seed == c0.seed)
         p = _prediction(predict, c)
         ladders[(label, c0.seed)].append((T, p["total"] if p else T, plan.seconds_of(c, p)))
 
@@ -121,13 +123,12 @@ def price_race(plan: GridPlan, predict: Predictor, max_unreused: float | None = 
     return out
 
 
-def plan_race(spec: "GridSpec | dict | str | Path", predictor: Predictor | None = None,
+def plan_race(spec: GridSpec, predictor: Predictor | None = None,
               study_dir: str | Path | None = None, max_unreused: float | None = None,
               price: "Pricing | None" = None, workers: int | None = None) -> GridPlan:
     """:func:`race.grid.plan.plan_grid` of the first rung's cells, with ``race`` set to the
     racing study's compute (:func:`price_race`; ``max_unreused``: the racing rule's cap) for a
     ``protocol: race`` grid; ``price`` and ``workers`` as for ``plan_grid``."""
-    spec = as_grid_spec(spec)
     plan = plan_grid(spec, predictor=predictor, study_dir=study_dir, price=price, workers=workers)
     if spec.racing:
         plan.race = price_race(plan, predictor or predict_cell, max_unreused)

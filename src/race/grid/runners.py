@@ -279,6 +279,8 @@ def run_grid(spec: "GridSpec | dict | str | Path", study_dir: str | Path | None 
              as_study_spec: bool = True, cells: "list[Cell] | None" = None) -> GridResult:
     """Run (or resume) a grid into ``study_dir`` (default ``studies/<study>``).
 
+    ``spec``: a ``GridSpec``, a grid-spec dict or a grid file: the library's one entry that
+    takes all three (``as_grid_spec``); every function below it takes the ``GridSpec``.
     Keyword settings override the grid file's ``runner``. Cells already complete are
     skipped; cells failed in an earlier session are skipped unless ``retry_failed``.
     ``only`` restricts the session to those run ids (the whole grid is still registered).

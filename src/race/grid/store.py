@@ -97,6 +97,9 @@ MIGRATIONS: dict[int, list[str]] = {
              rung INTEGER PRIMARY KEY, budget REAL NOT NULL, decision_json TEXT NOT NULL,
              created_at REAL NOT NULL)""",
     ],
+    5: [  # the allocation's name, fixed when the grid expanded (race.spec.cells.name_cells); NULL in older rows
+        "ALTER TABLE runs ADD COLUMN allocation TEXT",
+    ],
 }
 SCHEMA_VERSION = max(MIGRATIONS)
 
@@ -217,6 +220,16 @@ class Store:
         row = self.conn.execute("SELECT name FROM studies").fetchone()
         return row[0] if row else None
 
+    def study_spec(self) -> dict[str, Any] | None:
+        """The study's grid spec as :meth:`register_study` recorded it (a dict), else None."""
+        row = self.conn.execute("SELECT spec_json FROM studies").fetchone()  # one study per store
+        spec = json.loads(row[0]) if row else None
+        return spec if isinstance(spec, dict) else None
+
+    def run_specs(self) -> dict[str, dict[str, Any]]:
+        """Run id -> the run's stored RunConfig (``Cell.spec_dict()``, as the grid registered it)."""
+        return {r[0]: json.loads(r[1]) for r in self.conn.execute("SELECT run_id, spec_json FROM runs")}
+
     def register_study(self, name: str, spec_json: str) -> None:
         """Record the study; refuse a directory that holds a different study."""
         existing = self.study_name()
@@ -230,8 +243,9 @@ class Store:
                       (name, spec_json, now, now))
 
     def add_cells(self, study: str, cells: Iterable[Any]) -> int:
-        """Insert cells as ``pending`` (cells already present keep their state). Returns how
-        many were new."""
+        """Insert cells as ``pending`` (cells already present keep their state and name),
+        each with its allocation's name (``Cell.name``: the ``allocation`` column). Returns
+        how many were new."""
         rows = []
         for cell in cells:
             cfg = cell.config
@@ -239,7 +253,7 @@ class Store:
                          json.dumps(cell.allocation, sort_keys=True), cell.label, cfg.engine, cfg.model,
                          cfg.num_generations, cfg.prompts_per_step, cfg.num_iterations, cfg.learning_rate,
                          str(cfg.reward), cfg.lora.r if cfg.lora else None, cfg.budget_flops, cfg.seed,
-                         getattr(cell, "extends", None)))
+                         getattr(cell, "extends", None), getattr(cell, "name", None) or None))
         return self._add_rows(rows)
 
     def add_external_runs(self, study: str, runs: Iterable[dict[str, Any]]) -> int:
@@ -252,7 +266,7 @@ class Store:
                  json.dumps(r["allocation"], sort_keys=True), r["label"], r.get("engine"), r["model"],
                  int(r["num_generations"]), int(r["prompts_per_step"]), int(r["num_iterations"]),
                  float(r["learning_rate"]), str(r["reward"]), r.get("lora_r"), float(r["budget"]), int(r["seed"]),
-                 None) for r in runs]
+                 None, r.get("name")) for r in runs]
         return self._add_rows(rows)
 
     def _add_rows(self, rows: list[tuple[Any, ...]]) -> int:
@@ -261,7 +275,7 @@ class Store:
             c.executemany(
                 "INSERT OR IGNORE INTO runs(run_id, study, position, spec_json, allocation_json, label, engine, model, "
                 "num_generations, prompts_per_step, num_iterations, learning_rate, reward, lora_r, budget, seed, "
-                "extends) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", rows)
+                "extends, allocation) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", rows)
             # keep positions in line with the current grid file's order
             c.executemany("UPDATE runs SET position=? WHERE run_id=?", [(r[2], r[0]) for r in rows])
         return sum(1 for r in rows if r[0] not in known)

@@ -3,8 +3,9 @@ into pilot and validation runs, its recorded validations, its recommendation) an
 validation stage that runs the recommendation and its rivals at the target budget.
 
     errors.py     ReportError
-    study.py      load a study (directory or tables); pilot vs validation runs; validation.json;
-                  the recommendation for a target budget
+    study.py      Study: a study read once (directory, its store opened once, or tables): its tables,
+                  pilot vs validation runs, its grid (GridSpec, racing ladder), rung decisions,
+                  validation.json; the recommendation for a target budget
     validate.py   validate_study: run the recommendation and rivals at the target budget
                   (through race.grid), and measure the realised regret
     racing.py     run_race: a racing study's rungs (protocol: race), each decided from the store
@@ -22,9 +23,8 @@ from .imports import ImportResult, import_study
 from .study import (
     VALIDATION_FILE,
     ReportError,
-    StudyData,
+    Study,
     default_target_budget,
-    grid_primary_target,
     load_study,
     read_validations,
     recommend_for,
@@ -35,9 +35,9 @@ from .validate import ValidationOutcome, choose_allocations, validate_study, val
 from .racing import RaceResult, run_race
 from .target import run_validation, validate_race
 
-__all__ = ["VALIDATION_FILE", "ImportRefused", "ImportResult", "RaceResult", "ReportError", "StudyData",
+__all__ = ["VALIDATION_FILE", "ImportRefused", "ImportResult", "RaceResult", "ReportError", "Study",
            "ValidationOutcome", "choose_allocations",
            "run_race", "run_validation", "validate_race",
-           "default_target_budget", "grid_primary_target", "import_study", "load_study", "read_validations",
+           "default_target_budget", "import_study", "load_study", "read_validations",
            "recommend_for",
            "reward_model_cards", "validate_study", "validation_grids", "write_validation"]

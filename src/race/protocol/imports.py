@@ -247,9 +247,9 @@ def write_study(study_dir: Path, name: str, runs: list[ImportedRun], spec: dict[
 
     store_path = study_dir / STORE_FILE
     if store_path.exists():
-        from .study import grid_spec_of
-
-        if not grid_spec_of(study_dir).get("imported"):
+        with Store(study_dir, create=False) as old:
+            stored = old.study_spec() or {}
+        if not stored.get("imported"):
             raise ImportRefused(f"{study_dir} holds a study RACE ran (study.sqlite): pass another --study-dir")
         if not replace:
             raise ImportRefused(f"{study_dir} already holds an imported study: pass --replace to import it again "

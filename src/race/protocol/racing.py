@@ -1,13 +1,16 @@
 """The racing study (``protocol: race``): rungs toward the target budget, each decided from the store.
 
-    for each rung k (budgets race.rungs x race.target_budget, ascending):
-        run its cells (race.spec.cells.rung_cells) through race.grid.run_grid:
+    for each rung k (budgets race.rungs x race.target_budget, ascending: the ladder's):
+        run its cells (race.spec.ladder: GridSpec.ladder().cells(k, names)) through race.grid.run_grid:
             rung 0: every allocation x every seed, read at the smaller budgets (nested);
             rung k > 0: the allocations that went on, their first race.later_seeds seeds,
                 each EXTENDING its run of rung k-1 (its checkpoint resumed with the larger budget);
         decide who goes on: the stored decision of rung k if there is one, else
-            race.analysis.racing.rung_decision on the study's tables (load_tables), stored
-            (Store.record_rung_decision) before the next rung starts.
+            race.analysis.racing.rung_decision on the study's tables (read_tables), stored
+            (Store.record_rung_decision) before the next rung starts; the store opened once.
+
+A decision names allocations by their names (the tables' ``allocation`` column, fixed when the
+grid expanded: ``Cell.name``), and the next rung's cells are chosen by those names.
 
 A decision is a pure function of the stored results and the seed (``rung_decision`` reads
 only the runs at budgets up to the rung's), and each is stored once, so a driver killed at
@@ -25,12 +28,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from race.spec.cells import rung_cells
-from race.spec.grid import GridSpec, as_grid_spec
+from race.spec.grid import GridSpec
 
 from .errors import ReportError
+
+if TYPE_CHECKING:
+    from race.spec.race import RaceSettings
 
 
 @dataclass
@@ -74,58 +79,43 @@ def racing_rule(overrides: dict[str, Any], later_seeds: int = 1) -> Any:
         raise ReportError(f"race.rule: {e}") from None
 
 
-def primary_target(spec: GridSpec) -> str:
-    """The study's primary target: its cells' first evaluation target."""
-    return str(spec.cells()[0].config.eval.targets[0])
-
-
-def key_labels(runs: Any) -> dict[str, str]:
-    """Allocation key (``race.analysis.tables.allocation_key``, what decisions name) -> the
-    grid's label of its cells (what the rungs' cells are chosen by)."""
-    from race.analysis import prepare_runs
-
-    prepared = prepare_runs(runs, include_failed=True)
-    return dict(zip(prepared["allocation"].astype(str), prepared["label"].astype(str)))
-
-
 def decide_rung(study_dir: Path, spec: GridSpec, rung: int, *, decide: Callable[..., Any], rule: Any,
                 target: str, seed: int) -> dict[str, Any]:
-    """Rung ``rung``'s decision: the stored one, else computed from the stored results and stored."""
-    from race.grid import Store, load_tables
+    """Rung ``rung``'s decision: the stored one, else computed from the stored results and
+    stored (the store opened once)."""
+    from race.grid import Store, read_tables
 
-    with Store(study_dir) as store:
-        stored = store.rung_decision(rung)
-    if stored is not None:
-        return stored
     race = spec.race
     assert race is not None
-    tables = load_tables(study_dir)
-    decision = decide(tables["runs"], tables["evals"], target_budget=race.target_budget,
-                      rung_budgets=race.rung_budgets(), rung=rung, target=target, rule=rule, seed=seed)
+    budgets = spec.ladder().budgets()
     with Store(study_dir) as store:
-        return store.record_rung_decision(rung, race.rung_budgets()[rung], decision.as_dict())
+        stored = store.rung_decision(rung)
+        if stored is not None:
+            return stored
+        tables = read_tables(store)
+        decision = decide(tables["runs"], tables["evals"], target_budget=race.target_budget, rung_budgets=budgets,
+                          rung=rung, target=target, rule=rule, seed=seed)
+        return store.record_rung_decision(rung, budgets[rung], decision.as_dict())
 
 
-def race_recommendation(evals: Any, runs: Any, target: str, target_budget: float, race: dict[str, Any], *,
+def race_recommendation(evals: Any, runs: Any, target: str, target_budget: float, race: "RaceSettings", *,
                         seed: int = 0) -> Any:
-    """The racing pick (``race.analysis.racing.race_pick``) of a study whose grid's
-    ``race:`` settings are ``race`` (as stored: rungs as fractions of its target budget);
-    of a race still running, the pick after the rungs run so far."""
+    """The racing pick (``race.analysis.racing.race_pick``) of a study whose grid's ``race:``
+    settings are ``race``; of a race still running, the pick after the rungs run so far."""
     import numpy as np
 
     from race.analysis.racing import race_pick
 
-    rungs = [float(f) * float(race["target_budget"]) for f in race["rungs"]]
+    rungs = race.rung_budgets()
     ran = runs.loc[runs["status"].astype(str) == "complete", "budget"].astype(float).to_numpy()
     reached = [b for b in rungs if np.isclose(ran, b, rtol=1e-9, atol=0.0).any()]
     if not reached:
         raise ReportError(f"no run of the first rung ({rungs[0]:.3g} FLOPs) has completed yet: run the race first")
     return race_pick(runs, evals, target_budget=target_budget, rung_budgets=rungs[: rungs.index(reached[-1]) + 1],
-                     target=target,
-                     rule=racing_rule(race.get("rule") or {}, int(race.get("later_seeds", 1))), seed=seed)
+                     target=target, rule=racing_rule(race.rule, race.later_seeds), seed=seed)
 
 
-def run_race(spec: "GridSpec | dict | str | Path", study_dir: str | Path | None = None, *,
+def run_race(spec: GridSpec, study_dir: str | Path | None = None, *,
              decide: Callable[..., Any] | None = None, seed: int = 0,
              on_event: Callable[[Any], None] | None = None, on_rung: Callable[[dict[str, Any]], None] | None = None,
              runner: str | None = None, workers: int | None = None, threads_per_worker: int | None = None,
@@ -133,21 +123,24 @@ def run_race(spec: "GridSpec | dict | str | Path", study_dir: str | Path | None 
     """Run (or resume) a racing study into ``study_dir`` (default ``studies/<study>``), rung
     by rung (module docstring). ``decide``: the decision function (default
     ``race.analysis.racing.rung_decision``); ``on_rung``: called with each rung's decision."""
-    from race.grid import load_tables, run_grid
+    from race.grid import run_grid
     from race.grid.runners import default_study_dir
 
-    spec = as_grid_spec(spec)
+    if not isinstance(spec, GridSpec):
+        raise TypeError(f"run_race takes a GridSpec, got {type(spec).__name__}: read a grid file with "
+                        "race.grid.load_grid_spec (a dict with grid_spec_from_dict)")
     if not spec.racing or spec.race is None:
         raise ReportError(f"study {spec.study}: protocol is {spec.protocol!r}; run_race runs protocol: race grids")
     if decide is None:
         from race.analysis.racing import rung_decision as decide
     rule = racing_rule(spec.race.rule, spec.race.later_seeds)
-    target = primary_target(spec)
+    target = spec.primary_target()
+    ladder = spec.ladder()
     sdir = (Path(study_dir) if study_dir is not None else default_study_dir(spec)).resolve()
     out = RaceResult(study=spec.study, study_dir=sdir)
-    labels: set[str] | None = None
-    for rung in range(len(spec.race.rungs)):
-        cells = rung_cells(spec, rung, labels)
+    names: list[str] | None = None
+    for rung in range(ladder.rungs):
+        cells = ladder.cells(rung, names)
         res = run_grid(spec, sdir, cells=cells, runner=runner, workers=workers, threads_per_worker=threads_per_worker,
                        ray_address=ray_address, retry_failed=retry_failed, on_event=on_event, poll_s=poll_s)
         out.cells += len(cells)
@@ -160,13 +153,11 @@ def run_race(spec: "GridSpec | dict | str | Path", study_dir: str | Path | None 
         out.decisions.append(decision)
         if on_rung is not None:
             on_rung(decision)
-        names = key_labels(load_tables(sdir)["runs"])
-        missing = [k for k in decision["go_on"] if k not in names]
-        if missing:
-            raise ReportError(f"rung {rung}'s decision names allocations the study does not hold: {missing}")
-        labels = {names[k] for k in decision["go_on"]}
+        try:
+            names = ladder.check(decision["go_on"])
+        except ValueError as e:
+            raise ReportError(f"rung {rung}'s decision names allocations the study does not hold: {e}") from None
     return out
 
 
-__all__ = ["RaceResult", "decide_rung", "key_labels", "primary_target", "race_recommendation", "racing_rule",
-           "run_race"]
+__all__ = ["RaceResult", "decide_rung", "race_recommendation", "racing_rule", "run_race"]

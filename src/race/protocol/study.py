@@ -1,10 +1,17 @@
-"""A study as the protocol reads it (and the report renders it): its tables, split into
-pilot runs and validation runs, and its recommendation for a target budget.
+"""A study as the protocol reads it (and the report renders it): one value, read once.
 
-A study comes from a study directory (``race.grid.load_tables``) or from tables passed in
-directly (``{"runs": ..., "evals": ..., "train"?: ..., "ledger"?: ...}`` in the analysis
-schema). Validation runs are the runs ``race validate`` ran at a target budget; it records
-them in ``<study_dir>/validation.json`` (:data:`VALIDATION_FILE`):
+:class:`Study` holds what every stage reads: the tables (``race.grid.read_tables``), split
+into pilot runs and validation runs, the study's grid as a parsed ``GridSpec`` (with its
+racing settings and ladder), the racing decisions stored per rung, the validations, the
+stored run configs, and the primary target. :func:`load_study` opens the study's store once
+to read all of it; the CLI, the racing driver's callers, the target run, the validation and
+the report take the value instead of reading the store again (a stage that ran new cells
+reads the study once more afterwards: :meth:`Study.reload`).
+
+A study comes from a study directory or from tables passed in directly (``{"runs": ...,
+"evals": ..., "train"?: ..., "ledger"?: ...}`` in the analysis schema; no grid then).
+Validation runs are the runs ``race validate`` ran at a target budget; it records them in
+``<study_dir>/validation.json`` (:data:`VALIDATION_FILE`):
 
 ```json
 {"validations": [{"target": "greedy", "target_budget": 3e13, "allocations": ["..."],
@@ -25,7 +32,7 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 import numpy as np
 import pandas as pd
@@ -33,6 +40,11 @@ import pandas as pd
 from race.analysis import Recommendation, recommend
 
 from .errors import ReportError
+
+if TYPE_CHECKING:
+    from race.spec.grid import GridSpec
+    from race.spec.ladder import Ladder
+    from race.spec.race import RaceSettings
 
 VALIDATION_FILE = "validation.json"
 BUDGET_RTOL = 0.05
@@ -44,8 +56,8 @@ def _close(a: float, b: float, rtol: float = BUDGET_RTOL) -> bool:
 
 
 @dataclass
-class StudyData:
-    """Tables of one study. ``runs``/``evals`` hold every run; ``pilot_*`` and
+class Study:
+    """One study (module docstring). ``runs``/``evals`` hold every run; ``pilot_*`` and
     ``validation_*`` the two parts (validation tables may be empty)."""
 
     name: str
@@ -58,20 +70,34 @@ class StudyData:
     validations: list[dict[str, Any]] = field(default_factory=list)
     validation_ids: set[str] = field(default_factory=set)
     notes: list[str] = field(default_factory=list)
-    #: The target the report and validation optimise unless told otherwise: the first of
-    #: the study grid's ``eval.targets`` (:func:`grid_primary_target`), else greedy.
+    #: The study's grid as its store recorded it, parsed (None: tables passed in, or no grid stored).
+    grid: "GridSpec | None" = None
+    #: A racing study's stored decisions, one per rung decided (``RungDecision.as_dict()``).
+    rung_decisions: list[dict[str, Any]] = field(default_factory=list)
+    #: Run id -> its stored RunConfig (what the validation copies an allocation's settings from).
+    run_configs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: The target the report and validation optimise unless told otherwise: the grid's cells'
+    #: first evaluation target (``GridSpec.primary_target``), else greedy.
     primary_target: str = "greedy"
     #: Count the reward models' training FLOPs in the report card's total (the grid's
     #: ``report.count_rm_training``; ``build_report(count_rm_training=...)`` overrides it).
     count_rm_training: bool = False
-    #: A racing study's ``race:`` settings (its grid has ``protocol: race``: target_budget,
-    #: rungs as fractions of it, later_seeds, rule), else None.
-    race: dict[str, Any] | None = None
-    #: A racing study's stored decisions, one per rung decided (``RungDecision.as_dict()``).
-    rung_decisions: list[dict[str, Any]] = field(default_factory=list)
     #: An imported study's record (``race import``: its sources, caveats, where its FLOPs came
     #: from; ``race.protocol.imports``), else None. Its caveats are among the ``notes``.
     imported: dict[str, Any] | None = None
+    target_budget: float | None = None  # the explicit target budget it was read with (load_study)
+
+    @property
+    def race(self) -> "RaceSettings | None":
+        """A racing study's ``race:`` settings (its grid has ``protocol: race``), else None."""
+        return self.grid.race if self.grid is not None and self.grid.racing else None
+
+    @property
+    def ladder(self) -> "Ladder":
+        """A racing study's ladder (``race.spec.ladder``: the cells of every rung and of the target run)."""
+        if self.grid is None or self.race is None:
+            raise ReportError(f"study {self.name} is not a racing study (its grid has no protocol: race)")
+        return self.grid.ladder()
 
     @property
     def pilot_runs(self) -> pd.DataFrame:
@@ -97,6 +123,12 @@ class StudyData:
         hits = [v for v in self.validations if _close(float(v.get("target_budget", 0.0)), target_budget)
                 and (target is None or v.get("target") == target)]
         return hits[-1] if hits else None
+
+    def reload(self) -> "Study":
+        """The study read again from its directory (after a stage stored new runs)."""
+        if self.study_dir is None:
+            raise ReportError(f"study {self.name} was given as tables: there is no directory to read again")
+        return load_study(self.study_dir, target_budget=self.target_budget)
 
 
 def read_validations(study_dir: str | Path) -> list[dict[str, Any]]:
@@ -143,75 +175,97 @@ def _clean_runs(runs: pd.DataFrame) -> pd.DataFrame:
     return runs
 
 
-def grid_spec_of(study_dir: str | Path) -> dict[str, Any]:
-    """The study's grid spec as its store recorded it (``{}`` when there is none)."""
-    from race.grid import Store, StoreError
+def _stored_grid(raw: dict[str, Any] | None, study_dir: Path, notes: list[str]) -> "GridSpec | None":
+    """The stored grid spec, parsed; None (with a note) when there is none or it no longer
+    parses; a racing grid that does not parse is an error (its race cannot be read)."""
+    from race.grid import GridSpecError, grid_spec_from_dict
 
+    if not raw:
+        return None
+    try:
+        return grid_spec_from_dict(raw, source=f"the grid stored in {study_dir}")
+    except GridSpecError as e:
+        if raw.get("protocol") == "race":
+            raise ReportError(f"cannot read the study's racing grid: {e}") from None
+        notes.append(f"the grid stored with the study does not parse ({str(e).splitlines()[0]}); its settings "
+                     "(primary target, report settings) are not used")
+        return None
+
+
+def _read_dir(study_dir: Path) -> tuple[dict[str, Any], dict[str, Any], list[str]]:
+    """(the tables, what else the store holds, notes) of a study directory: its store opened once."""
+    from race.grid import Store, StoreError, read_tables
+
+    if not study_dir.is_dir():
+        raise ReportError(f"no such study directory: {study_dir}")
+    notes: list[str] = []
     try:
         with Store(study_dir, create=False) as store:
-            name = store.study_name()
-            spec = next((json.loads(r["spec_json"]) for r in store.rows("studies") if r["name"] == name), None)
-    except (StoreError, OSError, ValueError, KeyError):
-        return {}
-    return spec if isinstance(spec, dict) else {}
+            tables = read_tables(store)
+            raw, decisions, configs = store.study_spec(), store.rung_decisions(), store.run_specs()
+    except StoreError as e:
+        raise ReportError(str(e)) from None
+    imported = raw.get("imported") if isinstance(raw, dict) and isinstance(raw.get("imported"), dict) else None
+    grid = None if imported is not None else _stored_grid(raw, study_dir, notes)
+    if imported is not None:  # race import: no grid; its caveats go with the study
+        notes += import_caveats(raw)
+    return tables, {"grid": grid, "rung_decisions": decisions if grid is not None and grid.racing else [],
+                    "run_configs": configs, "validations": read_validations(study_dir), "imported": imported,
+                    "primary_target": import_primary_target(raw) if imported is not None else "greedy"}, notes
 
 
 def import_caveats(spec: dict[str, Any]) -> list[str]:
-    """The caveats an imported study's stored grid spec carries (``race import``:
+    """The caveats an imported study's stored spec carries (``race import``:
     ``race.protocol.imports``); ``[]`` for a study RACE ran."""
     imported = spec.get("imported") if isinstance(spec, dict) else None
     return [str(c) for c in imported.get("caveats", [])] if isinstance(imported, dict) else []
 
 
-def grid_count_rm_training(study_dir: str | Path) -> bool:
-    """The grid's ``report.count_rm_training`` (false when the grid does not say)."""
-    return bool((grid_spec_of(study_dir).get("report") or {}).get("count_rm_training", False))
-
-
-def grid_primary_target(study_dir: str | Path) -> str | None:
-    """The first evaluation target listed by the study's grid (``eval.targets[0]`` of its
-    base), or ``None`` when the store holds no grid spec that names one."""
-    spec = grid_spec_of(study_dir)
-    # the grid's own eval: section wins over base.eval (race.spec.cells.cell_data merges them so)
-    targets = (spec.get("eval") or {}).get("targets") or ((spec.get("base") or {}).get("eval") or {}).get("targets")
-    return str(targets[0]) if targets else None
+def import_primary_target(spec: dict[str, Any]) -> str:
+    """An imported study's primary target (its stored ``eval.targets[0]``), else greedy."""
+    targets = (spec.get("eval") or {}).get("targets") if isinstance(spec, dict) else None
+    return str(targets[0]) if targets else "greedy"
 
 
 def load_study(source: "str | Path | Mapping[str, pd.DataFrame]", *,
-               target_budget: float | None = None) -> StudyData:
-    """Read a study directory or wrap a dict of tables (see the module docstring)."""
-    validations: list[dict[str, Any]] = []
+               target_budget: float | None = None) -> Study:
+    """Read a study directory (its store opened once) or wrap a dict of tables (module docstring)."""
     study_dir: Path | None = None
+    notes: list[str] = []
     if isinstance(source, Mapping):
         tables = dict(source)
         if "runs" not in tables or "evals" not in tables:
             raise ReportError("tables must hold at least 'runs' and 'evals' DataFrames")
-        validations = list(tables.get("validations") or [])
+        extra: dict[str, Any] = {"validations": list(tables.get("validations") or [])}
         origin = "tables"
     else:
         study_dir = Path(source)
-        if not study_dir.is_dir():
-            raise ReportError(f"no such study directory: {study_dir}")
-        from race.grid import StoreError, load_tables
-
-        try:
-            tables = load_tables(study_dir)
-        except StoreError as e:
-            raise ReportError(str(e)) from None
-        validations = read_validations(study_dir)
+        tables, extra, notes = _read_dir(study_dir)
         origin = str(study_dir)
     runs = _clean_runs(tables["runs"])
-    evals = tables["evals"].copy()
     if runs.empty:
         raise ReportError(f"study {origin} has no runs")
-    train = tables.get("train")
-    ledger = tables.get("ledger")
+    train, ledger = tables.get("train"), tables.get("ledger")
     name = str(runs["study"].dropna().iloc[0]) if "study" in runs.columns and runs["study"].notna().any() else (
         study_dir.name if study_dir is not None else "study")
-    data = StudyData(name=name, source=origin, study_dir=study_dir, runs=runs, evals=evals,
-                     train=train if isinstance(train, pd.DataFrame) and not train.empty else None,
-                     ledger=ledger if isinstance(ledger, pd.DataFrame) and not ledger.empty else None,
-                     validations=validations)
+    data = Study(name=name, source=origin, study_dir=study_dir, runs=runs, evals=tables["evals"].copy(),
+                 train=train if isinstance(train, pd.DataFrame) and not train.empty else None,
+                 ledger=ledger if isinstance(ledger, pd.DataFrame) and not ledger.empty else None,
+                 notes=notes, target_budget=target_budget, **extra)
+    if data.grid is not None:
+        data.primary_target = data.grid.primary_target()
+        data.count_rm_training = bool(data.grid.report.count_rm_training)
+    data.validation_ids = _validation_ids(data, target_budget)
+    if data.pilot_complete.empty:
+        counts = runs["status"].astype(str).value_counts().to_dict()
+        raise ReportError(f"study {data.name} ({origin}) has no complete pilot runs (status counts: {counts}); "
+                          "run the grid first (`race grid run`)")
+    return data
+
+
+def _validation_ids(data: Study, target_budget: float | None) -> set[str]:
+    """The run ids of the study's validation runs (module docstring)."""
+    runs, validations = data.runs, data.validations
     ids = {str(r) for v in validations for r in v.get("run_ids", [])}
     budgets = runs["budget"].astype(float)
     for v in validations:
@@ -223,29 +277,11 @@ def load_study(source: "str | Path | Mapping[str, pd.DataFrame]", *,
             ids |= set(runs.loc[at_target, "run_id"])
             data.notes.append(f"{int(at_target.sum())} run(s) at the target budget {target_budget:.3g} are treated "
                               "as validation runs")
-    data.validation_ids = ids
-    if study_dir is not None:
-        data.primary_target = grid_primary_target(study_dir) or "greedy"
-        data.count_rm_training = grid_count_rm_training(study_dir)
-        grid = grid_spec_of(study_dir)
-        data.race = grid.get("race") if grid.get("protocol") == "race" else None
-        if isinstance(grid.get("imported"), dict):  # race import: its caveats go with the study
-            data.imported = grid["imported"]
-            data.notes += import_caveats(grid)
-        if data.race is not None:
-            from race.grid import Store
-
-            with Store(study_dir, create=False) as store:
-                data.rung_decisions = store.rung_decisions()
-    if data.pilot_complete.empty:
-        counts = runs["status"].astype(str).value_counts().to_dict()
-        raise ReportError(f"study {data.name} ({origin}) has no complete pilot runs (status counts: {counts}); "
-                          "run the grid first (`race grid run`)")
-    return data
+    return ids
 
 
 def recommend_for(evals: pd.DataFrame, runs: pd.DataFrame, target: str, target_budget: float, *,
-                  n_boot: int = 200, rng: int = 0, race: dict[str, Any] | None = None,
+                  n_boot: int = 200, rng: int = 0, race: "RaceSettings | None" = None,
                   ) -> tuple[Recommendation, list[str]]:
     """:func:`race.analysis.recommend` (the joint model of the study, its default method):
     what the report shows and what ``race validate`` runs; for a racing study (``race``:
@@ -263,7 +299,7 @@ def recommend_for(evals: pd.DataFrame, runs: pd.DataFrame, target: str, target_b
     return rec, list(rec.notes)
 
 
-def default_target_budget(study: StudyData, target: str | None = None) -> float:
+def default_target_budget(study: Study, target: str | None = None) -> float:
     """The latest validated target budget if any, else a racing study's target budget, else
     :data:`DEFAULT_TARGET_RATIO` (4x) the largest pilot budget: inside the recommendation's
     extrapolation limit (below 10x), so the default report makes a forecast it can label."""
@@ -273,10 +309,8 @@ def default_target_budget(study: StudyData, target: str | None = None) -> float:
             if tb > 0 and math.isfinite(tb):
                 return tb
     if study.race is not None:
-        return float(study.race["target_budget"])
+        return float(study.race.target_budget)
     return DEFAULT_TARGET_RATIO * study.largest_pilot_budget()
-
-
 
 
 def reward_model_cards(runs: pd.DataFrame) -> dict[str, dict[str, Any] | None]:
@@ -293,5 +327,5 @@ def reward_model_cards(runs: pd.DataFrame) -> dict[str, dict[str, Any] | None]:
             for r in typed.itertuples()}
 
 
-__all__ = ["StudyData", "ReportError", "load_study", "read_validations", "write_validation", "grid_primary_target",
+__all__ = ["Study", "ReportError", "load_study", "read_validations", "write_validation",
            "reward_model_cards", "default_target_budget", "recommend_for", "VALIDATION_FILE"]

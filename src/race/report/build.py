@@ -25,7 +25,7 @@ import pandas as pd
 
 from race.accounting.guard import is_budget
 from race.analysis import prepare_runs
-from race.protocol import ReportError, StudyData, default_target_budget, load_study
+from race.protocol import ReportError, Study, default_target_budget, load_study
 
 from race.cards import write_card
 
@@ -87,7 +87,7 @@ def _targets(evals: pd.DataFrame, wanted: Sequence[str]) -> tuple[list[str], lis
     return chosen, notes
 
 
-def make_context(study: StudyData, *, target_budget: float | None, targets: Sequence[str], rng: int,
+def make_context(study: Study, *, target_budget: float | None, targets: Sequence[str], rng: int,
                  n_boot: int, n_boot_fit: int, count_rm_training: bool | None = None) -> Context:
     runs = study.pilot_runs
     evals = study.evals_of(runs)
@@ -133,13 +133,13 @@ def analyse(ctx: Context) -> list[Section]:
             if key != "race" or ctx.study.race is not None]
 
 
-def build_report(source: "str | Path | Mapping[str, pd.DataFrame] | StudyData", out_dir: str | Path | None = None,
+def build_report(source: "str | Path | Mapping[str, pd.DataFrame] | Study", out_dir: str | Path | None = None,
                  *, target_budget: float | None = None, targets: Sequence[str] | None = None, rng: int = 0,
                  n_boot: int = 500, n_boot_fit: int = 200, count_rm_training: bool | None = None) -> ReportPaths:
     """Write ``report.html``, ``report.md`` (with ``figures/*.png``) and ``report.json``.
 
     ``source``: a study directory, a dict of tables (``runs``, ``evals``, optional
-    ``train``, ``ledger``, ``validations``) or a loaded :class:`StudyData`. ``out_dir``
+    ``train``, ``ledger``, ``validations``) or a loaded :class:`Study`. ``out_dir``
     defaults to ``<study_dir>/report``. ``target_budget`` defaults to the latest validated
     target budget, else 4x the largest pilot budget. ``targets[0]`` is the primary target
     (recommendation, isoFLOP, learning curves, diagnostics; default: the study's, i.e. its
@@ -149,7 +149,7 @@ def build_report(source: "str | Path | Mapping[str, pd.DataFrame] | StudyData", 
     training FLOPs in the report card's total (default: the grid's
     ``report.count_rm_training``, else false: a separate line outside the pilot budget).
     """
-    study = source if isinstance(source, StudyData) else load_study(source, target_budget=target_budget)
+    study = source if isinstance(source, Study) else load_study(source, target_budget=target_budget)
     if targets is None:  # the study's primary target first (its grid's first eval target), then the rest
         targets = (study.primary_target, *[t for t in DEFAULT_TARGETS if t != study.primary_target])
     if out_dir is None:

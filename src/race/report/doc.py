@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 import pandas as pd
 
-from race.protocol import StudyData, recommend_for
+from race.protocol import Study, recommend_for
 from race.schema import FINISHED
 
 
@@ -105,7 +105,7 @@ def spent(runs: pd.DataFrame) -> pd.DataFrame:
 class Context:
     """Shared inputs and cached results of the report's analysis."""
 
-    study: StudyData
+    study: Study
     target_budget: float
     targets: list[str]
     rng: int

@@ -2,7 +2,7 @@
 compute), the pick and its interval at short reach, and the target run as the continued pilot.
 
 Renders what the protocol read: the study's ``race:`` settings and stored rung decisions
-(``StudyData.race``, ``StudyData.rung_decisions``), its runs table (``own_flops``: what each
+(``Study.race``, ``Study.ladder``, ``Study.rung_decisions``), its runs table (``own_flops``: what each
 row's run executed itself, so an extended run's FLOPs and the run it extends are counted
 once; ``extends``) and its recorded target run (``validation.json``'s ``continued``).
 """
@@ -53,8 +53,8 @@ def race_section(ctx: Context) -> Section:
     if st.race is None:
         sec.missing = "not a racing study (protocol: flat): every allocation ran at every budget of the grid"
         return sec
-    T = float(st.race["target_budget"])
-    rungs = [float(f) * T for f in st.race["rungs"]]
+    T = float(st.race.target_budget)
+    rungs = st.ladder.budgets()
     decisions = {int(d["rung"]): d for d in st.rung_decisions}
     runs = finished(ctx.runs)
     keys = dict(zip(ctx.prepared["run_id"], ctx.prepared["allocation"]))

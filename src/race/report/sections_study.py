@@ -10,7 +10,7 @@ from race.accounting import SPLIT, SPLIT_COLUMNS
 from race.accounting.report_card import ReportCard
 from race.analysis.tables import is_control
 from race.analysis import (
-    allocation_key,
+    allocation_of,
     final_scores,
     frontier_envelope,
     isoflop_table,
@@ -59,7 +59,7 @@ def summary_section(ctx: Context) -> Section:
     if len(bad):
         sec.add(Note(f"{len(bad)} pilot cell(s) are not complete; the analysis uses the {len(p)} complete runs.", "warn"))
         err = bad["error"] if "error" in bad.columns else pd.Series([""] * len(bad), index=bad.index)
-        label = allocation_key(bad)
+        label = allocation_of(bad)
         sec.add(Table(["run", "allocation", "budget", "seed", "status", "error"],
                       [[str(r), str(lab), fmt_flops(b), str(s), str(stt), _first_line(e)]
                        for r, lab, b, s, stt, e in zip(bad["run_id"], label, bad["budget"], bad["seed"],

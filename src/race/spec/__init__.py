@@ -2,7 +2,9 @@
 
     run.py      the run file -> RunConfig (TRL's and PEFT's names), --set overrides
     grid.py     the grid file -> GridSpec (validated, expanded once)
-    cells.py    GridSpec -> cells (a RunConfig each, stable run ids)
+    cells.py    GridSpec -> cells (a RunConfig each, stable run ids, each allocation's one name)
+    ladder.py   a racing GridSpec -> the cells of each rung and of the target run (GridSpec.ladder)
+    race.py     the racing settings (protocol: race): target budget, rungs, later seeds, rule overrides
     reward.py   the reward-spec grammar -> RewardSpec
     flops.py    the ``race flops`` query -> FlopsQuery
     errors.py   ConfigError / GridSpecError, the one pydantic error formatter, the one YAML loader

@@ -10,6 +10,12 @@ already covers every allocation at the cheap end. Each cell is a validated
 :class:`~race.spec.run.RunConfig` with ``budget_flops`` and ``seed`` set; its id is
 ``RunConfig.run_id()`` (a hash of the resolved spec), so the same cell keeps its id across
 calls, machines and edits of unrelated cells.
+
+Each cell carries its allocation's name (``Cell.name``, :func:`name_cells`): the one string
+the study's tables (the ``allocation`` column), the decisions and the report call the
+allocation, fixed here over the whole grid so that no subset of its runs names it otherwise.
+A racing grid's later rungs and target runs (``race.spec.ladder``) take their allocation's name
+from these cells.
 """
 
 from __future__ import annotations
@@ -17,9 +23,10 @@ from __future__ import annotations
 import copy
 import itertools
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
+from race.schema import OWN_COLUMN_AXES, allocation_name, axis_column, axis_value, optional_columns, varying_columns
 from race.spec.errors import ConfigError, GridSpecError
 from race.spec.race import same_budget
 from race.spec.run import RunConfig, run_config_from_dict
@@ -49,6 +56,7 @@ class Cell:
     config: RunConfig
     allocation: dict[str, Any] = field(default_factory=dict)  # axis path -> value
     extends: str | None = None  # racing: the shorter run of the same trajectory this one continues
+    name: str = ""  # the allocation's name (race.schema.allocation_name over the whole grid: name_cells)
 
     @property
     def budget(self) -> float:
@@ -65,6 +73,33 @@ class Cell:
 
     def spec_dict(self) -> dict[str, Any]:
         return self.config.model_dump(mode="json")
+
+
+def allocation_values(cfg: RunConfig, allocation: dict[str, Any]) -> dict[str, Any]:
+    """A cell's allocation columns as the study's runs table holds them (``race.schema``):
+    the six of every allocation, ``lora_r``, ``engine``, and an ``axis_*`` column per axis
+    without a column of its own."""
+    values: dict[str, Any] = {
+        "model": cfg.model, "num_generations": cfg.num_generations, "prompts_per_step": cfg.prompts_per_step,
+        "num_iterations": cfg.num_iterations, "learning_rate": cfg.learning_rate, "reward": str(cfg.reward),
+        "lora_r": cfg.lora.r if cfg.lora else None, "engine": cfg.engine}
+    values.update({axis_column(p): axis_value(v) for p, v in allocation.items() if p not in OWN_COLUMN_AXES})
+    return values
+
+
+def name_cells(cells: list[Cell]) -> list[Cell]:
+    """``cells`` (a whole grid's) with their allocation's name: the six allocation columns,
+    then each optional column (``lora_r``, ``engine``, ``axis_*``) whose value differs between
+    the grid's cells (``race.schema.allocation_name``, ``varying_columns``)."""
+    rows = [allocation_values(c.config, c.allocation) for c in cells]
+    extras = varying_columns(rows, optional_columns(list(dict.fromkeys(k for r in rows for k in r))))
+    named = [replace(c, name=allocation_name(r, extras)) for c, r in zip(cells, rows)]
+    label_of: dict[str, str] = {}
+    for c in named:
+        if label_of.setdefault(c.name, c.label) != c.label:
+            raise GridSpecError(f"cells [{label_of[c.name]}] and [{c.label}] are one allocation ({c.name}): two axis "
+                                "values resolve to the same settings; remove one of them")
+    return named
 
 
 def allocation_label(allocation: dict[str, Any]) -> str:
@@ -216,43 +251,4 @@ def expand_cells(spec: GridLike) -> list[Cell]:
             f"grid spec ({spec.source}): {len(errors)} cell(s) are not valid runs; change base: or the axis "
             "values named below\n" + "\n".join(errors[:3]) + more
         )
-    return cells
-
-
-def race_cell(spec: GridLike, allocation: dict[str, Any], budget: float, seed: int, *, extends: str | None = None,
-              index: int = 0) -> Cell:
-    """One cell of a racing grid at ``budget`` (a rung's, or the target's), read at every
-    study budget below it (``eval.at_budgets``: the first rung's reads and the rungs below),
-    continuing the run ``extends`` (its trajectory's shorter run) when given."""
-    below = [b for b in spec.budgets if b < budget and not same_budget(b, budget)]
-    data = cell_data(spec, allocation, budget, seed, below)
-    where = f"cell [{allocation_label(allocation)} budget={budget:.3g} seed={seed}]"
-    try:
-        cfg = run_config_from_dict(data, source=where)
-    except ConfigError as e:
-        raise GridSpecError(str(e)) from None
-    why = prefix_refusal(cfg, racing=True)
-    if why:
-        raise GridSpecError(f"{where}: protocol: race, but {why}")
-    return Cell(index=index, run_id=cfg.run_id(), config=cfg, allocation=allocation, extends=extends)
-
-
-def rung_cells(spec: GridLike, rung: int, labels: "set[str] | None" = None) -> list[Cell]:
-    """The cells of rung ``rung`` of a racing grid (every allocation whose label is in
-    ``labels``, all when None): rung 0 runs every seed; a later rung continues each of the
-    first ``race.later_seeds`` seeds' run of the rung before (``Cell.extends``)."""
-    race = getattr(spec, "race")
-    budgets = race.rung_budgets()
-    if rung not in range(len(budgets)):
-        raise ValueError(f"rung must be in 0..{len(budgets) - 1}, got {rung}")
-    first = spec.cells() if hasattr(spec, "cells") else expand_cells(spec)
-    if rung == 0:
-        return [c for c in first if labels is None or c.label in labels]
-    seeds = list(spec.seeds)[: race.later_seeds]
-    before = {(c.label, c.seed): c for c in rung_cells(spec, rung - 1, labels)}
-    out = []
-    for c in first:
-        if c.seed in seeds and (labels is None or c.label in labels):
-            out.append(race_cell(spec, c.allocation, budgets[rung], c.seed, extends=before[(c.label, c.seed)].run_id,
-                                 index=rung * len(first) + c.index))
-    return out
+    return name_cells(cells)

@@ -32,7 +32,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
@@ -43,6 +43,9 @@ from race.spec.errors import SETTING_ALIASES, GridSpecError, format_errors, load
 from race.spec.cells import Cell, expand_cells
 from race.spec.race import RaceSettings, race_budgets
 from race.spec.run import RunConfig
+
+if TYPE_CHECKING:
+    from race.spec.ladder import Ladder
 
 DEFAULT_CELL_FN = "race.engines:run_engine"
 MIN_PILOT_SPAN = 10.0
@@ -127,6 +130,7 @@ class GridSpec(BaseModel):
 
     _source: str = PrivateAttr("dict")
     _cells: Any = PrivateAttr(None)
+    _ladder: Any = PrivateAttr(None)
 
     # -- field checks ------------------------------------------------------------------
     @field_validator("study")
@@ -256,6 +260,7 @@ class GridSpec(BaseModel):
         super().__setattr__(name, value)
         if not name.startswith("_"):
             super().__setattr__("_cells", None)  # a changed setting: expand again when asked
+            super().__setattr__("_ladder", None)
 
     @property
     def racing(self) -> bool:
@@ -263,16 +268,30 @@ class GridSpec(BaseModel):
 
     def cells(self) -> list[Cell]:
         """Every cell of the grid (expanded once, when the spec was validated); with
-        ``protocol: race``, the first rung's (``race.spec.cells.rung_cells`` gives the others)."""
+        ``protocol: race``, the first rung's (:meth:`ladder` gives the others)."""
         if self._cells is None:
             self._cells = expand_cells(self)
         return list(self._cells)
+
+    def primary_target(self) -> str:
+        """The study's primary evaluation target: its cells' first (the grid's ``eval:`` over
+        its ``base.eval``, as the cells merge them)."""
+        return str(self.cells()[0].config.eval.targets[0])
+
+    def ladder(self) -> "Ladder":
+        """A racing grid's ladder (``race.spec.ladder``: the cells of every rung and of the
+        target run), built once per spec; ValueError for a flat grid."""
+        if self._ladder is None:
+            from race.spec.ladder import Ladder
+
+            self._ladder = Ladder(self)
+        return self._ladder
 
     def with_settings(self, **changes: Any) -> "GridSpec":
         """A copy with grid settings changed (e.g. ``nested=False``): same source, its cells
         expanded again when asked (they may depend on the settings)."""
         new = self.model_copy(update=changes)
-        new._source, new._cells = self._source, None
+        new._source, new._cells, new._ladder = self._source, None, None
         return new
 
     def with_runner(self, **changes: Any) -> "GridSpec":
@@ -281,7 +300,7 @@ class GridSpec(BaseModel):
         data = self.runner.model_dump()
         data.update({k: v for k, v in changes.items() if v is not None})
         new = self.model_copy(update={"runner": RunnerSettings.model_validate(data)})
-        new._source, new._cells = self._source, self._cells
+        new._source, new._cells, new._ladder = self._source, self._cells, None
         return new
 
 
@@ -377,10 +396,9 @@ def grid_spec_from_dict(data: dict[str, Any], source: str = "dict", base_dir: Pa
     spec._source = source
     spec.cells()  # validates every cell; the spec keeps them
     if spec.racing:  # and every later rung's, before anything runs
-        from race.spec.cells import rung_cells
-
-        for rung in range(1, len(spec.race.rungs)):  # type: ignore[union-attr]
-            rung_cells(spec, rung)
+        ladder = spec.ladder()
+        for rung in range(1, ladder.rungs):
+            ladder.cells(rung)
     return spec
 
 
