@@ -11,7 +11,7 @@ difference minus the true difference at T. Printed by the challenger's slope fac
 error, RMS of e / SD and the share beyond 1.96 (5% if the noise is right). ``--design flat``: the
 flat grid at a constant learning rate (the generator's own 4-16x reach); ``race``: every
 allocation raced to each rung (``RaceDesign()``, no cut) and analysed at the first (T/32) and the
-last (T/3) rung, as ``race_pick`` does.
+last (T/3) rung, as the last rung's ``rung_decision`` does.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ def pairs_of(rec, truth: dict, where: str) -> list[dict]:
 
 def world_pairs(generator: str, seed: int, design: str) -> list[dict]:
     from race.analysis.recommend import recommend
-    from race.analysis.racing import race_pick
+    from race.analysis.racing import RacingRule, rung_decision
     from race.analysis.synthetic import random_world, world_tables
     from race.analysis.synthetic_race import RaceDesign, simulate_race
     from race.analysis.synthetic_rl import rl_world
@@ -61,8 +61,10 @@ def world_pairs(generator: str, seed: int, design: str) -> list[dict]:
     else:
         d = RaceDesign()
         out, b = simulate_race(w, d, None), d.budgets(w)
-        recs = [(f"rung {k}", race_pick(out["runs"], out["evals"], target_budget=w.target_budget,
-                                        rung_budgets=b[: k + 1])) for k in (0, len(b) - 1)]
+        sched = RacingRule().schedule([str(a) for a in range(len(w.allocations))], w.target_budget,
+                                      first_seeds=len(w.seeds), rungs=b)
+        recs = [(f"rung {k}", rung_decision(out["runs"], out["evals"], schedule=sched, rung=k,
+                                            forecast=True).recommendation) for k in (0, len(b) - 1)]
     return [row for where, r in recs if r.confidence != Label.NO_LEARNING for row in pairs_of(r, truth, where)]
 
 

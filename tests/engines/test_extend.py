@@ -77,3 +77,39 @@ def test_a_seeded_directory_refuses_a_run_of_another_trajectory(tiny_model_dir, 
     with pytest.raises(RuntimeError, match="no complete run"):
         seed_extension(tmp_path / "nothing", tmp_path / "x")
     assert json.loads((tmp_path / "other0" / "extends.json").read_text())["budget_flops"] == B_READ
+
+
+def test_a_pilot_evaluating_fewer_targets_extends_into_the_full_run(tiny_model_dir, tmp_path):
+    """A racing pilot evaluates only the decision's target; the target run that continues it
+    evaluates every target: its training (ledger rows outside evaluation, train metrics, weights)
+    is the fresh full-evaluation run's, step for step, and its own evaluations carry every target."""
+    from race.engines import run_engine
+
+    def cfg(budget, at, targets):
+        c = _cfg(tiny_model_dir, budget, at)
+        return c.model_copy(update={"eval": c.eval.model_copy(update={"targets": targets})})
+
+    short = run_engine(cfg(B_SHORT, [B_READ], ["greedy"]), tmp_path / "short")
+    full = cfg(B_LONG, [B_READ, B_SHORT], ["greedy", "pass@k"])
+    fresh = run_engine(full, tmp_path / "fresh")
+    assert short["trajectory"] == fresh["trajectory"]
+    seed_extension(tmp_path / "short", tmp_path / "ext")
+    ext = run_engine(full, tmp_path / "ext")
+
+    def training(d):
+        rows = [json.loads(x) for x in (d / "ledger.jsonl").read_text().splitlines()]
+        return [{k: v for k, v in r.items() if k != "seconds"} for r in rows if r["phase"] != "eval"]
+
+    def train_metrics(d):
+        rows = [json.loads(x) for x in (d / "metrics.jsonl").read_text().splitlines()]
+        return [{k: v for k, v in r.items() if "second" not in k} for r in rows if r.get("kind") == "train"]
+
+    assert training(tmp_path / "ext") == training(tmp_path / "fresh")
+    assert train_metrics(tmp_path / "ext") == train_metrics(tmp_path / "fresh")
+    assert (ext["steps"], ext["total_flops"]) == (fresh["steps"], fresh["total_flops"])
+    a, b = _weights(tmp_path / "ext"), _weights(tmp_path / "fresh")
+    assert a.keys() == b.keys() and all(bool((a[k] == b[k]).all()) for k in a)
+    last = [json.loads(x) for x in (tmp_path / "ext" / "metrics.jsonl").read_text().splitlines()
+            if json.loads(x).get("kind") == "eval"]
+    assert {"greedy", "pass@k"} <= {r["target"] for r in last if r["step"] == ext["steps"]}
+    assert {r["target"] for r in last if 0 < r["step"] <= short["steps"]} == {"greedy"}  # the pilot's own

@@ -19,10 +19,11 @@ class Decision:
         return dict(self.data)
 
 
-def top_half(runs: Any, evals: Any, *, target_budget: float, rung_budgets: list[float], rung: int,
-             target: str = "greedy", rule: Any = None, seed: int = 0, condition: Any = None) -> Decision:
+def top_half(runs: Any, evals: Any, *, schedule: Any, rung: int, target: str = "greedy", rule: Any = None,
+             seed: int = 0, condition: Any = None) -> Decision:
     from race.analysis import prepare_runs
 
+    rung_budgets, target_budget = list(schedule.budgets), schedule.target_budget
     budget = rung_budgets[rung]
     p = prepare_runs(runs)
     at = p[np.isclose(p["budget"].astype(float), budget, rtol=1e-9)]

@@ -150,21 +150,25 @@ def test_the_mfu_is_measured_on_the_studys_finished_runs(tmp_path):
 
 
 def test_a_racing_plan_prices_each_rung_in_gpu_hours(tmp_path):
+    from race.protocol.racing import race_schedule
+
     spec = grid_spec_from_dict(race_grid())
-    p = plan_race(spec, predictor=_fake_predict, price=pricing("h100"))
-    for end in ("all", "least"):
+    sched = race_schedule(spec, _fake_predict)
+    p = plan_race(spec, sched, predictor=_fake_predict, price=pricing("h100"))
+    for end in ("schedule", "least", "all"):
         e = p.race[end]
         assert len(e["rungs"]) == 3 and e["rungs"][0]["cells"] == 8
         assert e["device_hours"] == pytest.approx(sum(r["device_hours"] for r in e["rungs"]), rel=1e-12)
         assert e["est_wall_s"] == pytest.approx(sum(r["est_wall_s"] for r in e["rungs"]), rel=1e-12)
         assert e["pilot_budget"] == pytest.approx(sum(r["pilot_budget"] for r in e["rungs"]), rel=1e-12)
     assert p.race["all"]["rungs"][1]["cells"] == 4 and p.race["least"]["rungs"][1]["cells"] == 1
+    assert [r["cells"] for r in p.race["schedule"]["rungs"]] == [8, *sched.keep[1:]]
     first = p.race["all"]["rungs"][0]
     assert first["device_hours"] == pytest.approx(sum(p.cell_hours(c) for c in p.runnable), rel=1e-12)
     assert p.race["least"]["device_hours"] < p.race["all"]["device_hours"]
     code, out = _cli("grid", "plan", write_grid(tmp_path / "r.yaml", race_grid()), "--device", "h100")
     text = " ".join(out.split())
-    assert code == 0 and "rung 0 (" in text and "GPU-h if every allocation goes on" in text and "race in all:" in text
+    assert code == 0 and "race schedule: 3 rungs" in text and "rung 0 (T/32)" in text and "race in all (" in text
 
 
 def test_workers_default_to_the_cuda_device_count(monkeypatch):

@@ -31,7 +31,7 @@ T = 6.4e10
 
 def race_grid(**changes):
     g = grid(budgets=[1e9], seeds=[0, 1], protocol="race", require_budget_span=False,
-             race={"target_budget": T, "rungs": ["1/32", "1/8", "1/3"]})
+             race={"target_budget": T, "rungs": ["1/32", "1/8", "1/3"], "rule": {"floor_steps": 0}})
     g["base"]["eval"] = {**g["base"]["eval"], "num_points": 1}
     g.update(changes)
     return g
@@ -44,7 +44,6 @@ def race_grid(**changes):
     ({"race": {"target_budget": T, "rungs": ["1/3", 1.0]}}, "in (0, 1)"),
     ({"race": {"target_budget": T, "rungs": ["x/3"]}}, "not a fraction"),
     ({"budgets": [1e9, 5e9]}, "contradict the rungs"),
-    ({"seeds": [0]}, "2 or more seeds"),
     ({"race": {"target_budget": T, "rungs": ["1/8", "1/3"], "later_seeds": 3}}, "later_seeds=3"),
     ({"gang": True}, "set gang: false"),
     ({"protocol": "flat"}, "belong to protocol: race"),
@@ -87,7 +86,9 @@ def test_the_grid_reads_rungs_and_chains_extensions():
         ladder.cells(1, ["no-such-allocation"])
 
 
-def test_the_plan_prices_both_ends_in_units_of_the_target():
+def test_the_plan_prices_its_schedule_and_both_ends_in_units_of_the_target():
+    from race.protocol.racing import race_schedule
+
     spec = grid_spec_from_dict(race_grid())
     per_step = 1e8  # each step costs 1e8 FLOPs: a run of budget b spends floor(b / 1e8) steps
 
@@ -96,21 +97,20 @@ def test_the_plan_prices_both_ends_in_units_of_the_target():
         return {"steps": steps, "step_flops": per_step, "rollout": 0.0, "learning": 0.0, "feedback": 0.0,
                 "total": steps * per_step}
 
-    race = plan_race(spec, predictor=predictor).race
+    sched = race_schedule(spec, predictor)
+    assert sched.keep == (4, 4, 2)  # the listed rungs; keep counts from 4 allocations down to 2 over them
+    race = plan_race(spec, sched, predictor=predictor).race
     r0, r1, r2 = T / 32, T / 8, T / 3
     assert race["all"]["pilot_budget"] == pytest.approx(8 * r0 + 4 * (r1 - r0) + 4 * (r2 - r1))
+    assert race["schedule"]["pilot_budget"] == pytest.approx(8 * r0 + 4 * (r1 - r0) + 2 * (r2 - r1))
+    assert race["schedule"]["pilot_budget"] == pytest.approx(sched.cost()["pilots"])
     assert race["least"]["pilot_budget"] == pytest.approx(8 * r0 + (r2 - r0))
     assert race["all"]["pilot_budget_T"] == pytest.approx(race["all"]["pilot_budget"] / T)
     spend = lambda b: (b // per_step) * per_step  # noqa: E731
     assert race["least"]["pilot_flops"] == pytest.approx(8 * spend(r0) + spend(r2) - spend(r0))
-    assert race["reused_budget"] == pytest.approx(r2) and race["reused_flops"] == pytest.approx(spend(r2))
+    assert race["reused_budget"] == pytest.approx(r2) and race["unreused_T"] == pytest.approx(sched.cost()["unreused_T"])
     assert race["target_extension_flops"] == pytest.approx(spend(T) - spend(r2))
-    assert "cap" not in race
-    # the rule's compute cap: at most max_unreused T the target run does not reuse, plus what it reuses
-    capped = plan_race(spec, predictor=predictor, max_unreused=0.5).race["cap"]
-    assert capped["pilot_budget"] == pytest.approx(0.5 * T + r2) and capped["pilot_budget_T"] == pytest.approx(0.5 + r2 / T)
-    assert plan_race(spec, predictor=predictor, max_unreused=100.0).race["cap"]["pilot_budget"] == pytest.approx(
-        race["all"]["pilot_budget"])  # never more than every allocation at every rung
+    assert race["fits"] == sched.fits() and race["cap"] == 0.9
 
 
 def _race(study: Path, spec) -> None:
@@ -147,7 +147,9 @@ def test_a_race_runs_rungs_decided_from_the_store_and_extends_runs(tmp_path, mon
     study = tmp_path / "race"
     opens = _count_reads(monkeypatch)
     _race(study, spec)
-    assert opens["read"] == 3  # each rung's decision: the store opened once (stored decision, tables, record)
+    # the schedule (stored once, when the race starts), then each rung's decision: the store opened once
+    # (stored decision, tables, record)
+    assert opens["read"] == 1 + 3
     with Store(study, create=False) as s:
         decisions = s.rung_decisions()
         rows = {r["run_id"]: r for r in s.runs()}

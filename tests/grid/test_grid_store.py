@@ -119,7 +119,7 @@ def test_a_schema_2_store_migrates_and_reads_the_same_rows(study, tmp_path):
     assert "final_json" in [c[1] for c in con.execute("PRAGMA table_info(runs)")]
     con.close()
     with Store(tmp_path / "old", create=False) as old:
-        assert old.schema_version() == SCHEMA_VERSION == 5
+        assert old.schema_version() == SCHEMA_VERSION == 6
         assert old.rung_decisions() == []  # schema 4: racing's decision table, empty
         assert [c[1] for c in old.conn.execute("PRAGMA table_info(runs)")] == list(want["runs"][0])
         # schema 5: the allocation's name, empty in the old rows (the tables name them at load)
@@ -134,7 +134,7 @@ def test_a_schema_2_store_migrates_and_reads_the_same_rows(study, tmp_path):
         assert old.ingest(rid, nested) == "complete"  # and it takes results again
         assert old.rows("evals") == want["evals"] and old.rows("ledger") == want["ledger"]
     with Store(tmp_path / "old", create=False) as again:  # migrated once
-        assert again.conn.execute("SELECT COUNT(*) FROM schema_version").fetchone()[0] == 5
+        assert again.conn.execute("SELECT COUNT(*) FROM schema_version").fetchone()[0] == 6
 
 
 class _FailingConn:

@@ -98,7 +98,8 @@ def test_csv_study_imports_as_a_normal_study_and_race_report_reads_it(tmp_path):
     from race.analysis.racing import RacingRule, rung_decision
 
     b = float(runs["budget"].iloc[0])
-    d = rung_decision(runs, evals, target_budget=4 * b, rung_budgets=[b / 2, b], rung=1, rule=RacingRule(n_boot=50))
+    sched = RacingRule(n_boot=50).schedule(sorted(set(runs["model"])), 4 * b, first_seeds=2, rungs=[b / 2, b])
+    d = rung_decision(runs, evals, schedule=sched, rung=1, rule=RacingRule(n_boot=50))
     assert d.leader in set(allocation_key(runs)) and list(d.go_on) == [d.leader] and len(d.stopped) == 1
 
 

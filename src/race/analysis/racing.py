@@ -322,9 +322,12 @@ def rung_decision(runs: pd.DataFrame, evals: pd.DataFrame, *, schedule: RungSche
     measured = [a for a in alive if a not in exempt] or list(alive)
     obs = observed_scores(sub_runs, sub_evals, target, own, alive)
     rec = None
+    observed_leader = min(measured, key=lambda a: (-obs.get(a, -1.0), a))
     if forecast or (last and rule.pick == "forecast") or rule.rank == "forecast":
-        rec = _forecast(sub_runs, sub_evals, target, rule, seed, T, condition, measured,
-                        min(measured, key=lambda a: (-obs.get(a, -1.0), a)))
+        # the forecast chooses among the measured ones, except where the rule picks by observed score:
+        # then its recommendation is that pick's (odds and interval over every allocation either way)
+        pick_from = [observed_leader] if last and rule.pick == "observed" else measured
+        rec = _forecast(sub_runs, sub_evals, target, rule, seed, T, condition, pick_from, observed_leader)
     score = dict(obs)
     if rule.rank == "trend" and not last:
         score = trend_scores(sub_runs, sub_evals, target, own, lambda a: schedule.budget_of(a, rung + 1), alive, obs)
@@ -341,7 +344,7 @@ def rung_decision(runs: pd.DataFrame, evals: pd.DataFrame, *, schedule: RungSche
     else:
         order = sorted(measured, key=lambda a: (-score.get(a, -1.0), a))
     if last:
-        leader = rec.allocation if rule.pick == "forecast" else min(measured, key=lambda a: (-obs.get(a, -1.0), a))
+        leader = rec.allocation if rule.pick == "forecast" else observed_leader
     else:
         leader = order[0]
     if last:

@@ -54,6 +54,7 @@ def plan(
     Exits 1 when a cell cannot run (a worker would fail on it: a misspelled model, a missing file or
     tokenizer...), unless --allow-refused; cells below min_steps are refused by the grid's own rule."""
     from race.accounting import AccountingError
+    from race.grid.plan import plan_grid
     from race.grid.pricing import pricing
     from race.grid.race_plan import plan_race
 
@@ -63,12 +64,10 @@ def plan(
         price = pricing(device, mfu=mfu, study_dir=study_dir, gpus_per_cell=per_cell)
     except (AccountingError, ValueError) as e:
         _fail(f"--device {device}: {e}" if isinstance(e, AccountingError) else str(e))
-    cap = None
-    if spec.racing and spec.race is not None:
-        from race.protocol.racing import racing_rule
-
-        cap = racing_rule(spec.race.rule, spec.race.later_seeds).max_unreused
-    p = plan_race(spec, study_dir=study_dir, max_unreused=cap, price=price, workers=workers)
+    if spec.racing:
+        p = plan_race(spec, _schedule(spec, study_dir), study_dir=study_dir, price=price, workers=workers)
+    else:
+        p = plan_grid(spec, study_dir=study_dir, price=price, workers=workers)
     if as_json:
         typer.echo(json.dumps(p.to_dict(), indent=2))
     else:
@@ -118,16 +117,53 @@ def _print_plan(p: Any) -> None:
         con.print(f"[dim]note: {escape(n)}[/dim]")
 
 
+def _schedule(spec: Any, study_dir: Optional[Path]) -> Any:
+    """The racing grid's schedule: the one stored with ``study_dir``'s race, else the one the
+    protocol chooses (``race.protocol.racing.race_schedule``); a grid too large for the cap ends
+    the command with what to cut."""
+    from race.protocol import ReportError
+    from race.protocol.racing import race_schedule
+
+    if study_dir is not None and (study_dir / "study.sqlite").exists():
+        from race.grid import Store
+        from race.spec.rungs import schedule_from_dict
+
+        with Store(study_dir, create=False) as store:
+            stored = store.race_schedule()
+        if stored is not None:
+            return schedule_from_dict(stored)
+    try:
+        return race_schedule(spec)
+    except ReportError as e:
+        _fail(str(e))
+
+
 def _print_rungs(con: Any, race: dict) -> None:
-    """A racing grid's cost per rung at both ends (every allocation goes on / only the leader)."""
-    unit = race["unit"]
-    for k, (a, b) in enumerate(zip(race["all"]["rungs"], race["least"]["rungs"])):
-        con.print(f"rung {k} ({a['budget']:.3g} FLOPs): {a['cells']} cell(s) {_fmt_s(a['est_wall_s'])} "
-                  f"{a['device_hours']:.3g} {unit}-h if every allocation goes on; {b['cells']} cell(s) "
-                  f"{_fmt_s(b['est_wall_s'])} {b['device_hours']:.3g} {unit}-h if only the leader does")
-    con.print(f"race in all: {_fmt_s(race['all']['est_wall_s'])} / {race['all']['device_hours']:.3g} {unit}-h (every "
-              f"allocation) to {_fmt_s(race['least']['est_wall_s'])} / {race['least']['device_hours']:.3g} {unit}-h "
-              f"(the leader only), then the target run's extension {_fmt_s(race['target_extension_wall_s'])} / "
+    """A racing grid's schedule and its cost per rung at three ends (module race.grid.race_plan)."""
+    from rich.markup import escape
+
+    unit, T = race["unit"], race["target_budget"]
+    con.print(f"race schedule: {len(race['rungs'])} rungs "
+              + ", ".join(f"T/{T / b:.3g} ({n} ranked onto it)" for b, n in zip(race["rungs"], race["keep"]))
+              + f"; first rung with {len(race['first_rung_seeds'])} seed(s), later rungs {race['later_seeds']}; worst "
+              f"case {race['schedule']['pilot_budget_T']:.2f} T of pilots, {race['unreused_T']:.2f} T not reused by the "
+              f"target run (cap {race['cap']} T){'' if race['fits'] else ' [red]OVER THE CAP[/red]'}")
+    raised = {a: b for a, b in race["first_rungs"].items() if b > race["rungs"][0] * (1 + 1e-9)}
+    if raised:
+        con.print(f"step floor: {len(raised)} allocation(s) start higher, where they have taken warmup + the floor's "
+                  "steps: " + "; ".join(escape(f"{a} T/{T / b:.3g}") for a, b in sorted(raised.items(),
+                                                                                   key=lambda x: x[1])))
+    for k, rows in enumerate(zip(*(race[e]["rungs"] for e in ("schedule", "least", "all")))):
+        s, lo, a = rows
+        con.print(f"rung {k} (T/{T / s['budget']:.3g}): {s['cells']} cell(s), {s['pilot_budget'] / T:.2f} T + "
+                  f"evaluations {s['eval_flops'] / T:.2f} T, {_fmt_s(s['est_wall_s'])}, {s['device_hours']:.3g} "
+                  f"{unit}-h at the worst case; {lo['cells']} cell(s) if only the leader goes on; {a['cells']} if "
+                  "every allocation does")
+    for end, what in (("schedule", "the worst case"), ("least", "the leader only"), ("all", "every allocation")):
+        e = race[end]
+        con.print(f"race in all ({what}): pilots {e['pilot_budget_T']:.2f} T, evaluations {e['eval_flops_T']:.2f} T, "
+                  f"{_fmt_s(e['est_wall_s'])} / {e['device_hours']:.3g} {unit}-h")
+    con.print(f"then the target run's extension: {_fmt_s(race['target_extension_wall_s'])} / "
               f"{race['target_extension_device_hours']:.3g} {unit}-h")
 
 

@@ -100,6 +100,10 @@ MIGRATIONS: dict[int, list[str]] = {
     5: [  # the allocation's name, fixed when the grid expanded (race.spec.cells.name_cells); NULL in older rows
         "ALTER TABLE runs ADD COLUMN allocation TEXT",
     ],
+    6: [  # racing: the schedule the race runs (race.spec.rungs.RungSchedule), stored once when it starts
+        """CREATE TABLE race_schedule (
+             id INTEGER PRIMARY KEY CHECK (id = 0), schedule_json TEXT NOT NULL, created_at REAL NOT NULL)""",
+    ],
 }
 SCHEMA_VERSION = max(MIGRATIONS)
 
@@ -408,6 +412,21 @@ class Store:
             c.execute("INSERT OR IGNORE INTO rung_decisions(rung, budget, decision_json, created_at) VALUES (?,?,?,?)",
                       (int(rung), float(budget), json.dumps(decision, sort_keys=True, allow_nan=False), time.time()))
         stored = self.rung_decision(rung)
+        assert stored is not None
+        return stored
+
+    def race_schedule(self) -> dict[str, Any] | None:
+        """The racing schedule stored when the race started (``RungSchedule.as_dict()``), else None."""
+        row = self.conn.execute("SELECT schedule_json FROM race_schedule WHERE id=0").fetchone()
+        return json.loads(row[0]) if row else None
+
+    def record_race_schedule(self, schedule: dict[str, Any]) -> dict[str, Any]:
+        """Store the race's schedule unless one is stored (a resumed race keeps its first); returns
+        the stored one."""
+        with self.transaction() as c:
+            c.execute("INSERT OR IGNORE INTO race_schedule(id, schedule_json, created_at) VALUES (0,?,?)",
+                      (json.dumps(schedule, sort_keys=True, allow_nan=False), time.time()))
+        stored = self.race_schedule()
         assert stored is not None
         return stored
 

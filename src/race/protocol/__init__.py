@@ -27,7 +27,7 @@ from .study import (
     default_target_budget,
     load_study,
     read_validations,
-    recommend_for,
+
     reward_model_cards,
     write_validation,
 )
@@ -39,5 +39,5 @@ __all__ = ["VALIDATION_FILE", "ImportRefused", "ImportResult", "RaceResult", "Re
            "ValidationOutcome", "choose_allocations",
            "run_race", "run_validation", "validate_race",
            "default_target_budget", "import_study", "load_study", "read_validations",
-           "recommend_for",
+
            "reward_model_cards", "validate_study", "validation_grids", "write_validation"]

@@ -1,7 +1,9 @@
 """The racing study (``protocol: race``): rungs toward the target budget, each decided from the store.
 
-    for each rung k (budgets race.rungs x race.target_budget, ascending: the ladder's):
-        run its cells (race.spec.ladder: GridSpec.ladder().cells(k, names)) through race.grid.run_grid:
+    schedule: the stored one, else race_schedule(spec) (rungs sized by the grid and the cap, each
+        allocation's first rung raised to its step floor: race.spec.rungs), stored before rung 0;
+    for each rung k (the ladder's: GridSpec.ladder(schedule)):
+        run its cells (race.spec.ladder: ladder.cells(k, names)) through race.grid.run_grid:
             rung 0: every allocation x every seed, read at the smaller budgets (nested);
             rung k > 0: the allocations that went on, their first race.later_seeds seeds,
                 each EXTENDING its run of rung k-1 (its checkpoint resumed with the larger budget);
@@ -12,11 +14,12 @@
 A decision names allocations by their names (the tables' ``allocation`` column, fixed when the
 grid expanded: ``Cell.name``), and the next rung's cells are chosen by those names.
 
-A decision is a pure function of the stored results and the seed (``rung_decision`` reads
-only the runs at budgets up to the rung's), and each is stored once, so a driver killed at
-any point and run again makes the same decisions and runs nothing twice (the grid driver
-skips complete cells and resumes interrupted ones). After the last rung only the pick goes
-on: ``race validate`` continues its pilot to the target budget (``race.protocol.validate``).
+A decision is a pure function of the stored results, the stored schedule and the seed
+(``rung_decision`` reads only the runs at budgets up to the rung's), and each is stored once,
+so a driver killed at any point and run again makes the same decisions and runs nothing twice
+(the grid driver skips complete cells and resumes interrupted ones). After the last rung only
+the pick goes on: ``race validate`` continues its pilot to the target budget
+(``race.protocol.target``).
 
 The decision function is a parameter (``decide``, default ``rung_decision``) and so is the
 rule (``race.rule`` of the grid file overrides :class:`~race.analysis.racing.RacingRule`'s
@@ -26,16 +29,14 @@ fields by name).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from race.spec.grid import GridSpec
 
 from .errors import ReportError
 
-if TYPE_CHECKING:
-    from race.spec.race import RaceSettings
 
 
 @dataclass
@@ -62,57 +63,77 @@ def racing_rule(overrides: dict[str, Any], later_seeds: int = 1) -> Any:
     """The racing rule with the grid file's ``race.rule`` overrides, each a field of
     :class:`~race.analysis.racing.RacingRule` (else a message naming them); its
     ``later_seeds`` (what its compute cap counts) is the grid's ``race.later_seeds``."""
-    from race.analysis.racing import RacingRule
+    from race.analysis.racing import rule_from
 
-    names = {f.name for f in fields(RacingRule)}
-    unknown = sorted(set(overrides) - names)
-    if unknown:
-        raise ReportError(f"race.rule: unknown setting(s) {unknown}; the racing rule's settings are "
-                          f"{sorted(names)}")
     if int(overrides.get("later_seeds", later_seeds)) != int(later_seeds):
         raise ReportError(f"race.rule.later_seeds={overrides['later_seeds']} contradicts race.later_seeds="
                           f"{later_seeds}: set race.later_seeds only (the seeds that go on are the ones the rule "
                           "counts)")
     try:
-        return RacingRule(**{**overrides, "later_seeds": int(later_seeds)})
+        return rule_from(overrides, int(later_seeds))
     except (TypeError, ValueError) as e:
         raise ReportError(f"race.rule: {e}") from None
 
 
-def decide_rung(study_dir: Path, spec: GridSpec, rung: int, *, decide: Callable[..., Any], rule: Any,
+def race_schedule(spec: GridSpec, predictor: Any = None, *, strict: bool = True) -> Any:
+    """The schedule a racing grid runs (``race.spec.rungs.RungSchedule``): its listed rungs, or
+    (``rungs: auto``) the rungs the rule's geometry and cap size for its allocations; either way
+    each allocation's step floor: warmup + ``rule.floor_steps`` optimizer steps at the step FLOPs
+    the plan predicts (``race.grid.plan.predict_cell``: an upper bound, so the floor holds), the
+    first rung at least one step of the costliest allocation. Raises ReportError saying what to
+    change when nothing fits the cap (``strict=False``: the least schedule instead)."""
+    from race.grid.plan import predict_cell
+    from race.spec.rungs import ScheduleError
+
+    race = spec.race
+    if race is None:
+        raise ReportError(f"study {spec.study}: protocol is {spec.protocol!r}; a schedule is for protocol: race grids")
+    rule = racing_rule(race.rule, race.later_seeds)
+    predict = predictor or predict_cell
+    step: dict[str, float] = {}
+    warm: dict[str, int] = {}
+    for c in spec.cells():
+        if c.name in step:
+            continue
+        pred = predict(c.config)
+        step[c.name] = float(pred["step_flops"]) if pred else 0.0
+        warm[c.name] = int(c.config.warmup_steps)
+    mins = {a: (warm[a] + rule.floor_steps) * f for a, f in step.items() if f > 0}
+    rungs = race.rung_budgets() if race.explicit else None
+    try:
+        return rule.schedule(list(step), race.target_budget, first_seeds=len(spec.seeds), rungs=rungs, min_budgets=mins,
+                             least_budget=max(step.values(), default=0.0), strict=strict)
+    except ScheduleError as e:
+        raise ReportError(f"study {spec.study}: {e}") from None
+
+
+def study_schedule(spec: GridSpec, study_dir: Path) -> Any:
+    """The schedule stored with the study, else :func:`race_schedule` stored now (a race resumed
+    keeps the schedule it started with, whatever the code's predictions became)."""
+    from race.grid import Store
+    from race.spec.rungs import schedule_from_dict
+
+    with Store(study_dir) as store:
+        stored = store.race_schedule()
+        if stored is None:
+            stored = store.record_race_schedule(race_schedule(spec).as_dict())
+    return schedule_from_dict(stored)
+
+
+def decide_rung(study_dir: Path, schedule: Any, rung: int, *, decide: Callable[..., Any], rule: Any,
                 target: str, seed: int) -> dict[str, Any]:
     """Rung ``rung``'s decision: the stored one, else computed from the stored results and
     stored (the store opened once)."""
     from race.grid import Store, read_tables
 
-    race = spec.race
-    assert race is not None
-    budgets = spec.ladder().budgets()
     with Store(study_dir) as store:
         stored = store.rung_decision(rung)
         if stored is not None:
             return stored
         tables = read_tables(store)
-        decision = decide(tables["runs"], tables["evals"], target_budget=race.target_budget, rung_budgets=budgets,
-                          rung=rung, target=target, rule=rule, seed=seed)
-        return store.record_rung_decision(rung, budgets[rung], decision.as_dict())
-
-
-def race_recommendation(evals: Any, runs: Any, target: str, target_budget: float, race: "RaceSettings", *,
-                        seed: int = 0) -> Any:
-    """The racing pick (``race.analysis.racing.race_pick``) of a study whose grid's ``race:``
-    settings are ``race``; of a race still running, the pick after the rungs run so far."""
-    import numpy as np
-
-    from race.analysis.racing import race_pick
-
-    rungs = race.rung_budgets()
-    ran = runs.loc[runs["status"].astype(str) == "complete", "budget"].astype(float).to_numpy()
-    reached = [b for b in rungs if np.isclose(ran, b, rtol=1e-9, atol=0.0).any()]
-    if not reached:
-        raise ReportError(f"no run of the first rung ({rungs[0]:.3g} FLOPs) has completed yet: run the race first")
-    return race_pick(runs, evals, target_budget=target_budget, rung_budgets=rungs[: rungs.index(reached[-1]) + 1],
-                     target=target, rule=racing_rule(race.rule, race.later_seeds), seed=seed)
+        decision = decide(tables["runs"], tables["evals"], schedule=schedule, rung=rung, target=target, rule=rule,
+                          seed=seed)
+        return store.record_rung_decision(rung, schedule.budgets[rung], decision.as_dict())
 
 
 def run_race(spec: GridSpec, study_dir: str | Path | None = None, *,
@@ -135,8 +156,9 @@ def run_race(spec: GridSpec, study_dir: str | Path | None = None, *,
         from race.analysis.racing import rung_decision as decide
     rule = racing_rule(spec.race.rule, spec.race.later_seeds)
     target = spec.primary_target()
-    ladder = spec.ladder()
     sdir = (Path(study_dir) if study_dir is not None else default_study_dir(spec)).resolve()
+    schedule = study_schedule(spec, sdir)
+    ladder = spec.ladder(schedule)
     out = RaceResult(study=spec.study, study_dir=sdir)
     names: list[str] | None = None
     for rung in range(ladder.rungs):
@@ -149,7 +171,7 @@ def run_race(spec: GridSpec, study_dir: str | Path | None = None, *,
         if res.refused:
             out.notes.append(f"rung {rung}: {len(res.refused)} cell(s) refused by the plan ("
                              f"{res.refused[0].refusal}); their allocations do not reach this rung")
-        decision = decide_rung(sdir, spec, rung, decide=decide, rule=rule, target=target, seed=seed)
+        decision = decide_rung(sdir, schedule, rung, decide=decide, rule=rule, target=target, seed=seed)
         out.decisions.append(decision)
         if on_rung is not None:
             on_rung(decision)
@@ -160,4 +182,4 @@ def run_race(spec: GridSpec, study_dir: str | Path | None = None, *,
     return out
 
 
-__all__ = ["RaceResult", "decide_rung", "race_recommendation", "racing_rule", "run_race"]
+__all__ = ["RaceResult", "decide_rung", "race_schedule", "racing_rule", "run_race", "study_schedule"]

@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from race.spec.grid import GridSpec
     from race.spec.ladder import Ladder
     from race.spec.race import RaceSettings
+    from race.spec.rungs import RungSchedule
 
 VALIDATION_FILE = "validation.json"
 BUDGET_RTOL = 0.05
@@ -74,6 +75,8 @@ class Study:
     grid: "GridSpec | None" = None
     #: A racing study's stored decisions, one per rung decided (``RungDecision.as_dict()``).
     rung_decisions: list[dict[str, Any]] = field(default_factory=list)
+    #: A racing study's schedule (``race.spec.rungs.RungSchedule``), stored when its race started.
+    schedule: "RungSchedule | None" = None
     #: Run id -> its stored RunConfig (what the validation copies an allocation's settings from).
     run_configs: dict[str, dict[str, Any]] = field(default_factory=dict)
     #: The target the report and validation optimise unless told otherwise: the grid's cells'
@@ -94,10 +97,46 @@ class Study:
 
     @property
     def ladder(self) -> "Ladder":
-        """A racing study's ladder (``race.spec.ladder``: the cells of every rung and of the target run)."""
+        """A racing study's ladder (``race.spec.ladder``: the cells of every rung and of the target
+        run) under its stored schedule."""
         if self.grid is None or self.race is None:
             raise ReportError(f"study {self.name} is not a racing study (its grid has no protocol: race)")
-        return self.grid.ladder()
+        if self.schedule is None and not self.race.explicit:
+            raise ReportError(f"the race of study {self.name} has not started: it has no schedule yet (run it: "
+                              "`race grid run GRID_FILE --study-dir DIR`)")
+        return self.grid.ladder(self.schedule)
+
+    def recommendation(self, target: str | None = None, target_budget: float | None = None, *, n_boot: int = 200,
+                       rng: int = 0) -> Recommendation:
+        """The study's recommendation for ``target_budget`` (default :func:`default_target_budget`):
+        the one entry the report and the validation stages read. A flat study's is
+        :func:`race.analysis.recommend` on its pilot runs; a racing study's is the race's pick:
+        the forecast of its last rung decided so far (``race.analysis.racing.rung_decision``
+        with the stored schedule and rule, seeded with ``rng`` as the race's driver), whose
+        P(best) and expected regret are over every allocation the study ran."""
+        target = target or self.primary_target
+        tb = float(target_budget) if target_budget is not None else default_target_budget(self, target)
+        runs, evals = self.pilot_runs, self.evals_of(self.pilot_runs)
+        if self.race is None:
+            return recommend(evals, runs, target, tb, n_boot=n_boot, rng=rng)
+        from dataclasses import replace
+
+        from race.analysis.racing import rung_decision
+
+        from .racing import racing_rule
+
+        if self.schedule is None:
+            raise ReportError(f"the race of study {self.name} has no schedule yet: run it first")
+        sched = self.schedule if abs(tb - self.schedule.target_budget) <= 1e-9 * tb else replace(self.schedule,
+                                                                                                   target_budget=tb)
+        done = [int(d["rung"]) for d in self.rung_decisions]
+        if not done:
+            raise ReportError(f"no rung of the race of study {self.name} has been decided yet: run the race first")
+        rule = racing_rule(self.race.rule, self.race.later_seeds)
+        decision = rung_decision(runs, evals, schedule=sched, rung=max(done), target=target, rule=rule, seed=rng,
+                                 forecast=True)
+        assert decision.recommendation is not None
+        return decision.recommendation
 
     @property
     def pilot_runs(self) -> pd.DataFrame:
@@ -195,6 +234,7 @@ def _stored_grid(raw: dict[str, Any] | None, study_dir: Path, notes: list[str]) 
 def _read_dir(study_dir: Path) -> tuple[dict[str, Any], dict[str, Any], list[str]]:
     """(the tables, what else the store holds, notes) of a study directory: its store opened once."""
     from race.grid import Store, StoreError, read_tables
+    from race.spec.rungs import schedule_from_dict
 
     if not study_dir.is_dir():
         raise ReportError(f"no such study directory: {study_dir}")
@@ -203,13 +243,16 @@ def _read_dir(study_dir: Path) -> tuple[dict[str, Any], dict[str, Any], list[str
         with Store(study_dir, create=False) as store:
             tables = read_tables(store)
             raw, decisions, configs = store.study_spec(), store.rung_decisions(), store.run_specs()
+            schedule = store.race_schedule()
     except StoreError as e:
         raise ReportError(str(e)) from None
     imported = raw.get("imported") if isinstance(raw, dict) and isinstance(raw.get("imported"), dict) else None
     grid = None if imported is not None else _stored_grid(raw, study_dir, notes)
     if imported is not None:  # race import: no grid; its caveats go with the study
         notes += import_caveats(raw)
-    return tables, {"grid": grid, "rung_decisions": decisions if grid is not None and grid.racing else [],
+    racing = grid is not None and grid.racing
+    return tables, {"grid": grid, "rung_decisions": decisions if racing else [],
+                    "schedule": schedule_from_dict(schedule) if racing and schedule else None,
                     "run_configs": configs, "validations": read_validations(study_dir), "imported": imported,
                     "primary_target": import_primary_target(raw) if imported is not None else "greedy"}, notes
 
@@ -280,25 +323,6 @@ def _validation_ids(data: Study, target_budget: float | None) -> set[str]:
     return ids
 
 
-def recommend_for(evals: pd.DataFrame, runs: pd.DataFrame, target: str, target_budget: float, *,
-                  n_boot: int = 200, rng: int = 0, race: "RaceSettings | None" = None,
-                  ) -> tuple[Recommendation, list[str]]:
-    """:func:`race.analysis.recommend` (the joint model of the study, its default method):
-    what the report shows and what ``race validate`` runs; for a racing study (``race``:
-    its grid's ``race:`` settings) the racing pick after the last rung
-    (``race.protocol.racing.race_recommendation``, seeded with ``rng`` as the race's driver).
-
-    Returns (recommendation, notes): the notes are the recommendation's own (missing
-    step-0 or per-problem data, fewer than 3 seeds)."""
-    if race is not None:
-        from .racing import race_recommendation
-
-        rec = race_recommendation(evals, runs, target, target_budget, race, seed=rng)
-    else:
-        rec = recommend(evals, runs, target, target_budget, n_boot=n_boot, rng=rng)
-    return rec, list(rec.notes)
-
-
 def default_target_budget(study: Study, target: str | None = None) -> float:
     """The latest validated target budget if any, else a racing study's target budget, else
     :data:`DEFAULT_TARGET_RATIO` (4x) the largest pilot budget: inside the recommendation's
@@ -328,4 +352,4 @@ def reward_model_cards(runs: pd.DataFrame) -> dict[str, dict[str, Any] | None]:
 
 
 __all__ = ["Study", "ReportError", "load_study", "read_validations", "write_validation",
-           "reward_model_cards", "default_target_budget", "recommend_for", "VALIDATION_FILE"]
+           "reward_model_cards", "default_target_budget", "VALIDATION_FILE"]

@@ -1,6 +1,6 @@
 """The target run of a racing study: the chosen pilot, continued to the target budget.
 
-After the last rung the racing pick (``race.analysis.racing.race_pick``, the decision the
+After the last rung the racing pick (``Study.recommendation``: the last rung's decision, the one the
 race stored for its last rung) is the allocation to run at the target budget T. Its pilot,
 the run its first ``race.later_seeds`` seeds extended rung by rung (the allocation's
 continued run, not the seed that happened to score best), is extended once more, to T: the
@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import Any
 
 from .errors import ReportError
-from .racing import race_recommendation
 from .study import Study, load_study
 
 
@@ -54,7 +53,7 @@ def validate_race(study: "Study | str | Path", *, target_budget: float | None = 
     if not tb > last:
         raise ReportError(f"target budget {tb:.3g} is not above the last rung's {last:.3g}: the "
                           "target run continues the pick's pilot to a larger budget")
-    rec = race_recommendation(study.evals_of(study.pilot_runs), study.pilot_runs, target, tb, race, seed=rng)
+    rec = study.recommendation(target, tb, rng=rng)
     allocs = choose_allocations(rec, rivals)
     try:
         cells = ladder.target_cells(allocs, tb, seeds)

@@ -26,7 +26,7 @@ from race.analysis import Recommendation, ValidationResult, prepare_runs, realis
 from race.spec.grid import DEFAULT_CELL_FN, GRID_OWNED
 from race.analysis.tables import jsonable
 
-from .study import ReportError, Study, default_target_budget, load_study, recommend_for, write_validation
+from .study import ReportError, Study, default_target_budget, load_study, write_validation
 
 
 @dataclass
@@ -123,7 +123,8 @@ def validate_study(study: "Study | str | Path", *, target_budget: float | None =
     if not tb > study.largest_pilot_budget():
         raise ReportError(f"target budget {tb:.3g} is not above the largest pilot budget "
                           f"{study.largest_pilot_budget():.3g}: validation runs must be new, larger runs")
-    rec, notes = recommend_for(pilot_evals, study.pilot_runs, target, tb, n_boot=n_boot_fit, rng=rng)
+    rec = study.recommendation(target, tb, n_boot=n_boot_fit, rng=rng)
+    notes = list(rec.notes)
     allocs = choose_allocations(rec, rivals)
     grids = validation_grids(study, allocs, tb, seeds, workers)
     runs = []  # (spec, its cells named by the allocation they validate)

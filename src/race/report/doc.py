@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 import pandas as pd
 
-from race.protocol import Study, recommend_for
+from race.protocol import Study
 from race.schema import FINISHED
 
 
@@ -131,12 +131,13 @@ class Context:
     @property
     def recommendation(self) -> tuple[Any, list[str]]:
         """(recommendation, its notes) for the primary target at the target budget, computed
-        once, on first use, whichever section asks first (``recommend_for``); an error is
+        once, on first use, whichever section asks first (``Study.recommendation``); an error is
         kept and raised again to every caller."""
         if "rec" not in self.cache:
             try:
-                self.cache["rec"] = recommend_for(self.evals, self.runs, self.primary, self.target_budget,
-                                                  n_boot=self.n_boot_fit, rng=self.rng, race=self.study.race)
+                rec = self.study.recommendation(self.primary, self.target_budget, n_boot=self.n_boot_fit,
+                                                rng=self.rng)
+                self.cache["rec"] = (rec, list(rec.notes))
             except Exception as e:  # noqa: BLE001 - the recommendation section reports it
                 self.cache["rec"] = e
         got = self.cache["rec"]

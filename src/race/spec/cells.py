@@ -156,7 +156,9 @@ def nested_budgets(spec: GridLike) -> tuple[list[float], list[float]]:
     the budgets below it (its nested reads)."""
     race = getattr(spec, "race", None)
     if getattr(spec, "protocol", "flat") == "race" and race is not None:
-        first = race.rung_budgets()[0]
+        # rungs: auto has no first rung until the study's schedule: its allocations' cells are expanded at T
+        # (for their configs and names; the ladder builds each rung's cells at the schedule's budgets)
+        first = race.rung_budgets()[0] if race.explicit else race.target_budget
         return [first], sorted(b for b in spec.budgets if b < first and not same_budget(b, first))
     if not getattr(spec, "nested", False):
         return list(spec.budgets), []
@@ -197,12 +199,14 @@ def prefix_refusal(cfg: RunConfig, *, racing: bool = False) -> str | None:
 
 def trajectory_key(cfg: RunConfig) -> str | None:
     """The id of the trajectory ``cfg``'s run follows: its run id with the budget and the
-    prefix points (``eval.at_budgets``) left out, so the runs of one allocation and seed at
-    any budget share it, and a shorter run is a prefix of a longer one (racing extends one
-    into the other); ``None`` where the budget shapes the run (a decaying learning rate)."""
+    evaluation settings left out (evaluation samples from its own generator and leaves the
+    policy as it found it: tests/engines/test_extend.py), so the runs of one allocation and seed
+    at any budget share it, and a shorter run is a prefix of a longer one (racing extends one
+    into the other, a pilot evaluating fewer targets than the target run that continues it);
+    ``None`` where the budget shapes the run (a decaying learning rate)."""
     if cfg.lr_scheduler_type != "constant":
         return None
-    return cfg.model_copy(update={"budget_flops": 1.0, "eval": cfg.eval.model_copy(update={"at_budgets": []})}).run_id()
+    return cfg.model_copy(update={"budget_flops": 1.0, "eval": type(cfg.eval)()}).run_id()
 
 
 def _leaves(d: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:

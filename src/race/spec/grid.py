@@ -46,6 +46,7 @@ from race.spec.run import RunConfig
 
 if TYPE_CHECKING:
     from race.spec.ladder import Ladder
+    from race.spec.rungs import RungSchedule
 
 DEFAULT_CELL_FN = "race.engines:run_engine"
 MIN_PILOT_SPAN = 10.0
@@ -211,6 +212,8 @@ class GridSpec(BaseModel):
             self.budgets = race_budgets(self.race, self.budgets, self.seeds, self.gang)
         elif self.race is not None:
             raise ValueError("race: settings belong to protocol: race; add protocol: race or drop race:")
+        if self.racing and not self.race.explicit:
+            return self  # rungs: auto: budgets lists only the first rung's nested reads (none is fine)
         if not self.budgets:
             raise ValueError("budgets is empty: list the pilot budgets in FLOPs, e.g. budgets: [3e11, 1e12, 3e12]")
         lo, hi = min(self.budgets), max(self.budgets)
@@ -278,12 +281,15 @@ class GridSpec(BaseModel):
         its ``base.eval``, as the cells merge them)."""
         return str(self.cells()[0].config.eval.targets[0])
 
-    def ladder(self) -> "Ladder":
+    def ladder(self, schedule: "RungSchedule | None" = None) -> "Ladder":
         """A racing grid's ladder (``race.spec.ladder``: the cells of every rung and of the
-        target run), built once per spec; ValueError for a flat grid."""
-        if self._ladder is None:
-            from race.spec.ladder import Ladder
+        target run) under the study's ``schedule`` (``race.spec.rungs.RungSchedule``); without
+        one, the grid's listed rungs (built once and kept)."""
+        from race.spec.ladder import Ladder
 
+        if schedule is not None:
+            return Ladder(self, schedule)
+        if self._ladder is None:
             self._ladder = Ladder(self)
         return self._ladder
 
@@ -394,8 +400,13 @@ def grid_spec_from_dict(data: dict[str, Any], source: str = "dict", base_dir: Pa
         raise GridSpecError(format_errors(e, f"invalid grid spec ({source}):", _unknown_grid_key)) from None
     spec.cell_fn = _resolve_cell_fn(spec.cell_fn, base_dir)
     spec._source = source
-    spec.cells()  # validates every cell; the spec keeps them
-    if spec.racing:  # and every later rung's, before anything runs
+    cells = spec.cells()  # validates every cell; the spec keeps them
+    if spec.racing and spec.race.pilot_targets:
+        extra = sorted(set(spec.race.pilot_targets) - set(cells[0].config.eval.targets if cells else []))
+        if extra:
+            raise GridSpecError(f"{source}: race.pilot_targets {extra} are not among eval.targets "
+                                f"{cells[0].config.eval.targets}: the pilots evaluate some of the grid's targets")
+    if spec.racing and spec.race.explicit:  # and every later rung's, before anything runs
         ladder = spec.ladder()
         for rung in range(1, ladder.rungs):
             ladder.cells(rung)

@@ -117,6 +117,14 @@ class RungSchedule:
                 **self.cost()}
 
 
+def schedule_from_dict(d: Mapping[str, object]) -> RungSchedule:
+    """A :class:`RungSchedule` from its :meth:`RungSchedule.as_dict` (as a store keeps it)."""
+    return RungSchedule(float(d["target_budget"]), tuple(float(b) for b in d["budgets"]),  # type: ignore[union-attr]
+                        tuple(int(k) for k in d["keep"]), int(d["first_seeds"]), int(d["later_seeds"]),  # type: ignore
+                        {str(a): float(b) for a, b in dict(d.get("min_budgets") or {}).items()},  # type: ignore
+                        None if d.get("cap") is None else float(d["cap"]))  # type: ignore[arg-type]
+
+
 def keep_counts(k: int, keep_last: int = 2, eta: float = 3.0) -> tuple[int, ...]:
     """Allocations ranked onto each rung: ``k`` first, ``min(k, keep_last)`` last, geometric in
     between over ``ceil(log(k / keep_last) / log(eta))`` cuts (each count strictly below the last)."""
@@ -211,4 +219,4 @@ def _infeasible(least: RungSchedule, k: int, cap: float | None, first_seeds: int
         + (", or run 1 seed on the first rung (seeds:)" if first_seeds > 1 else "") + ".")
 
 
-__all__ = ["RungSchedule", "ScheduleError", "choose_schedule", "geometric_rungs", "keep_counts"]
+__all__ = ["RungSchedule", "ScheduleError", "choose_schedule", "geometric_rungs", "keep_counts", "schedule_from_dict"]
