@@ -395,6 +395,12 @@ def rung_decision(runs: pd.DataFrame, evals: pd.DataFrame, *, schedule: RungSche
                               key=lambda a: (a not in ranked, ranked.index(a) if a in ranked else 0, a))
     if last:
         go_on = [leader]
+        if rec is not None:
+            how = ("the observed leader among the measured allocations there" if leader == observed_leader else
+                   f"switched from the observed leader {observed_leader} by the forecast's expected regret")
+            rec.provenance = (f"the race's pick at its last rung ({budget:.3g} FLOPs, T/{T / budget:.3g}): {how}; its "
+                              f"P(best) and expected regret are over all {len(rec.predictions)} allocations the study "
+                              "ran, those stopped earlier at their last readings")
     return RungDecision(rung=rung, budget=budget, next_budget=None if last else schedule.budgets[rung + 1],
                         target_budget=float(T), go_on=tuple(go_on), stopped=stopped, leader=leader, rows=rows,
                         rule=rule.as_dict(), exempt=tuple(exempt), schedule=schedule.as_dict(), recommendation=rec)

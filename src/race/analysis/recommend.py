@@ -111,6 +111,7 @@ class Recommendation:
     pilot_advice: dict | None = None  # how close the pilots must run for a narrower interval (race.analysis.pilot_reach)
     p_near_best: float = float("nan")  # P(regret <= 0.01): share of joint replicates where the pick is within 0.01 of the best
     calibration: str = ""  # which error scale the intervals use (race.analysis.backtest.BackTest.calibration)
+    provenance: str = ""  # where the pick comes from when not this analysis's default (a racing study's: its race)
 
     @property
     def forecast_made(self) -> bool:

@@ -35,6 +35,7 @@ from .latex import write_study_table
 from .sections_feedback import feedback_section
 from .sections_update_share import update_share_section
 from .sections_race import race_section
+from .sections_replay import replay_section
 from .render import render_html, render_markdown
 from .sections_decision import (
     diagnostics_section,
@@ -112,6 +113,7 @@ BUILDERS = (
     ("card", "Compute report card", card_section),
     ("race", "Racing: rungs toward the target", race_section),  # racing studies only (protocol: race)
     ("recommendation", "Recommendation", recommendation_section),
+    ("replay", "What racing would have cost and picked here", replay_section),  # complete trajectories only
     ("validation", "Validation at the target budget", validation_section),
     ("frontier", "Allocation frontier", frontier_section),
     ("split", "Compute split per allocation", split_section),

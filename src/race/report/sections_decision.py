@@ -51,7 +51,8 @@ def headline(rec: Recommendation) -> str:
                 f"pilot budget ({fmt_flops(rec.largest_pilot_budget)}), {rec.allocation} leads with {rec.target} "
                 f"{fmt_score(rec.predicted_score)} {fmt_interval(rec.predicted_lo, rec.predicted_hi)} "
                 f"(win probability {rec.win_probability:.2f}).")
-    how = ("the observed winner at the largest pilot budget (the default)" if rec.allocation == rec.default_allocation
+    how = (rec.provenance if getattr(rec, "provenance", "") else
+           "the observed winner at the largest pilot budget (the default)" if rec.allocation == rec.default_allocation
            else f"switched from the observed winner {rec.default_allocation} by expected regret")
     text = (f"Run {rec.allocation} at {fmt_flops(rec.target_budget)} ({how}): predicted {rec.target} score "
             f"{fmt_score(rec.predicted_score)} {fmt_interval(rec.predicted_lo, rec.predicted_hi)} "
@@ -134,8 +135,9 @@ def recommendation_section(ctx: Context) -> Section:
     how = ("observed standings at the largest pilot budget (no forecast)" if not rec.forecast_made else
            f"{model}, read at {fmt_flops(rec.forecast_flops)} "
            "(target budget x the pilots' median spend share); extrapolation error from rolling-origin back-tests "
-           "inside the study; default pick: the observed winner at the largest pilot, switched only when the "
-           "paired lower bound of the expected-regret gain is above 0")
+           "inside the study; " + ("pick: " + rec.provenance if getattr(rec, "provenance", "") else
+                                   "default pick: the observed winner at the largest pilot, switched only when the "
+                                   "paired lower bound of the expected-regret gain is above 0"))
     sec.add(KeyValues([("allocation", rec.allocation), *params, ("method", f"{how}; target {rec.target}"),
                        ("extrapolation", f"{rec.extrapolation_ratio:.3g}x the largest pilot budget "
                                          f"{fmt_flops(rec.largest_pilot_budget)}"),
