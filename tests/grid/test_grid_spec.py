@@ -242,6 +242,31 @@ def test_overrides_that_cannot_apply_are_refused_with_what_to_change():
     assert "both set beta" in _err(both)
 
 
+def test_exclude_leaves_axis_combinations_out_so_a_grid_can_be_a_path():
+    axes = {"model": ["tiny-xs", "tiny-s", "tiny-m"], "num_generations": [4, 8]}
+    full = {(c.allocation["model"], c.allocation["num_generations"], c.budget): c.run_id
+            for c in expand_grid(grid_spec_from_dict(grid(axes=axes)))}
+    # a list names any of its values; an entry must match on every axis it names
+    cut = expand_grid(grid_spec_from_dict(grid(axes=axes, exclude=[
+        {"model": ["tiny-xs", "tiny-s"], "num_generations": 8}, {"model": "tiny-m", "num_generations": 4}])))
+    kept = {(c.allocation["model"], c.allocation["num_generations"], c.budget): c.run_id for c in cut}
+    assert {k[:2] for k in kept} == {("tiny-xs", 4), ("tiny-s", 4), ("tiny-m", 8)}
+    assert all(full[k] == rid for k, rid in kept.items())  # the cells left keep their ids
+    assert len(cut) == 3 * 2 and [c.index for c in cut] == list(range(6))
+    # a value that is itself a list (an axis of lists) matches as a whole
+    lists = {"lora.target_modules": [["q_proj", "v_proj"], ["q_proj", "k_proj", "v_proj", "o_proj"]]}
+    one = expand_grid(grid_spec_from_dict(grid(axes=lists, exclude=[{"lora.target_modules": ["q_proj", "v_proj"]}])))
+    assert {tuple(c.allocation["lora.target_modules"]) for c in one} == {("q_proj", "k_proj", "v_proj", "o_proj")}
+
+
+def test_exclude_entries_that_cannot_apply_are_refused_with_what_to_change():
+    axes = {"model": ["tiny-xs", "tiny-s"], "num_generations": [4, 8]}
+    assert "not an axis" in _err(grid(axes=axes, exclude=[{"reward": "rule"}]))
+    assert "[16] not among the axis's values" in _err(grid(axes=axes, exclude=[{"num_generations": [4, 16]}]))
+    assert "exclude[0] is empty" in _err(grid(axes=axes, exclude=[{}]))
+    assert "leaves out every combination" in _err(grid(axes=axes, exclude=[{"model": ["tiny-xs", "tiny-s"]}]))
+
+
 def test_report_settings_default_off_and_refuse_typos():
     assert grid_spec_from_dict(grid()).report.count_rm_training is False
     spec = grid_spec_from_dict(grid(report={"count_rm_training": True}))

@@ -2,7 +2,7 @@
 
 A grid file names a study, the FLOP budgets, the settings every cell shares (``base``),
 the axes to sweep (RunConfig field paths -> lists of values) and the seeds; the grid
-expands to ``axes x budgets x seeds`` runs (:mod:`race.spec.cells`), once, when it is
+expands to ``axes x budgets x seeds`` runs, less the axis combinations ``exclude`` lists (:mod:`race.spec.cells`), once, when it is
 validated. It also says how to
 run them (``runner``), how often to retry a failing cell, and which function runs a
 cell (``cell_fn``, default the RACE engine).
@@ -16,6 +16,8 @@ axes:
   num_generations: [4, 8]
 overrides:                     # settings that follow an axis value (here: a learning rate per size)
   model: {tiny-m: {learning_rate: 3.0e-4}}
+exclude:                       # combinations of axis values left out of the product (a value or a list: any of)
+  - {model: tiny-xs, num_generations: 8}
 seeds: [0, 1]
 runner: {kind: local, workers: 2, threads_per_worker: 1}
 gang: false                    # true: LoRA cells of one base model train together (race.grid.gangs)
@@ -101,6 +103,10 @@ class GridSpec(BaseModel):
     overrides: dict[str, dict[str, dict[str, Any]]] = Field(
         default_factory=dict, description="axis -> axis value -> run settings for the cells with that value, "
         "e.g. {model: {tiny-m: {learning_rate: 3e-4}}} (a learning rate per size)")
+    exclude: list[dict[str, Any]] = Field(
+        default_factory=list, description="axis combinations left out of the product: each entry maps axes to a "
+        "value or a list of values (any of them), e.g. [{num_update_generations: [2, 4], num_iterations: 4}]; a "
+        "combination matching every axis of an entry is left out (a path through the axes instead of their product)")
     seeds: list[int] = Field(default_factory=lambda: [0], min_length=1)
     eval: dict[str, Any] | None = None
     engine: Literal["builtin", "trl"] | None = None
@@ -215,6 +221,7 @@ class GridSpec(BaseModel):
         if overlap:
             raise ValueError(f"{sorted(overlap)} set in both base and axes: keep each setting in one place")
         self._check_overrides()
+        self._check_exclude()
         if self.gang and self.cell_fn != DEFAULT_CELL_FN:
             raise ValueError(f"gang: true trains with RACE's built-in engine, not cell_fn={self.cell_fn!r}: "
                              "set gang: false or drop cell_fn")
@@ -240,6 +247,20 @@ class GridSpec(BaseModel):
                     if path in self.axes:
                         raise ValueError(f"overrides.{axis}.{value}.{path}: {path} is an axis; an override may "
                                          "only set what no axis sweeps")
+
+    def _check_exclude(self) -> None:
+        """``exclude[i].<axis>``: the axis is swept and every value named is one of its values."""
+        for i, entry in enumerate(self.exclude):
+            if not entry:
+                raise ValueError(f"exclude[{i}] is empty: name axis values, e.g. {{num_iterations: 4}}")
+            for axis, value in entry.items():
+                if axis not in self.axes:
+                    raise ValueError(f"exclude[{i}].{axis}: not an axis of this grid (axes: {sorted(self.axes)})")
+                known = {json.dumps(v, sort_keys=True) for v in self.axes[axis]}
+                named = [value] if json.dumps(value, sort_keys=True) in known or not isinstance(value, list) else value
+                bad = [v for v in named if json.dumps(v, sort_keys=True) not in known]
+                if bad:
+                    raise ValueError(f"exclude[{i}].{axis}: {bad} not among the axis's values {self.axes[axis]}")
 
     # -- helpers -----------------------------------------------------------------------
     @property
