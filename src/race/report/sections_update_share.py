@@ -5,8 +5,11 @@ Renders :mod:`race.analysis.update_share` (the analysis, its labels and its fall
 there): a figure of score against p at each budget, one line per reward system with 95%
 intervals from the joint bootstrap; the best p per reward system (located with its
 interval, "bracketed between", or on the grid's edge) with the regime in the seed's terms
-beside RACE's confidence label; and per allocation its measured p, the p without the
-reward model's share, and its paired difference from the best of its line.
+beside RACE's confidence label; the model-free call in p and in p_policy
+(:mod:`race.analysis.share_optimum`: located inside the range, flat, on an edge, not resolved)
+with the paired differences of the smallest and largest p from the best; and per allocation
+its measured p, the p without the reward model's share, and its paired difference from the
+best of its line.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from race.analysis.bootstrap import difference
+from race.analysis.share_optimum import FLAT_MARGIN
 from race.analysis.update_share import BestShare, best_shares, share_shift, share_table
 
 from .doc import Context, Figure, KeyValues, Note, Section, Table, Text, figure
@@ -55,8 +59,14 @@ def update_share_section(ctx: Context) -> Section:
     sec.add(Table(["budget", "line (reward system)", "best p", "regime", "how", "pilot best", "its p / p_policy",
                    "points"], rows, "The best update share per line (located: vertex [95% interval]; bracketed: the "
                         "pilot best's neighbours in p; edge: the best pilot is the smallest or largest p tried)"))
+    sec.add(Table(["budget", "line (reward system)", "in p", "in p_policy", "smallest p - best [95%]",
+                   "largest p - best [95%]"], _call_rows(table, boot, bests),
+                  "Where the best p lies, model-free: located inside the range where the score falls beyond the noise "
+                  "on both sides of every plausibly best point (the interval: the local fit's vertex inside those "
+                  "points, else the points themselves); flat where the 95% bound on the largest difference between "
+                  f"points is at most the margin ({FLAT_MARGIN:.2f}); otherwise on an edge or not resolved"))
     for b in bests:
-        for n in b.notes:
+        for n in b.notes + [n for c in (b.in_p, b.in_p_policy) if c is not None for n in c.notes]:
             sec.add(Note(f"{fmt_flops(b.budget)}, {names[b.line]}: {n}"))
     sec.add(Table(["budget", "allocation", "line", "p [seeds]", "p_policy", "feedback share", "score",
                    "95% interval", "vs the line's best [95%]"], _allocation_rows(ctx, table, boot, bests),
@@ -96,6 +106,26 @@ def _allocation_rows(ctx: Context, table: pd.DataFrame, boot: Any, bests: list[B
         rows.append([fmt_flops(r.budget), r.allocation, names[r.line], f"{r.p:.3f} [{r.p_min:.3f}-{r.p_max:.3f}]",
                      f"{r.p_policy:.3f}", fmt_pct(r.feedback_share), fmt_score(r.score), fmt_interval(r.lo, r.hi), vs])
     return rows
+
+
+def _end_difference(table: pd.DataFrame, boot: Any, b: BestShare, which: int) -> str:
+    """The paired difference (the line's smallest (which=0) or largest (-1) p) - (its best), with its interval."""
+    g = table[(table["budget"] == b.budget) & (table["line"] == b.line)].sort_values(["p", "allocation"])
+    end = str(g["allocation"].iloc[which])
+    if end == b.best_allocation:
+        return "the best"
+    ia = boot.index_of(budget=b.budget, allocation=end)
+    ib = boot.index_of(budget=b.budget, allocation=b.best_allocation)
+    d = difference(float(boot.cells["score"].iloc[ia]), float(boot.cells["score"].iloc[ib]), boot.reps[:, ia],
+                   boot.reps[:, ib])
+    return f"p {float(g['p'].iloc[which]):.2f}: {d.diff:+.3f} {fmt_interval(d.lo, d.hi)}"
+
+
+def _call_rows(table: pd.DataFrame, boot: Any, bests: list[BestShare]) -> list[list[str]]:
+    names = line_names(table)
+    return [[fmt_flops(b.budget), names[b.line], b.in_p.text() if b.in_p else "-",
+             b.in_p_policy.text() if b.in_p_policy else "-", _end_difference(table, boot, b, 0),
+             _end_difference(table, boot, b, -1)] for b in bests]
 
 
 def share_figure(table: pd.DataFrame, bests: list[BestShare]) -> bytes:

@@ -1,4 +1,4 @@
-"""Grid spec -> cells: the cartesian product of the axes (less ``exclude``) x budgets x seeds.
+"""Grid spec -> cells: the product of the axes (less ``exclude``) x budgets x seeds.
 
 Expansion happens once per spec: :meth:`race.spec.grid.GridSpec.cells` keeps the result.
 With ``nested: true`` only the largest budget's cells run, each with ``eval.at_budgets``

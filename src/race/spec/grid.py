@@ -2,10 +2,10 @@
 
 A grid file names a study, the FLOP budgets, the settings every cell shares (``base``),
 the axes to sweep (RunConfig field paths -> lists of values) and the seeds; the grid
-expands to ``axes x budgets x seeds`` runs, less the axis combinations ``exclude`` lists (:mod:`race.spec.cells`), once, when it is
-validated. It also says how to
-run them (``runner``), how often to retry a failing cell, and which function runs a
-cell (``cell_fn``, default the RACE engine).
+expands to ``axes x budgets x seeds`` runs, less the axis combinations ``exclude`` lists
+(:mod:`race.spec.cells`), once, when it is validated. It also says how to run them
+(``runner``), how often to retry a failing cell, and which function runs a cell
+(``cell_fn``, default the RACE engine).
 
 ```yaml
 study: demo
