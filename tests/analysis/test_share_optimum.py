@@ -107,3 +107,17 @@ def test_the_vertex_fit_refits_every_replicate():
     v, lo, hi, frac = vertex_fit(x, y, _reps(y, 0.002))
     assert v == pytest.approx(0.62, abs=1e-9) and lo < 0.62 < hi and frac == 1.0
     assert vertex_fit(x, -y, _reps(-y, 0.002)) is None  # opens upward: no maximum
+
+
+def test_a_plateau_then_a_drop_is_not_located_by_the_quadratic_alone():
+    """Flat at 0.62 up to p 0.6, then falling: a quadratic through the points has its vertex
+    inside the range, but nothing below the best's p scores below it beyond the noise, so the
+    model-free call is the low edge, the fit's vertex is not called located, and a note names it."""
+    shape = (0.62, 0.62, 0.62, 0.62, 0.55, 0.45, 0.30)
+    runs, evals = _study({"rule:partial": list(zip(P, (0.0,) * len(P), shape))})
+    table, boot = share_table(evals, runs, "greedy", n_boot=400, rng=0)
+    [b] = best_shares(table, boot)
+    assert b.in_p.call == Call.EDGE_LOW and b.in_p.above is not None
+    # the pilot best is one of the plateau's points (noise picks which): the positional fallback, not located
+    assert b.status in ("bracketed", "edge") and b.method == "pilot-best fallback" and b.coef[0] < 0
+    assert any("quadratic's vertex" in n and "not called located" in n and "its low side" in n for n in b.notes)

@@ -26,11 +26,14 @@ found as the seed study's RACE finds it:
    (least squares, >= 4 distinct p: three give a parabola through three points, which
    cannot say where between them the optimum lies, as for the isoFLOP profiles), refitted
    on every replicate; its vertex is **located** when the point fit opens downward with its
-   vertex inside the p range tried, at least 90% of the replicates have a maximum, and the
-   vertex's interval stays inside the range;
+   vertex inside the p range tried, at least 90% of the replicates have a maximum, the
+   vertex's interval stays inside the range, and the model-free call below locates the best
+   inside the range too (the score falls beyond the noise on both sides: the fit may refine
+   a location, never make one from its shape alone);
 2. otherwise the **pilot-best fallback**: the allocation with the best score; where it has
-   tried p on both sides, the best p is **bracketed between** its nearest neighbours' p,
-   not located; at the smallest or largest p tried it sits on the grid's edge.
+   tried p on both sides (**bracketed**: its nearest neighbours' p, by position only; whether
+   they score below it beyond the noise is the model-free call's question), not located; at
+   the smallest or largest p tried it sits on the grid's edge.
 
 The regime, in the seed's terms (:class:`Regime`): the split at the best p (the located
 vertex's, with the search/feedback split of the nearest allocation; or the pilot best's)
@@ -59,7 +62,7 @@ import pandas as pd
 from .bootstrap import BootstrapResult
 from .curves import final_scores
 from .joint import draw_replicates, study_matrix
-from .share_optimum import FLAT_MARGIN, MIN_VALID, Located, locate_best, vertex_fit
+from .share_optimum import FLAT_MARGIN, MIN_VALID, Call, Located, locate_best, vertex_fit
 from .tables import allocation_key, prepare_runs, require_columns, without_controls
 
 #: p values closer than this are one p level (the same knob setting, other seeds' groups dropped).
@@ -185,7 +188,7 @@ class BestShare:
         if self.status == "located":
             return f"{self.p:.2f} [{self.lo:.2f}, {self.hi:.2f}]"
         if self.status == "bracketed":
-            return f"bracketed between {self.lo:.2f} and {self.hi:.2f} (pilot best {self.p:.2f})"
+            return f"pilot best {self.p:.2f}, p tried on both sides ({self.lo:.2f}, {self.hi:.2f}); not located"
         if self.status == "edge":
             side = "smallest" if self.lo is None else "largest"
             return f"at the grid's edge: the {side} p tried, {self.p:.2f} (not bracketed)"
@@ -255,6 +258,13 @@ def best_share(line: pd.DataFrame, boot: BootstrapResult, *, level: float = 0.95
                 best_score=float(y[ib]), best_p=float(p[ib]), best_p_policy=float(best["p_policy"]),
                 n_points=len(line), flat=not worse, worse=worse, in_p=in_p, in_p_policy=in_pol)
     located, coef, frac, notes = _local_fit(p, y, reps, level)
+    if located is not None and in_p.call != Call.LOCATED:  # the fit may refine a location, not make one
+        side = ("either side" if in_p.below is None and in_p.above is None else
+                "its low side" if in_p.below is None else "its high side")
+        notes.append(f"the quadratic's vertex {located[0]:.2f} [{located[1]:.2f}, {located[2]:.2f}] lies inside the "
+                     f"range, but the score does not fall below the best beyond the noise on {side}: the fit's "
+                     "shape, not the intervals, would place it, so it is not called located")
+        located = None
     if located is not None:
         xv, lo, hi = located
         near = line.iloc[int(np.argmin(np.abs(p - xv)))]  # its search : feedback ratio stands for p*'s
