@@ -40,11 +40,12 @@ def test_each_regimes_best_setting_and_the_call_judged_at_the_target():
     """rule:partial peaks at p 0.4 (search-heavy) at the pilots and at T: right. prm peaks at
     p 0.6 x 0.9 = 0.54 (update-heavy) at the pilots, but at T the best search-heavy setting
     of the pilots (p 0.5 x 0.9 = 0.45) is 0.12 ahead: wrong. rule:outcome is peaked at the pilots (update-heavy at
-    p 0.7) and its two settings tie at T: not decided."""
+    p 0.7) and its two settings tie at T: not decided. rule:format's two regimes tie at the pilots: no call."""
     lines = {
         "rule:partial": (0.0, lambda p, b: 0.62 if abs(p - 0.4) < 1e-9 else 0.52 if abs(p - 0.5) < 1e-9 else 0.45),
-        "prm:prm-s": (0.1, lambda p, b: 0.62 - 1.5 * (p - 0.6) ** 2 if b == PILOT else
-                      (0.72 if abs(p - 0.5) < 1e-9 else 0.60 if abs(p - 0.6) < 1e-9 else 0.5)),
+        "prm:prm-s": (0.1, lambda p, b: (0.62 if abs(p - 0.6) < 1e-9 else 0.52 if abs(p - 0.5) < 1e-9 else 0.45)
+                      if b == PILOT else (0.72 if abs(p - 0.5) < 1e-9 else 0.60 if abs(p - 0.6) < 1e-9 else 0.5)),
+        "rule:format": (0.0, lambda p, b: 0.60 if abs(p - 0.4) < 1e-9 or abs(p - 0.6) < 1e-9 else 0.45),
         "rule:outcome": (0.0, lambda p, b: 0.62 - 1.5 * (p - 0.7) ** 2 if b == PILOT else
                          (0.60 if p in (0.4, 0.7) else 0.5)),
     }
@@ -67,6 +68,13 @@ def test_each_regimes_best_setting_and_the_call_judged_at_the_target():
     assert tie.call == Regime.UPDATE_HEAVY and tie.verdict == "not decided at T"
     assert tie.target_diff.lo < 0 < tie.target_diff.hi
     assert wrong.text().startswith("prm:prm-s: pilots call update-heavy; at T update-heavy - search-heavy = -0.1")
+    # p 0.4 and 0.6 tie at the pilots (and at T): the regime is not identified, the pilot best's stands for it
+    none = checks["rule:format"]
+    assert none.call == Regime.NOT_IDENTIFIED
+    assert {none.called, none.other} == {Regime.UPDATE_HEAVY, Regime.SEARCH_HEAVY}
+    assert none.verdict == ("no call (the pilots did not identify the regime); the pilot best's regime at T: "
+                            "not decided at T")
+    assert none.pilot_diff.lo <= 0 <= none.pilot_diff.hi
 
 
 def test_a_line_with_one_regime_is_not_checked_and_missing_target_runs_are_named():

@@ -6,7 +6,8 @@ per line (one reward system):
 
 * the **call**: the regime of the line's best p (:func:`race.analysis.update_share.best_share`:
   update-heavy when learning takes at least half the FLOPs, else search- or feedback-heavy;
-  "not identified" when no allocation scores below the best beyond the noise);
+  "not identified" when no allocation scores below the best beyond the noise, or the best
+  setting of another regime ties with it);
 * the **settings** (:func:`regime_settings`): per regime, the allocation with the best pilot
   score among those whose measured split puts them in it (the best update-heavy setting and
   the best setting below p = 0.5).
@@ -15,8 +16,8 @@ Then the two settings run at the target budget T (>= 3 seeds), and :func:`regime
 the paired difference ``d_T = score_T(the called regime's setting) - score_T(the other's)``
 over seeds and the same problems (the target study's joint replicates): the call was
 **right** when d_T's interval lies above 0, **wrong** when below, **not decided at T** when
-it covers 0. Where the pilots made no call (flat), the pilot best's regime stands for the
-call and the verdict says so. The pilots' own difference between the two settings is
+it covers 0. Where the pilots made no call (not identified), the pilot best's regime stands
+for the call and the verdict says so. The pilots' own difference between the two settings is
 reported beside it (the gain the pilots saw, against the one T shows).
 """
 
@@ -50,7 +51,7 @@ class RegimeCheck:
     target: dict[str, tuple[float, float, float, float]]  # regime -> (p, p_policy, score, n_runs) at T
     pilot_diff: Difference  # called - other at the pilot budget
     target_diff: Difference  # called - other at T
-    verdict: str  # "right" | "wrong" | "not decided at T" (prefixed "no call; " where the pilots were flat)
+    verdict: str  # "right" | "wrong" | "not decided at T" (prefixed "no call ..." where the pilots made none)
 
     def text(self) -> str:
         d = self.target_diff
@@ -110,7 +111,7 @@ def regime_check(pilot_table: pd.DataFrame, pilot_boot: BootstrapResult, target_
         d_t = _diff(target_table, target_boot, target_budget, a, b, level)
         verdict = "right" if d_t.lo > 0 else "wrong" if d_t.hi < 0 else "not decided at T"
         if best.regime == Regime.NOT_IDENTIFIED:
-            verdict = f"no call (the pilots were flat); the pilot best's regime at T: {verdict}"
+            verdict = f"no call (the pilots did not identify the regime); the pilot best's regime at T: {verdict}"
         out.append(RegimeCheck(line=str(line), reward=str(g["reward"].iloc[0]), pilot_budget=float(pilot_budget),
                                target_budget=float(target_budget), call=best.regime, called=called, other=other,
                                settings={str(r): settings[r] for r in (called, other)}, pilot=pilot, target=target,

@@ -40,7 +40,10 @@ vertex's, with the search/feedback split of the nearest allocation; or the pilot
 is **update-heavy** when learning takes at least half the FLOPs, else **search-heavy** or
 **feedback-heavy** by the larger of rollout and reward; **not identified** when no
 allocation of the line scores below the best one beyond the noise (every paired interval
-of best - other covers 0: the response in p is flat within the pilots' resolution).
+of best - other covers 0: the response in p is flat within the pilots' resolution), or when
+the best allocation of the regime so called does not score above the best allocation of
+another regime tried beyond the noise (:func:`regime_ties`: a call its intervals do not
+support is not made).
 Regime labels are one type, :class:`Regime`, as the recommendation's labels are one type in
 ``race.analysis.decision``.
 
@@ -59,7 +62,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .bootstrap import BootstrapResult
+from .bootstrap import BootstrapResult, difference
 from .curves import final_scores
 from .joint import draw_replicates, study_matrix
 from .share_optimum import FLAT_MARGIN, MIN_VALID, Call, Located, locate_best, vertex_fit
@@ -285,6 +288,33 @@ def best_share(line: pd.DataFrame, boot: BootstrapResult, *, level: float = 0.95
         out.regime = Regime.NOT_IDENTIFIED
         out.notes.append("no allocation scores below the best beyond the noise: the response in p is flat within "
                          "the pilots' resolution")
+    else:
+        ties = regime_ties(line, reps, out.regime, level=level)
+        if ties:
+            out.notes.append(f"{out.regime} not identified: " + "; ".join(ties))
+            out.regime = Regime.NOT_IDENTIFIED
+    return out
+
+
+def regime_ties(line: pd.DataFrame, reps: np.ndarray, regime: Regime, *, level: float = 0.95) -> list[str]:
+    """Why ``regime`` is not identified on a line (sorted as :func:`best_share` sorts it, ``reps``
+    its replicates' columns in that order): per other regime present, its best allocation where
+    the best of ``regime`` does not score above it beyond the noise (paired); empty when every
+    other regime's best is below."""
+    y = line["score"].to_numpy(float)
+    reg = np.array([regime_of(float(r.p), float(r.search_share), float(r.feedback_share)) for r in line.itertuples()])
+    mine = np.flatnonzero(reg == regime)
+    if not mine.size:
+        return [f"no allocation tried is {regime}"]
+    a = mine[np.argmax(y[mine])]
+    out = []
+    for other in sorted(set(reg) - {regime}):
+        idx = np.flatnonzero(reg == other)
+        b = idx[np.argmax(y[idx])]
+        d = difference(y[a], y[b], reps[:, a], reps[:, b], level=level)
+        if d.lo <= 0:
+            out.append(f"its best (p {line['p'].iloc[a]:.2f}) minus the best {other} allocation "
+                       f"(p {line['p'].iloc[b]:.2f}) is {d.diff:+.3f} [{d.lo:+.3f}, {d.hi:+.3f}], within the noise")
     return out
 
 
@@ -313,5 +343,5 @@ def share_shift(bests: list[BestShare]) -> pd.DataFrame:
 
 
 __all__ = ["BestShare", "KNOBS", "MIN_LEVELS", "MIN_VALID", "REGIMES", "Regime", "SAME_P", "best_share", "best_shares",
-           "joint_cells", "regime_of", "run_shares",
+           "joint_cells", "regime_of", "regime_ties", "run_shares",
            "share_shift", "share_table"]
