@@ -315,3 +315,22 @@ def test_plan_prices_gangs_as_units_of_work(tmp_path):
     assert gang.est_wall_s == pytest.approx(list_schedule(sorted(units, reverse=True), 2))
     assert solo.est_wall_s == pytest.approx(list_schedule(sorted(secs.values(), reverse=True), 2))
     assert any("gang: 3 gang(s) of 2-3 members and 0 cell(s) alone" in n for n in gang.notes)
+
+
+def test_the_p_bracketing_configs_are_paths_through_p():
+    """configs/grid-pshare.yaml: 7 (m, num_iterations) settings per reward system (a rule and a PRM),
+    3 seeds, one nested run per cell; the target file: 2 settings per reward system, the pilots' seeds."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2] / "configs"
+    pilots, target = load_grid_spec(root / "grid-pshare.yaml"), load_grid_spec(root / "grid-pshare-target.yaml")
+    per = {}
+    for c in pilots.cells():
+        per.setdefault(c.allocation["reward"], set()).add((c.config.num_update_generations, c.config.num_iterations))
+    assert set(per) == {"rule:partial", "prm:prm-xs:min+partial"} and len(pilots.seeds) == 3
+    assert all(v == {(2, 1), (3, 1), (4, 1), (8, 1), (12, 1), (12, 2), (12, 4)} for v in per.values())
+    assert len(pilots.cells()) == 42 and {c.budget for c in pilots.cells()} == {8e11}
+    chosen = {(c.allocation["reward"], c.config.num_update_generations) for c in target.cells()}
+    assert chosen == {("rule:partial", 3), ("rule:partial", 8), ("prm:prm-xs:min+partial", 4),
+                      ("prm:prm-xs:min+partial", 8)}
+    assert target.seeds == pilots.seeds and {c.budget for c in target.cells()} == {3.2e12}
