@@ -84,6 +84,22 @@ def _set_path(data: dict[str, Any], path: str, value: Any) -> None:
     node[keys[-1]] = copy.deepcopy(value)
 
 
+def check_exclude(axes: dict[str, list[Any]], exclude: list[dict[str, Any]]) -> None:
+    """Raise ValueError unless every ``exclude[i].<axis>`` names an axis and only its values
+    (a value, or a list of them)."""
+    for i, entry in enumerate(exclude):
+        if not entry:
+            raise ValueError(f"exclude[{i}] is empty: name axis values, e.g. {{num_iterations: 4}}")
+        for axis, value in entry.items():
+            if axis not in axes:
+                raise ValueError(f"exclude[{i}].{axis}: not an axis of this grid (axes: {sorted(axes)})")
+            known = {json.dumps(v, sort_keys=True) for v in axes[axis]}
+            named = [value] if json.dumps(value, sort_keys=True) in known or not isinstance(value, list) else value
+            bad = [v for v in named if json.dumps(v, sort_keys=True) not in known]
+            if bad:
+                raise ValueError(f"exclude[{i}].{axis}: {bad} not among the axis's values {axes[axis]}")
+
+
 def excluded(spec: GridLike, allocation: dict[str, Any]) -> bool:
     """Whether an entry of the grid's ``exclude`` matches ``allocation`` on every axis it names
     (an entry's value matches the axis value it equals, or a list matches any value it holds)."""

@@ -40,7 +40,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError,
 
 from race.accounting.guard import is_budget
 from race.spec.errors import GridSpecError, format_errors, load_yaml_mapping
-from race.spec.cells import Cell, expand_cells
+from race.spec.cells import Cell, check_exclude, expand_cells
 from race.spec.race import RaceSettings, race_budgets
 from race.spec.run import RunConfig
 
@@ -221,7 +221,7 @@ class GridSpec(BaseModel):
         if overlap:
             raise ValueError(f"{sorted(overlap)} set in both base and axes: keep each setting in one place")
         self._check_overrides()
-        self._check_exclude()
+        check_exclude(self.axes, self.exclude)
         if self.gang and self.cell_fn != DEFAULT_CELL_FN:
             raise ValueError(f"gang: true trains with RACE's built-in engine, not cell_fn={self.cell_fn!r}: "
                              "set gang: false or drop cell_fn")
@@ -247,20 +247,6 @@ class GridSpec(BaseModel):
                     if path in self.axes:
                         raise ValueError(f"overrides.{axis}.{value}.{path}: {path} is an axis; an override may "
                                          "only set what no axis sweeps")
-
-    def _check_exclude(self) -> None:
-        """``exclude[i].<axis>``: the axis is swept and every value named is one of its values."""
-        for i, entry in enumerate(self.exclude):
-            if not entry:
-                raise ValueError(f"exclude[{i}] is empty: name axis values, e.g. {{num_iterations: 4}}")
-            for axis, value in entry.items():
-                if axis not in self.axes:
-                    raise ValueError(f"exclude[{i}].{axis}: not an axis of this grid (axes: {sorted(self.axes)})")
-                known = {json.dumps(v, sort_keys=True) for v in self.axes[axis]}
-                named = [value] if json.dumps(value, sort_keys=True) in known or not isinstance(value, list) else value
-                bad = [v for v in named if json.dumps(v, sort_keys=True) not in known]
-                if bad:
-                    raise ValueError(f"exclude[{i}].{axis}: {bad} not among the axis's values {self.axes[axis]}")
 
     # -- helpers -----------------------------------------------------------------------
     @property
