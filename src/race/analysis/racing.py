@@ -208,8 +208,7 @@ def readings(runs: pd.DataFrame, evals: pd.DataFrame, budget: "float | Callable[
                                                                    sub["budget"])}
     if len(set(canon.values())) < len(canon):  # two readings of one (allocation, seed, budget): keep them apart
         canon = {r: f"{c}#{r}" for r, c in canon.items()}
-    sub = sub.assign(allocation=sub["run_id"].map(name), run_id=sub["run_id"].map(canon), prefix_of=None
-                     ).sort_values("run_id", kind="mergesort")
+    sub = sub.assign(run_id=sub["run_id"].map(canon), prefix_of=None).sort_values("run_id", kind="mergesort")
     ev = evals[evals["run_id"].isin(set(canon))]
     ev = ev.assign(run_id=ev["run_id"].map(canon)).sort_values(["run_id", "target", "step", "flops"], kind="mergesort")
     return sub.reset_index(drop=True), ev.reset_index(drop=True)
