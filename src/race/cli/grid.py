@@ -233,7 +233,7 @@ def run(
     if spec.racing:
         for n in result.notes:
             con.print(f"[dim]note: {escape(n)}[/dim]")
-        con.print(f"race: {len(result.decisions)} of {len(spec.race.rungs)} rungs decided, {result.cells} cells, "
+        con.print(f"race: {len(result.decisions)} of {result.rungs} rungs decided, {result.cells} cells, "
                   f"{len(result.failed)} failed; pick: {result.pick or '-'}; study: {result.study_dir}"
                   + ("  (next: `race validate` continues the pick's pilot to the target)" if result.finished else ""))
         if result.failed:
