@@ -90,6 +90,7 @@ RUNS_EXTRA: dict[str, str] = {
     "extends": "for a racing run: the run id of the shorter run of its trajectory it continued (else empty)",
     "own_flops": "counted FLOPs this row's run executed itself: total_flops less the run it extends; 0 for a budget "
     "point the store read from a longer run (the FLOPs of every row sum to the study's, each counted once)",
+    "warmup_steps": "learning-rate warmup steps of the run's config (a racing study's step floor counts from them)",
 }
 RUNS_OPTIONAL: dict[str, str] = {
     "proxy_reward_trend": "slope of the proxy (training) reward over the run",

@@ -180,3 +180,34 @@ def test_trl_refusals_name_what_to_add(trl_dirs, tmp_path):
         _import([broken], tmp_path / "g")
     with pytest.raises(ImportRefused, match="prompts_per_step x num_generations"):  # 12 rows were not logged
         _import([trl_dirs["plain"]], tmp_path / "h", fields={"prompts_per_step": 3})
+
+
+def test_race_replay_reads_an_imported_trl_study(trl_dirs, tmp_path):
+    """TRL output directories imported as two allocations x two seeds, read at each step's
+    counted FLOPs (--budgets: each run's prefixes stand for the shorter runs): `race replay`
+    replays every design on them and `race report` shows its table."""
+    from race.grid import load_tables
+
+    manifest = tmp_path / "runs.csv"
+    rows = [f"{trl_dirs[d]},{d}-{lr},{seed},{lr}" for lr in ("0.001", "0.002") for d, seed in (("fixed", 0),
+                                                                                              ("plain", 1))]
+    manifest.write_text("path,run,seed,learning_rate\n" + "\n".join(rows) + "\n")
+    fields = [a for k, v in TRL_FIELDS.items() if k != "learning_rate" for a in ("--set", f"{k}={v}")]
+    runner = CliRunner(env={"COLUMNS": "200"})
+    base = ["import", str(manifest), "--format", "trl", "--eval-problems", str(EVAL_PROBLEMS), "--all-positions-head",
+            *fields]
+    res = runner.invoke(app, [*base, "--study-dir", str(tmp_path / "probe")])
+    assert res.exit_code == 0, res.output
+    ev = load_tables(tmp_path / "probe")["evals"]
+    levels = sorted({float(f) for f in ev["flops"] if f > 0})
+    res = runner.invoke(app, [*base, "--study-dir", str(tmp_path / "s"), "--budgets", ",".join(f"{b:.17g}"
+                                                                                              for b in levels)])
+    assert res.exit_code == 0, res.output
+    rep = runner.invoke(app, ["replay", str(tmp_path / "s"), "--json"])
+    assert rep.exit_code == 0, rep.output
+    out = json.loads(rep.output)
+    assert out["seeds"] == [0, 1] and len(out["reads"]) == len(levels) == STEPS and "default" in out["designs"]
+    assert all(r["pick"] in out["truth"] for r in out["designs"].values())
+    assert runner.invoke(app, ["report", str(tmp_path / "s"), "--n-boot", "20", "--n-boot-fit", "10"]).exit_code == 0
+    data = json.loads((tmp_path / "s" / "report" / "report.json").read_text())
+    assert set(data["sections"]["replay"]["data"]["designs"]) == set(out["designs"])

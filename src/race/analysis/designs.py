@@ -53,6 +53,7 @@ class Source(Protocol):
     target_budget: float
     names: list[str]  # allocations, in a fixed order
     seeds: list[int]  # seeds every allocation ran
+    target: str  # the evaluation target the designs read (e.g. greedy)
 
     def tables(self, reached: dict[tuple[int, int], int], budgets: "list[float] | dict[int, list[float]]",
                ) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -61,6 +62,9 @@ class Source(Protocol):
 
     def snap(self, budgets: list[float]) -> list[float]:
         """Budgets this source can read (a real study: its evaluated budgets), one per rung."""
+
+    def snap_up(self, budget: float) -> float:
+        """The least budget this source can read at or above ``budget`` (a step floor's)."""
 
     def min_budgets(self, floor_steps: int) -> dict[str, float]:
         """Per allocation the budget of its warmup + ``floor_steps`` steps (empty when unknown)."""
@@ -106,15 +110,21 @@ class DesignResult:
 
 def schedule_for(source: Source, rule: RacingRule, first_seeds: int, rungs: list[float] | None = None):
     """The rule's schedule on ``source`` (rungs snapped to what the source can read)."""
+    mins = source.min_budgets(rule.floor_steps) if rule.floor_steps > 0 else {}  # the baselines: no floor
     sched = rule.schedule(source.names, source.target_budget, first_seeds=first_seeds, rungs=rungs,
-                          min_budgets=source.min_budgets(rule.floor_steps), least_budget=source.least_budget(),
-                          strict=False)
+                          min_budgets=mins, least_budget=source.least_budget(), strict=False)
     snapped = source.snap(list(sched.budgets))
-    if snapped != list(sched.budgets):
+    snapped_mins = {a: source.snap_up(m) for a, m in sched.min_budgets.items()}
+    if snapped != list(sched.budgets) or snapped_mins != dict(sched.min_budgets):
         from race.spec.rungs import RungSchedule
 
-        sched = RungSchedule(sched.target_budget, tuple(snapped), sched.keep, sched.first_seeds, sched.later_seeds,
-                             dict(sched.min_budgets), sched.cap)
+        # rungs that fall on one read merge (the most cut of them), the first rung keeping every allocation;
+        # a floor moves up to the read that holds it
+        budgets = sorted(set(snapped))
+        keep = [min(k for b, k in zip(snapped, sched.keep) if b == u) for u in budgets]
+        keep[0] = sched.keep[0]
+        sched = RungSchedule(sched.target_budget, tuple(budgets), tuple(keep), sched.first_seeds, sched.later_seeds,
+                             snapped_mins, sched.cap)
     return sched
 
 
@@ -135,7 +145,7 @@ def race(source: Source, rule: RacingRule, first_seeds: int, rungs: list[float] 
     for j in range(len(budgets)):
         runs, evals = source.tables(reached, ladders)
         last = j == len(budgets) - 1
-        d = rung_decision(runs, evals, schedule=sched, rung=j, rule=rule, seed=seed,
+        d = rung_decision(runs, evals, schedule=sched, rung=j, target=source.target, rule=rule, seed=seed,
                           forecast=bool(forecast) or (forecast is None and last))
         decisions.append(d.as_dict())
         if last:
@@ -155,7 +165,7 @@ def race(source: Source, rule: RacingRule, first_seeds: int, rungs: list[float] 
 
 def _leader(source: Source, reached: dict, budgets: list[float], budget: float, among: list[str]) -> list[str]:
     runs, evals = source.tables(reached, budgets)
-    sc = observed_scores(prepare_runs(runs), evals, "greedy", budget, among)
+    sc = observed_scores(prepare_runs(runs), evals, source.target, budget, among)
     return sorted(sc, key=lambda a: (-sc[a], a))
 
 
@@ -163,15 +173,15 @@ def flat(source: Source, rule: RacingRule, first_seeds: int) -> DesignResult:
     runs, evals, budgets = source.flat()
     prepared = prepare_runs(runs)
     b = max(budgets)
-    pick = _leader_from(prepared, evals, b, source.names)
+    pick = _leader_from(prepared, evals, b, source.names, source.target)
     n_seeds = prepared.groupby("allocation")["seed"].nunique().max()
     T = source.target_budget
     return DesignResult(pick=pick, pilot=len(source.names) * n_seeds * sum(budgets) / T, reused=b / T,
                         alive_last=list(source.names))
 
 
-def _leader_from(prepared: pd.DataFrame, evals: pd.DataFrame, budget: float, names: list[str]) -> str:
-    sc = observed_scores(prepared, evals, "greedy", budget, names)
+def _leader_from(prepared: pd.DataFrame, evals: pd.DataFrame, budget: float, names: list[str], target: str) -> str:
+    sc = observed_scores(prepared, evals, target, budget, names)
     return min(sc, key=lambda a: (-sc[a], a))
 
 
@@ -192,7 +202,7 @@ def top_k(source: Source, rule: RacingRule, first_seeds: int) -> DesignResult:
     k = max(1, min(K, int(np.floor((cap + bl - K * s0 * b0) / (bl - b0) + 1e-9)))) if K > 1 and bl > b0 else K
     r = RacingRule(**{**rule.as_dict(), "rank": "observed", "pick": "observed", "keep_last": k, "eta": 1e9,
                       "floor_steps": 0})
-    out = race(source, r, first_seeds, [b0, bl], forecast=False)
+    out = race(source, r, first_seeds, [b0, bl] if bl > b0 else [bl], forecast=False)
     out.schedule = {**out.schedule, "k": k}
     return out
 
@@ -234,7 +244,13 @@ def brackets(source: Source, rule: RacingRule, first_seeds: int) -> DesignResult
     fit = [a0 for a0 in grid if unreused(a0) <= cap * (1 + 1e-9)]
     budgets = sorted(set(source.snap(list(geometric_rungs(fit[-1] if fit else lo, bl, len(keep_a))))))
     keep = list(keep_a[-len(budgets):]) if len(budgets) < len(keep_a) else list(keep_a)
-    mid, s = max(1, len(budgets) // 2), source.seeds[0]
+    s = source.seeds[0]
+    if len(budgets) < 2:  # the study's reads leave one rung: every allocation there, the best picked
+        reached = {(k, s): 0 for k in range(K)}
+        pick = _leader(source, reached, budgets, budgets[0], names)[0]
+        return DesignResult(pick=pick, pilot=K * budgets[0] / T, reused=budgets[0] / T, alive_last=list(names),
+                            schedule={"budgets": budgets, "keep": [K]})
+    mid = max(1, len(budgets) // 2)
     reached, alive = {(k, s): 0 for k in range(K)}, list(names)
     for j in range(len(budgets) - 1):
         alive = _leader(source, reached, budgets, budgets[j], alive)[: keep[j + 1]]

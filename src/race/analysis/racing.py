@@ -409,6 +409,10 @@ def rung_decision(runs: pd.DataFrame, evals: pd.DataFrame, *, schedule: RungSche
             rec.provenance = (f"the race's pick at its last rung ({budget:.3g} FLOPs, T/{T / budget:.3g}): {how}; its "
                               f"P(best) and expected regret are over all {len(rec.predictions)} allocations the study "
                               "ran, those stopped earlier at their last readings")
+            said = rec.decision  # recommend's words for a flat grid: its default is the leader here
+            rec.decision = said.replace("the observed winner at the largest pilot budget", "the observed leader at the "
+                                        "race's last rung").replace("the observed winner", "the observed leader")
+            rec.reasons = [rec.decision if r == said else r for r in rec.reasons]
     return RungDecision(rung=rung, budget=budget, next_budget=None if last else schedule.budgets[rung + 1],
                         target_budget=float(T), go_on=tuple(go_on), stopped=stopped, leader=leader, rows=rows,
                         rule=rule.as_dict(), exempt=tuple(exempt), schedule=schedule.as_dict(), recommendation=rec)

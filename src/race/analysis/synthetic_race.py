@@ -205,6 +205,7 @@ class WorldSource:
         self.target_budget = float(self.world.target_budget)
         self.names = allocation_names(self.world)
         self.seeds = list(self.world.seeds)
+        self.target = "greedy"
         self._cache: dict = {}
 
     def tables(self, reached: dict[tuple[int, int], int], budgets: "list[float] | dict[int, list[float]]",
@@ -214,6 +215,9 @@ class WorldSource:
 
     def snap(self, budgets: list[float]) -> list[float]:
         return list(budgets)
+
+    def snap_up(self, budget: float) -> float:
+        return float(budget)
 
     def min_budgets(self, floor_steps: int) -> dict[str, float]:
         return min_budgets(self.world, floor_steps)

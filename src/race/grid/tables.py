@@ -113,6 +113,7 @@ def _table_row(r: dict[str, Any], own: dict[str, list[dict[str, Any]]], study: s
         "lora_r": r["lora_r"], "engine": r["engine"], "label": r["label"], "attempts": r["attempts"],
         "error": r["error"], "conventions": run.get("conventions"),
         "prefix_of": r.get("prefix_of"), "extends": r.get("extends"), "allocation": r.get("allocation"),
+        "warmup_steps": (json.loads(r["spec_json"]) if r.get("spec_json") else {}).get("warmup_steps"),
         "own_flops": (0.0 if r.get("prefix_of") and is_read_prefix(r["run_id"], r["prefix_of"])
                       else total - (totals.get(r.get("extends") or "") or 0.0)) if done and total is not None
         else None,
@@ -158,8 +159,8 @@ def read_tables(store: Store) -> dict[str, "Any"]:
     for col in ("budget", "model_params", "total_flops", "own_flops", "rollout_flops", "learning_flops", "feedback_flops",
                 "wall_s", "zero_var_frac", "trunc_rate", "learning_rate"):
         runs_df[col] = pd.to_numeric(runs_df[col], errors="coerce").astype("float64")
-    for col in ("steps", "lora_r"):
-        runs_df[col] = runs_df[col].astype("Int64")
+    for col in ("steps", "lora_r", "warmup_steps"):
+        runs_df[col] = pd.to_numeric(runs_df[col], errors="coerce").astype("Int64")
 
     evals_df = pd.DataFrame.from_records(
         [{**{k: e[k] for k in ("run_id", "step", "flops", "target", "score", "n")},

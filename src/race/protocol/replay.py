@@ -27,6 +27,8 @@ from .errors import ReportError
 RTOL = 1e-6
 #: a rung within this (relative) of a read is read there (grid files round budgets: 6.6667e11 for T/3)
 SNAP_RTOL = 1e-4
+#: the fewest budgets (T included) a replayable study was read at
+MIN_READS = 3
 #: the first rung is also read at the study's budgets within this factor below it (the racing grid's nested reads)
 NESTED_SPAN = 4.0
 
@@ -68,9 +70,10 @@ class StudySource:
         self._runs = runs[runs["budget"].to_numpy(float) <= T * (1 + RTOL)]
         self._runs = self._runs[self._runs["seed"].isin(self.seeds)]
         self.reads = sorted(set(float(b) for b in self._runs["budget"]))
-        if len(self.reads) < 4:
-            raise ReportError(f"the study was read at {len(self.reads)} budget(s) up to T: replay needs several (8 or "
-                              "more, log-spaced: nested: true with budgets from about T/64 to T)")
+        if len(self.reads) < MIN_READS:
+            raise ReportError(f"the study was read at {len(self.reads)} budget(s) up to T: replay needs {MIN_READS} or "
+                              "more (8 or more log-spaced serve it best: nested: true with budgets from about T/64 "
+                              "to T)")
         self._by = {(a, int(s)): g for (a, s), g in self._runs.groupby(["allocation", "seed"])}
 
     # -- what a design reads ------------------------------------------------------------
@@ -86,6 +89,11 @@ class StudySource:
                 lower = [r for r in self.reads if r < out[j + 1]]
                 out[j] = lower[-1] if lower else out[j]
         return out
+
+    def snap_up(self, budget: float) -> float:
+        """The least read at or above ``budget`` (T when none is)."""
+        above = [r for r in self.reads if r >= budget * (1 - SNAP_RTOL)]
+        return above[0] if above else self.reads[-1]
 
     def tables(self, reached: dict[tuple[int, int], int], budgets: "list[float] | dict[int, list[float]]",
                ) -> tuple[pd.DataFrame, pd.DataFrame]:
