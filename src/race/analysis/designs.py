@@ -15,7 +15,7 @@ The designs (:data:`DESIGNS`), each at (at most) the default design's pilot comp
   observed winner at the largest: the naive rule the others are paired against;
 - ``keep-all``: every allocation, one seed, to the budget the cap buys, ``cap T / (K - 1)``
   (at most the last rung), the observed leader there;
-(The baselines as the literature runs them: no step floor.)
+(The baselines as the literature runs them: no step floor beyond the allocation's warmup.)
 
 - ``top-k``: the default schedule's first rung, then the ``k`` best by observed score straight
   to the last rung (Egele et al., arXiv 2307.15422), ``k`` as many as the cap allows;
@@ -110,7 +110,7 @@ class DesignResult:
 
 def schedule_for(source: Source, rule: RacingRule, first_seeds: int, rungs: list[float] | None = None):
     """The rule's schedule on ``source`` (rungs snapped to what the source can read)."""
-    mins = source.min_budgets(rule.floor_steps) if rule.floor_steps > 0 else {}  # the baselines: no floor
+    mins = source.min_budgets(rule.floor_steps)  # floor 0 (the baselines): judged once past warmup
     sched = rule.schedule(source.names, source.target_budget, first_seeds=first_seeds, rungs=rungs,
                           min_budgets=mins, least_budget=source.least_budget(), strict=False)
     snapped = source.snap(list(sched.budgets))
