@@ -18,9 +18,10 @@ import numpy as np
 import pandas as pd
 
 from .backtest import BackTest
-from .forecast import INTERVALS, check_min_logit_sd
 from .gate import what_to_change
 from .joint import StudyMatrix
+from .spread import check_min_logit_sd
+from .standings import INTERVALS
 
 class Label(str, Enum):
     """The recommendation's confidence label: its value is the text shown (``str()`` and
@@ -72,10 +73,10 @@ class ConfidenceRules:
     by default (the flat and nested grids have 1-3 pairs); ``pair_reach``: which pairs count
     (:class:`race.analysis.backtest.PairRule`, by ratio by default); ``trend_weight`` and
     ``trend_scale``: the local trend as a second forecaster in the replicates
-    (:class:`race.analysis.forecast.TrendMix`; off by default); ``interval``: how the
-    intervals are read from the replicates (``race.analysis.forecast.INTERVALS``: equal-tailed
+    (:class:`race.analysis.spread.TrendMix`; off by default); ``interval``: how the
+    intervals are read from the replicates (``race.analysis.standings.INTERVALS``: equal-tailed
     by default); ``min_logit_sd``: a floor on each forecast's replicate SD in logit
-    (``race.analysis.forecast.floor_spread``; 0, none, by default); the racing protocol sets
+    (``race.analysis.spread.floor_spread``; 0, none, by default); the racing protocol sets
     all six (``race.analysis.racing.RacingRule``)."""
 
     max_extrapolation: float = 10.0
@@ -86,10 +87,10 @@ class ConfidenceRules:
     lead_alpha: float = 0.05
     own_pairs: float = float("inf")  # back-test pairs from which the study's own error scale is used without the prior
     pair_reach: float | None = None  # back-test pairs by reach (x the target's), not by ratio (race.analysis.backtest.PairRule)
-    trend_weight: float = 0.0  # replicates drawn around the local trend (race.analysis.forecast.TrendMix); 0: none
+    trend_weight: float = 0.0  # replicates drawn around the local trend (race.analysis.spread.TrendMix); 0: none
     trend_scale: float = 1.0  # their spread, x the curve model's
-    interval: str = "equal-tailed"  # how lo/hi are read from the replicates (race.analysis.forecast.INTERVALS)
-    min_logit_sd: float = 0.0  # floor on each forecast's replicate SD in logit (race.analysis.forecast.floor_spread); 0: none
+    interval: str = "equal-tailed"  # how lo/hi are read from the replicates (race.analysis.standings.INTERVALS)
+    min_logit_sd: float = 0.0  # floor on each forecast's replicate SD in logit (race.analysis.spread.floor_spread); 0: none
 
     def __post_init__(self) -> None:
         if self.interval not in INTERVALS:
