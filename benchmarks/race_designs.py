@@ -67,7 +67,7 @@ def world_record(generator: str, seed: int, walk: float = 0.0, k: int = 4, rule_
     """One learning world's record (None for a null world): every design of
     ``race.analysis.designs.DESIGNS`` and the ``candidates`` on the same trajectories."""
     from race.analysis.designs import DESIGNS, race
-    from race.analysis.racing import RacingRule
+    from race.analysis.racing import FIRST_SEEDS, RacingRule
     from race.analysis.synthetic_race import WorldSource
 
     w = make_world(generator, seed, walk, k)
@@ -81,7 +81,7 @@ def world_record(generator: str, seed: int, walk: float = 0.0, k: int = 4, rule_
            "family": str(w.tags.get("family", "")), "families": {n: _family(w, i) for i, n in enumerate(names)},
            "designs": {}, "seconds": {}}
     base = json.loads(rule_json) if rule_json else {}
-    s0 = int(base.pop("first_seeds", 2))
+    s0 = int(base.pop("first_seeds", FIRST_SEEDS))
     rule = RacingRule(**base)
     for name, design in (DESIGNS.items() if baselines else ()):
         if name in skip:

@@ -90,7 +90,9 @@ def test_best_at_the_edge_falls_back_to_the_pilot_best_and_a_bracket_is_named():
     assert "smallest p tried, 0.50" in edge.text() and edge.regime is Regime.UPDATE_HEAVY
     br = best["rule:partial"]
     assert br.status == "bracketed" and (br.lo, br.hi) == (pytest.approx(0.6), pytest.approx(0.8))
-    assert br.text().startswith("bracketed between 0.60 and 0.80") and len({0.6, 0.7, 0.8}) < MIN_LEVELS
+    assert br.text() == "pilot best 0.70, p tried on both sides (0.60, 0.80); not located"
+    assert len({0.6, 0.7, 0.8}) < MIN_LEVELS
+    assert br.in_p.call == "located" and br.in_p.how == "bracket" and (br.in_p.lo, br.in_p.hi) == pytest.approx((0.6, 0.8))
     low = best["prm:prm-s"]
     assert low.status == "edge" and low.regime is Regime.FEEDBACK_HEAVY  # p 0.35, feedback 0.40, search 0.25
     shift = share_shift(list(best.values()))

@@ -156,6 +156,7 @@ def test_a_version_1_store_migrates(tmp_path):
     conn.commit()
     conn.close()
     with Store(tmp_path) as s:
-        assert s.schema_version() == 5
+        assert s.schema_version() == 6
+        assert s.race_schedule() is None  # schema 6: a racing study's schedule, none stored yet
         cols = {r[1] for r in s.conn.execute("PRAGMA table_info(runs)")}
     assert {"prefix_of", "prefix_step", "extends", "allocation"} <= cols and "final_json" not in cols  # schema 3 dropped it

@@ -237,3 +237,39 @@ def test_the_rule_counts_the_grids_later_seeds_and_refuses_a_contradiction():
         racing_rule({"later_seeds": 2}, 1)
     with pytest.raises(ReportError, match="unknown setting"):
         racing_rule({"no_such": 1}, 1)
+
+
+def _grid24(**race_changes):
+    """24 allocations (4 sizes x 3 group sizes x 2 rewards), rungs: auto, T = 2e13."""
+    g = grid(budgets=[], seeds=[0], protocol="race", require_budget_span=False,
+             race={"target_budget": 2e13, "rungs": "auto", **race_changes})
+    g["base"] = {**g["base"], "warmup_steps": 2, "eval": {**g["base"]["eval"], "num_points": 1}}
+    g["axes"] = {"model": ["tiny-xs", "tiny-s", "tiny-m", "tiny-l"], "num_generations": [2, 4, 8],
+                 "reward": ["rule", "rule:partial"]}
+    return g
+
+
+def test_the_plan_of_a_24_allocation_grid_prints_its_schedule_and_cost_evaluation_included(tmp_path):
+    from typer.testing import CliRunner
+
+    from race.cli.app import app
+    from race.protocol.racing import race_schedule
+    from race.spec.rungs import keep_counts
+
+    spec = grid_spec_from_dict(_grid24())
+    sched = race_schedule(spec)
+    assert len(spec.ladder(sched).names) == 24 and sched.keep == keep_counts(24) and sched.fits()
+    res = CliRunner(env={"COLUMNS": "250"}).invoke(app, ["grid", "plan", str(write_grid(tmp_path / "g.yaml",
+                                                                                           _grid24()))])
+    text = " ".join(res.output.split())
+    assert res.exit_code == 0, res.output
+    assert f"race schedule: {len(sched.budgets)} rungs" in text and "(24 ranked onto it)" in text
+    assert "not reused by the target run (cap 0.9 T)" in text and "evaluations" in text
+    for k in range(len(sched.budgets)):
+        assert f"rung {k} (T/" in text
+    # the cap that does not fit: the plan refuses the grid and says what would
+    res = CliRunner(env={"COLUMNS": "250"}).invoke(app, ["grid", "plan", str(write_grid(
+        tmp_path / "tight.yaml", _grid24(rule={"max_unreused": 0.05})))])
+    text = " ".join(res.output.split())
+    assert res.exit_code != 0 and "24 allocations do not fit the racing cap" in text
+    assert "Raise the cap (race.rule.max_unreused)" in text and "cut the grid to <=" in text

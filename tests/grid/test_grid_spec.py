@@ -244,6 +244,31 @@ def test_overrides_that_cannot_apply_are_refused_with_what_to_change():
     assert "both set beta" in _err(both)
 
 
+def test_exclude_leaves_axis_combinations_out_so_a_grid_can_be_a_path():
+    axes = {"model": ["tiny-xs", "tiny-s", "tiny-m"], "num_generations": [4, 8]}
+    full = {(c.allocation["model"], c.allocation["num_generations"], c.budget): c.run_id
+            for c in expand_grid(grid_spec_from_dict(grid(axes=axes)))}
+    # a list names any of its values; an entry must match on every axis it names
+    cut = expand_grid(grid_spec_from_dict(grid(axes=axes, exclude=[
+        {"model": ["tiny-xs", "tiny-s"], "num_generations": 8}, {"model": "tiny-m", "num_generations": 4}])))
+    kept = {(c.allocation["model"], c.allocation["num_generations"], c.budget): c.run_id for c in cut}
+    assert {k[:2] for k in kept} == {("tiny-xs", 4), ("tiny-s", 4), ("tiny-m", 8)}
+    assert all(full[k] == rid for k, rid in kept.items())  # the cells left keep their ids
+    assert len(cut) == 3 * 2 and [c.index for c in cut] == list(range(6))
+    # a value that is itself a list (an axis of lists) matches as a whole
+    lists = {"lora.target_modules": [["q_proj", "v_proj"], ["q_proj", "k_proj", "v_proj", "o_proj"]]}
+    one = expand_grid(grid_spec_from_dict(grid(axes=lists, exclude=[{"lora.target_modules": ["q_proj", "v_proj"]}])))
+    assert {tuple(c.allocation["lora.target_modules"]) for c in one} == {("q_proj", "k_proj", "v_proj", "o_proj")}
+
+
+def test_exclude_entries_that_cannot_apply_are_refused_with_what_to_change():
+    axes = {"model": ["tiny-xs", "tiny-s"], "num_generations": [4, 8]}
+    assert "not an axis" in _err(grid(axes=axes, exclude=[{"reward": "rule"}]))
+    assert "[16] not among the axis's values" in _err(grid(axes=axes, exclude=[{"num_generations": [4, 16]}]))
+    assert "exclude[0] is empty" in _err(grid(axes=axes, exclude=[{}]))
+    assert "leaves out every combination" in _err(grid(axes=axes, exclude=[{"model": ["tiny-xs", "tiny-s"]}]))
+
+
 def test_report_settings_default_off_and_refuse_typos():
     assert grid_spec_from_dict(grid()).report.count_rm_training is False
     spec = grid_spec_from_dict(grid(report={"count_rm_training": True}))
@@ -292,3 +317,22 @@ def test_plan_prices_gangs_as_units_of_work(tmp_path):
     assert gang.est_wall_s == pytest.approx(list_schedule(sorted(units, reverse=True), 2))
     assert solo.est_wall_s == pytest.approx(list_schedule(sorted(secs.values(), reverse=True), 2))
     assert any("gang: 3 gang(s) of 2-3 members and 0 cell(s) alone" in n for n in gang.notes)
+
+
+def test_the_p_bracketing_configs_are_paths_through_p():
+    """configs/grid-pshare.yaml: 7 (m, num_iterations) settings per reward system (a rule and a PRM),
+    3 seeds, one nested run per cell; the target file: 2 settings per reward system, the pilots' seeds."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2] / "configs"
+    pilots, target = load_grid_spec(root / "grid-pshare.yaml"), load_grid_spec(root / "grid-pshare-target.yaml")
+    per = {}
+    for c in pilots.cells():
+        per.setdefault(c.allocation["reward"], set()).add((c.config.num_update_generations, c.config.num_iterations))
+    assert set(per) == {"rule:partial", "prm:prm-xs:min+partial"} and len(pilots.seeds) == 3
+    assert all(v == {(2, 1), (3, 1), (4, 1), (8, 1), (12, 1), (12, 2), (12, 4)} for v in per.values())
+    assert len(pilots.cells()) == 42 and {c.budget for c in pilots.cells()} == {8e11}
+    chosen = {(c.allocation["reward"], c.config.num_update_generations) for c in target.cells()}
+    assert chosen == {("rule:partial", 3), ("rule:partial", 8), ("prm:prm-xs:min+partial", 4),
+                      ("prm:prm-xs:min+partial", 8)}
+    assert target.seeds == pilots.seeds and {c.budget for c in target.cells()} == {3.2e12}

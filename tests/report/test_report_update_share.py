@@ -60,6 +60,11 @@ def test_the_section_shows_score_against_p_the_best_p_and_the_regime(tmp_path):
     md = paths.markdown.read_text()
     assert "Update share: score against p" in md and "RACE's recommendation confidence" in md
     assert "at the grid's edge" in md and "p_policy" in md
+    # the model-free call in p and p_policy, as the analysis makes it (the PRM line falls with p: an edge)
+    assert "Where the best p lies" in md
+    assert [(b["in_p"]["call"], b["in_p_policy"]["text"]) for b in got] == [
+        (str(b.in_p.call), b.in_p_policy.text()) for b in want]
+    assert all(b["in_p"]["call"] == "edge-low" for b in prm) and "smallest p - best" in md
     shares = {round(r["p"], 3) for r in sec["data"]["allocations"]}
     assert shares == {0.55, 0.65, 0.75, 0.85, 0.4, 0.5, 0.6}
 

@@ -42,7 +42,7 @@ import pandas as pd
 
 from race.spec.rungs import geometric_rungs, keep_counts
 
-from .racing import RACE_FIRST_SEEDS, RACE_RUNGS, RacingRule, observed_scores, rung_decision
+from .racing import FIRST_SEEDS, RACE_FIRST_SEEDS, RACE_RUNGS, RacingRule, observed_scores, rung_decision
 from .recommend import Recommendation
 from .tables import prepare_runs
 
@@ -258,7 +258,7 @@ DESIGNS: dict[str, Callable[[Source, RacingRule, int], DesignResult]] = {
 }
 
 
-def run_designs(source: Source, rule: RacingRule | None = None, first_seeds: int = 2,
+def run_designs(source: Source, rule: RacingRule | None = None, first_seeds: int = FIRST_SEEDS,
                 names: list[str] | None = None) -> dict[str, DesignResult]:
     """Every design of :data:`DESIGNS` (or those named) on ``source``."""
     rule = rule or RacingRule()

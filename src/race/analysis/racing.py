@@ -54,6 +54,8 @@ RTOL = 1e-9  # budgets closer than this (relative) are the same rung
 #: benchmark's "forecast-gated race" baseline (``RacingRule(geometry="cap", rank="forecast")``)
 RACE_RUNGS = (1 / 64, 1 / 8, 1 / 3)
 RACE_FIRST_SEEDS = 2
+#: the first-rung seeds of the design frozen with :class:`RacingRule` (reach beats seeds: docs/analysis.md section 12)
+FIRST_SEEDS = 1
 RANKS = ("observed", "trend", "forecast")
 PICKS = ("observed", "forecast")
 GEOMETRIES = ("schedule", "cap")
@@ -72,7 +74,14 @@ class RacingRule:
     below this P(beats the leader) stops even with room), ``pick``: steps 3-6. ``later_seeds``:
     seeds each later rung continues. Forecast settings (the pick's interval and the odds):
     ``own_pairs``, ``pair_reach``, ``level``, ``n_boot``, ``method``, ``trend_weight``,
-    ``trend_scale``, ``interval``, ``min_logit_sd`` (:class:`race.analysis.decision.ConfidenceRules`)."""
+    ``trend_scale``, ``interval``, ``min_logit_sd`` (:class:`race.analysis.decision.ConfidenceRules`).
+
+    Frozen (a sixth time; this time the design, not only the interval) on the tuning generator
+    alone (``race.analysis.synthetic.random_world`` at K = 12 and 24, seeds 100000-100099),
+    with :data:`FIRST_SEEDS` seeds on the first rung: rank ``observed``, pick ``forecast``,
+    geometry ``schedule`` with eta 3 and keep_last 2, floor_steps 5, the cap 0.9 T; the
+    interval settings as the fifth freeze left them. How it was chosen and what it meets:
+    docs/analysis.md section 12."""
 
     rank: str = "observed"
     pick: str = "forecast"
@@ -199,8 +208,7 @@ def readings(runs: pd.DataFrame, evals: pd.DataFrame, budget: "float | Callable[
                                                                    sub["budget"])}
     if len(set(canon.values())) < len(canon):  # two readings of one (allocation, seed, budget): keep them apart
         canon = {r: f"{c}#{r}" for r, c in canon.items()}
-    sub = sub.assign(allocation=sub["run_id"].map(name), run_id=sub["run_id"].map(canon), prefix_of=None
-                     ).sort_values("run_id", kind="mergesort")
+    sub = sub.assign(run_id=sub["run_id"].map(canon), prefix_of=None).sort_values("run_id", kind="mergesort")
     ev = evals[evals["run_id"].isin(set(canon))]
     ev = ev.assign(run_id=ev["run_id"].map(canon)).sort_values(["run_id", "target", "step", "flops"], kind="mergesort")
     return sub.reset_index(drop=True), ev.reset_index(drop=True)
@@ -406,6 +414,6 @@ def rung_decision(runs: pd.DataFrame, evals: pd.DataFrame, *, schedule: RungSche
                         rule=rule.as_dict(), exempt=tuple(exempt), schedule=schedule.as_dict(), recommendation=rec)
 
 
-__all__ = ["GEOMETRIES", "PICKS", "RACE_FIRST_SEEDS", "RACE_RUNGS", "RANKS", "RacingRule", "RungDecision",
+__all__ = ["FIRST_SEEDS", "GEOMETRIES", "PICKS", "RACE_FIRST_SEEDS", "RACE_RUNGS", "RANKS", "RacingRule", "RungDecision",
            "alive_at", "floor_status", "observed_scores", "readings", "rule_from", "rung_decision", "spent_flops",
            "trend_scores"]

@@ -218,7 +218,7 @@ def run(
                 con.print()
     except (StudyLockedError, StoreError, ReportError) as e:
         _fail(str(e))
-    if _race_summary(con, spec, result) if spec.racing else _grid_summary(con, result):
+    if _race_summary(con, result) if spec.racing else _grid_summary(con, result):
         raise typer.Exit(1)
 
 
@@ -236,13 +236,13 @@ def _progress_view(study: str, ev: Any) -> Any:
     return t
 
 
-def _race_summary(con: Any, spec: Any, result: Any) -> bool:
+def _race_summary(con: Any, result: Any) -> bool:
     """Print a race's notes and outcome; whether a cell failed (the command then exits 1)."""
     from rich.markup import escape
 
     for n in result.notes:
         con.print(f"[dim]note: {escape(n)}[/dim]")
-    con.print(f"race: {len(result.decisions)} of {len(spec.race.rungs)} rungs decided, {result.cells} cells, "
+    con.print(f"race: {len(result.decisions)} of {result.rungs} rungs decided, {result.cells} cells, "
               f"{len(result.failed)} failed; pick: {result.pick or '-'}; study: {result.study_dir}"
               + ("  (next: `race validate` continues the pick's pilot to the target)" if result.finished else ""))
     return bool(result.failed)

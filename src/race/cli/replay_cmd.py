@@ -19,7 +19,8 @@ def replay(
                                                                "study's largest)")] = None,
     target: Annotated[Optional[str], typer.Option(help="evaluation target (default: the study's primary)")] = None,
     design: Annotated[Optional[list[str]], typer.Option("--design", help="replay only these designs (repeat)")] = None,
-    first_seeds: Annotated[int, typer.Option(min=1, help="seeds on the racing designs' first rung")] = 2,
+    first_seeds: Annotated[Optional[int], typer.Option(min=1, help="seeds on the racing designs' first rung (default: "
+                                                                  "the frozen design's, 1)")] = None,
     rule: Annotated[Optional[str], typer.Option(help="RacingRule fields as JSON, e.g. '{\"keep_last\": 3}'")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON instead of the table")] = False,
 ) -> None:

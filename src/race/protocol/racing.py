@@ -47,6 +47,7 @@ class RaceResult:
     study_dir: Path
     decisions: list[dict[str, Any]] = field(default_factory=list)  # RungDecision.as_dict() per rung decided
     cells: int = 0  # cells of every rung run (or found complete)
+    rungs: int = 0  # rungs of its schedule
     failed: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
@@ -159,7 +160,7 @@ def run_race(spec: GridSpec, study_dir: str | Path | None = None, *,
     sdir = (Path(study_dir) if study_dir is not None else default_study_dir(spec)).resolve()
     schedule = study_schedule(spec, sdir)
     ladder = spec.ladder(schedule)
-    out = RaceResult(study=spec.study, study_dir=sdir)
+    out = RaceResult(study=spec.study, study_dir=sdir, rungs=ladder.rungs)
     names: list[str] | None = None
     for rung in range(ladder.rungs):
         cells = ladder.cells(rung, names)

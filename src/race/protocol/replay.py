@@ -143,7 +143,7 @@ class StudySource:
 
 
 def replay(runs: pd.DataFrame, evals: pd.DataFrame, *, target: str = "greedy", target_budget: float | None = None,
-           designs: list[str] | None = None, rule: Any = None, first_seeds: int = 2, n_boot: int = 1000,
+           designs: list[str] | None = None, rule: Any = None, first_seeds: int | None = None, n_boot: int = 1000,
            seed: int = 0) -> dict[str, Any]:
     """Every design of :data:`race.analysis.designs.DESIGNS` (or those named) on the study's
     complete trajectories, scored against its own truth at T (module docstring). Returns
@@ -151,14 +151,14 @@ def replay(runs: pd.DataFrame, evals: pd.DataFrame, *, target: str = "greedy", t
     a row holding the pick, pilots / T, unreused / T, the regret with its paired 95% interval,
     whether the true best was alive at the last rung, and the design's schedule."""
     from race.analysis.designs import run_designs
-    from race.analysis.racing import RacingRule
+    from race.analysis.racing import FIRST_SEEDS, RacingRule
 
     src = StudySource(runs, evals, target, target_budget)
     truth, R = src.truth(n_boot, seed)
     best = max(truth, key=lambda a: (truth[a], a))
     out = {"target_budget": src.target_budget, "seeds": src.seeds, "reads": src.reads, "truth": truth, "best": best,
            "designs": {}}
-    results = run_designs(src, rule or RacingRule(), first_seeds, designs)
+    results = run_designs(src, rule or RacingRule(), FIRST_SEEDS if first_seeds is None else first_seeds, designs)
     for name, res in results.items():
         i = src.names.index(res.pick)
         reg = R.max(axis=1) - R[:, i]

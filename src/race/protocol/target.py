@@ -7,7 +7,8 @@ continued run, not the seed that happened to score best), is extended once more,
 target run starts where the pilot stopped, so the pilot's FLOPs are the target run's first
 part, charged once (the store marks the pilot ``prefix_of`` the target run). Beside it:
 
-- ``rivals``: the strongest rivals that reached the last rung, continued from their pilots
+- ``rivals``: the strongest rivals that reached the last rung (by the pick's forecast over
+  every allocation), continued from their pilots
   the same way (what the realised regret is measured against);
 - ``seeds``: more seeds where the user asks for them. A seed the first rung ran continues its
   first-rung run (at a constant learning rate that is the fresh run of that seed, step for
@@ -54,7 +55,8 @@ def validate_race(study: "Study | str | Path", *, target_budget: float | None = 
         raise ReportError(f"target budget {tb:.3g} is not above the last rung's {last:.3g}: the "
                           "target run continues the pick's pilot to a larger budget")
     rec = study.recommendation(target, tb, rng=rng)
-    allocs = choose_allocations(rec, rivals)
+    # the rivals raced to the last rung: their pilots are there to continue (the study's odds cover the rest)
+    allocs = choose_allocations(rec, rivals, [r["allocation"] for r in decisions[-1].get("rows", [])])
     try:
         cells = ladder.target_cells(allocs, tb, seeds)
     except ValueError as e:

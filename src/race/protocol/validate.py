@@ -52,9 +52,10 @@ class ValidationOutcome:
         return "complete" if self.result is not None and not self.failed and not self.refused else "incomplete"
 
 
-def choose_allocations(rec: Recommendation, rivals: int) -> list[str]:
-    """The recommendation, then the ``rivals`` candidates with the highest predicted score."""
-    others = [a for a in rec.predictions["allocation"] if a != rec.allocation]
+def choose_allocations(rec: Recommendation, rivals: int, among: Sequence[str] | None = None) -> list[str]:
+    """The recommendation, then the ``rivals`` candidates with the highest predicted score
+    (``among`` these only, when given: a racing study's allocations on its last rung)."""
+    others = [a for a in rec.predictions["allocation"] if a != rec.allocation and (among is None or a in among)]
     return [rec.allocation, *others[: max(0, int(rivals))]]
 
 

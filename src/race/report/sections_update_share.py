@@ -4,9 +4,12 @@ study's control variable, per budget and reward system.
 Renders :mod:`race.analysis.update_share` (the analysis, its labels and its fallback are
 there): a figure of score against p at each budget, one line per reward system with 95%
 intervals from the joint bootstrap; the best p per reward system (located with its
-interval, "bracketed between", or on the grid's edge) with the regime in the seed's terms
-beside RACE's confidence label; and per allocation its measured p, the p without the
-reward model's share, and its paired difference from the best of its line.
+interval, the pilot best with p tried on both sides, or on the grid's edge) with the regime in the seed's terms
+beside RACE's confidence label; the model-free call in p and in p_policy
+(:mod:`race.analysis.share_optimum`: located inside the range, flat, on an edge, not resolved)
+with the paired differences of the smallest and largest p from the best; and per allocation
+its measured p, the p without the reward model's share, and its paired difference from the
+best of its line.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from race.analysis.bootstrap import difference
+from race.analysis.share_optimum import FLAT_MARGIN, Call
 from race.analysis.update_share import BestShare, best_shares, share_shift, share_table
 
 from .doc import Context, Figure, KeyValues, Note, Section, Table, Text, figure
@@ -53,10 +57,17 @@ def update_share_section(ctx: Context) -> Section:
     rows = [[fmt_flops(b.budget), names[b.line], b.text(), str(b.regime), b.method, b.best_allocation,
              f"{b.best_p:.2f} / {b.best_p_policy:.2f}", str(b.n_points)] for b in bests]
     sec.add(Table(["budget", "line (reward system)", "best p", "regime", "how", "pilot best", "its p / p_policy",
-                   "points"], rows, "The best update share per line (located: vertex [95% interval]; bracketed: the "
-                        "pilot best's neighbours in p; edge: the best pilot is the smallest or largest p tried)"))
+                   "points"], rows, "The best update share per line, by the local fit (located: its vertex [95% "
+                        "interval], where the score also falls beyond the noise on both sides); else the pilot best, "
+                        "with the p tried next to it (by position, not by the intervals) or on the grid's edge"))
+    sec.add(Table(["budget", "line (reward system)", "in p", "in p_policy", "smallest p - best [95%]",
+                   "largest p - best [95%]"], _call_rows(table, boot, bests),
+                  "Where the best p lies, model-free: located inside the range where the score falls beyond the noise "
+                  "on both sides of every plausibly best point (the interval: the local fit's vertex inside those "
+                  "points, else the points themselves); flat where the 95% bound on the largest difference between "
+                  f"points is at most the margin ({FLAT_MARGIN:.2f}); otherwise on an edge or not resolved"))
     for b in bests:
-        for n in b.notes:
+        for n in b.notes + [n for c in (b.in_p, b.in_p_policy) if c is not None for n in c.notes]:
             sec.add(Note(f"{fmt_flops(b.budget)}, {names[b.line]}: {n}"))
     sec.add(Table(["budget", "allocation", "line", "p [seeds]", "p_policy", "feedback share", "score",
                    "95% interval", "vs the line's best [95%]"], _allocation_rows(ctx, table, boot, bests),
@@ -98,10 +109,31 @@ def _allocation_rows(ctx: Context, table: pd.DataFrame, boot: Any, bests: list[B
     return rows
 
 
+def _end_difference(table: pd.DataFrame, boot: Any, b: BestShare, which: int) -> str:
+    """The paired difference (the line's smallest (which=0) or largest (-1) p) - (its best), with its interval."""
+    g = table[(table["budget"] == b.budget) & (table["line"] == b.line)].sort_values(["p", "allocation"])
+    end = str(g["allocation"].iloc[which])
+    if end == b.best_allocation:
+        return "the best"
+    ia = boot.index_of(budget=b.budget, allocation=end)
+    ib = boot.index_of(budget=b.budget, allocation=b.best_allocation)
+    d = difference(float(boot.cells["score"].iloc[ia]), float(boot.cells["score"].iloc[ib]), boot.reps[:, ia],
+                   boot.reps[:, ib])
+    return f"p {float(g['p'].iloc[which]):.2f}: {d.diff:+.3f} {fmt_interval(d.lo, d.hi)}"
+
+
+def _call_rows(table: pd.DataFrame, boot: Any, bests: list[BestShare]) -> list[list[str]]:
+    names = line_names(table)
+    return [[fmt_flops(b.budget), names[b.line], b.in_p.text() if b.in_p else "-",
+             b.in_p_policy.text() if b.in_p_policy else "-", _end_difference(table, boot, b, 0),
+             _end_difference(table, boot, b, -1)] for b in bests]
+
+
 def share_figure(table: pd.DataFrame, bests: list[BestShare]) -> bytes:
     """Score against p, one panel per budget, one line per line of allocations (its reward system; points sorted by
     p, 95% interval bars); a star at a located best p (its interval as a horizontal bar), a
-    ring around a pilot-best fallback, a dotted bar across a bracket."""
+    ring around a pilot-best fallback, a dotted bar to the nearest points below it beyond the noise where
+    there are such points on both sides (the model-free call located it)."""
     budgets = sorted(table["budget"].unique())
     names = line_names(table)
     lines = sorted(table["line"].unique())
@@ -126,14 +158,15 @@ def share_figure(table: pd.DataFrame, bests: list[BestShare]) -> bytes:
                             ms=12, color=c, mec="black", capsize=4)
             else:
                 ax.plot([b.best_p], [b.best_score], "o", ms=13, mfc="none", mec=c, mew=1.5)
-                if b.status == "bracketed" and b.lo is not None and b.hi is not None:
-                    ax.hlines(b.best_score, b.lo, b.hi, colors=c, linestyles=":", lw=2)
+                if b.in_p is not None and b.in_p.call == Call.LOCATED:  # located by the points around it
+                    ax.hlines(b.best_score, b.in_p.lo, b.in_p.hi, colors=c, linestyles=":", lw=2)
         ax.set_xlabel("update share p = C_learning / C_total")
         ax.set_ylabel("score at equal FLOPs")
         ax.set_title(f"budget {fmt_flops(budget)}", fontsize=10)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7, loc="best")
-    fig.suptitle("star: located best p (bar: 95% interval); ring: pilot-best fallback (dotted: bracket)", fontsize=9)
+    fig.suptitle("star: located best p (bar: 95% interval); ring: pilot best (dotted: to the nearest points below it "
+                 "beyond the noise)", fontsize=9)
     fig.tight_layout()
     return to_png(fig)
 

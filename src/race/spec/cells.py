@@ -1,4 +1,4 @@
-"""Grid spec -> cells: the cartesian product of the axes x budgets x seeds.
+"""Grid spec -> cells: the product of the axes (less ``exclude``) x budgets x seeds.
 
 Expansion happens once per spec: :meth:`race.spec.grid.GridSpec.cells` keeps the result.
 With ``nested: true`` only the largest budget's cells run, each with ``eval.at_budgets``
@@ -119,6 +119,32 @@ def _set_path(data: dict[str, Any], path: str, value: Any) -> None:
     node[keys[-1]] = copy.deepcopy(value)
 
 
+def check_exclude(axes: dict[str, list[Any]], exclude: list[dict[str, Any]]) -> None:
+    """Raise ValueError unless every ``exclude[i].<axis>`` names an axis and only its values
+    (a value, or a list of them)."""
+    for i, entry in enumerate(exclude):
+        if not entry:
+            raise ValueError(f"exclude[{i}] is empty: name axis values, e.g. {{num_iterations: 4}}")
+        for axis, value in entry.items():
+            if axis not in axes:
+                raise ValueError(f"exclude[{i}].{axis}: not an axis of this grid (axes: {sorted(axes)})")
+            known = {json.dumps(v, sort_keys=True) for v in axes[axis]}
+            named = [value] if json.dumps(value, sort_keys=True) in known or not isinstance(value, list) else value
+            bad = [v for v in named if json.dumps(v, sort_keys=True) not in known]
+            if bad:
+                raise ValueError(f"exclude[{i}].{axis}: {bad} not among the axis's values {axes[axis]}")
+
+
+def excluded(spec: GridLike, allocation: dict[str, Any]) -> bool:
+    """Whether an entry of the grid's ``exclude`` matches ``allocation`` on every axis it names
+    (an entry's value matches the axis value it equals, or a list matches any value it holds)."""
+    def hit(want: Any, have: Any) -> bool:
+        key = json.dumps(have, sort_keys=True)
+        return json.dumps(want, sort_keys=True) == key or (
+            isinstance(want, list) and any(json.dumps(w, sort_keys=True) == key for w in want))
+    return any(all(hit(v, allocation[k]) for k, v in entry.items()) for entry in getattr(spec, "exclude", []) or [])
+
+
 def cell_data(spec: GridLike, allocation: dict[str, Any], budget: float, seed: int,
               at_budgets: list[float] | None = None) -> dict[str, Any]:
     """The RunConfig dict of one cell (before validation); ``at_budgets``: the smaller
@@ -219,7 +245,11 @@ def _leaves(d: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
 def expand_cells(spec: GridLike) -> list[Cell]:
     """Expand ``spec`` into validated cells (``GridSpec.cells`` calls this once)."""
     names = list(spec.axes)
-    combos = list(itertools.product(*(spec.axes[n] for n in names))) or [()]
+    combos = [c for c in itertools.product(*(spec.axes[n] for n in names)) if not excluded(spec, dict(zip(names, c)))]
+    if names and not combos:
+        raise GridSpecError(f"grid spec ({spec.source}): exclude leaves out every combination of the axes: "
+                            "remove an entry or add axis values")
+    combos = combos or [()]
     cells: list[Cell] = []
     errors: list[str] = []
     seen: dict[str, Cell] = {}

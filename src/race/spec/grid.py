@@ -2,10 +2,10 @@
 
 A grid file names a study, the FLOP budgets, the settings every cell shares (``base``),
 the axes to sweep (RunConfig field paths -> lists of values) and the seeds; the grid
-expands to ``axes x budgets x seeds`` runs (:mod:`race.spec.cells`), once, when it is
-validated. It also says how to
-run them (``runner``), how often to retry a failing cell, and which function runs a
-cell (``cell_fn``, default the RACE engine).
+expands to ``axes x budgets x seeds`` runs, less the axis combinations ``exclude`` lists
+(:mod:`race.spec.cells`), once, when it is validated. It also says how to run them
+(``runner``), how often to retry a failing cell, and which function runs a cell
+(``cell_fn``, default the RACE engine).
 
 ```yaml
 study: demo
@@ -16,6 +16,8 @@ axes:
   num_generations: [4, 8]
 overrides:                     # settings that follow an axis value (here: a learning rate per size)
   model: {tiny-m: {learning_rate: 3.0e-4}}
+exclude:                       # combinations of axis values left out of the product (a value or a list: any of)
+  - {model: tiny-xs, num_generations: 8}
 seeds: [0, 1]
 runner: {kind: local, workers: 2, threads_per_worker: 1}
 gang: false                    # true: LoRA cells of one base model train together (race.grid.gangs)
@@ -40,7 +42,7 @@ from race.accounting.guard import is_budget
 from race.accounting.errors import did_you_mean
 from race.spec.errors import SETTING_ALIASES, GridSpecError, format_errors, load_yaml_mapping, some_keys, submodel, \
     unknown_setting
-from race.spec.cells import Cell, expand_cells
+from race.spec.cells import Cell, check_exclude, expand_cells
 from race.spec.race import RaceSettings, race_budgets
 from race.spec.run import RunConfig
 
@@ -111,6 +113,10 @@ class GridSpec(BaseModel):
     overrides: dict[str, dict[str, dict[str, Any]]] = Field(
         default_factory=dict, description="axis -> axis value -> run settings for the cells with that value, "
         "e.g. {model: {tiny-m: {learning_rate: 3e-4}}} (a learning rate per size)")
+    exclude: list[dict[str, Any]] = Field(
+        default_factory=list, description="axis combinations left out of the product: each entry maps axes to a "
+        "value or a list of values (any of them), e.g. [{num_update_generations: [2, 4], num_iterations: 4}]; a "
+        "combination matching every axis of an entry is left out (a path through the axes instead of their product)")
     seeds: list[int] = Field(default_factory=lambda: [0], min_length=1)
     eval: dict[str, Any] | None = None
     engine: Literal["builtin", "trl"] | None = None
@@ -228,6 +234,7 @@ class GridSpec(BaseModel):
         if overlap:
             raise ValueError(f"{sorted(overlap)} set in both base and axes: keep each setting in one place")
         self._check_overrides()
+        check_exclude(self.axes, self.exclude)
         if self.gang and self.cell_fn != DEFAULT_CELL_FN:
             raise ValueError(f"gang: true trains with RACE's built-in engine, not cell_fn={self.cell_fn!r}: "
                              "set gang: false or drop cell_fn")
