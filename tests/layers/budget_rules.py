@@ -28,7 +28,8 @@ BUDGET_PRIMITIVES = {GUARD, "race.accounting.ledger"}
 #: Stops that are not budget stops (module -> why), allowed to set ``should_training_stop``.
 OTHER_STOPS = {"race.engines.trl.run_callback": "a diverged run (non-finite loss) stops, keeping its last checkpoint"}
 #: Orderings of a run's budget that decide nothing about FLOPs (module -> why).
-BUDGET_ORDERINGS = {"race.spec.run": "eval.at_budgets: a smaller budget against the run's (two budgets, no FLOPs)"}
+BUDGET_ORDERINGS = {"race.spec.run": "eval.at_budgets: a smaller budget against the run's (two budgets, no FLOPs)",
+                    "race.engines.common": "an extension: the shorter run's budget against the run's (two budgets)"}
 #: The package that owns every budget decision and every step bound (race.accounting.guard and
 #: the formulas it takes: race.accounting.trl_step's bounds call its step_bound).
 ACCOUNTING = "race.accounting"
