@@ -1,5 +1,6 @@
 """What gpu_check.py and its check modules share: the run's context and sizes, the
-tolerance, and the ``NotTested`` signal. Standard library only at import time."""
+tolerance, the ``NotTested`` signal and the devices' peak FLOP/s (MFU). Standard library
+only at import time (the project's peak table is imported when first asked)."""
 
 from __future__ import annotations
 
@@ -90,3 +91,51 @@ class Ctx:
                            attn_implementation="eager")
 
 
+# -- peak FLOP/s and MFU: the project's table when this tree has it (issue 24), else a local one --
+#: dense peak FLOP/s (no sparsity), used when race.engines.trl.utilisation is absent
+_PEAKS = (("H200", {"bfloat16": 989.4e12, "float16": 989.4e12, "float32": 66.9e12}),
+          ("H100 PCIe", {"bfloat16": 756.5e12, "float16": 756.5e12, "float32": 51.2e12}),
+          ("H100", {"bfloat16": 989.4e12, "float16": 989.4e12, "float32": 66.9e12}),
+          ("A100", {"bfloat16": 312e12, "float16": 312e12, "float32": 19.5e12}),
+          ("L40S", {"bfloat16": 362.1e12, "float16": 362.1e12, "float32": 91.6e12}))
+
+
+def _peak_flops(device_name: str, dtype: str) -> float | None:
+    """Dense peak FLOP/s of ``device_name`` (``torch.cuda.get_device_name``) at ``dtype``;
+    None when unknown (e.g. any CPU)."""
+    for key, table in _PEAKS:
+        if key.lower() in device_name.lower():
+            return table.get(dtype)
+    return None
+
+
+def _mfu(flops: float, seconds: float, peak: float) -> float:
+    """Achieved FLOP/s over peak FLOP/s: ``flops / seconds / peak``."""
+    return flops / seconds / peak
+
+
+def _project() -> tuple[Any, Any]:
+    """(the project's peak_flops, its mfu), or (None, the local mfu) in a tree without them."""
+    try:
+        from race.engines.trl.utilisation import mfu as project_mfu, peak_flops as project_peak
+    except ImportError:
+        return None, _mfu
+    return project_peak, project_mfu
+
+
+def mfu(flops: float, seconds: float, peak: float) -> float:
+    """MFU ``flops / seconds / peak``: the project's formula when this tree has it."""
+    return _project()[1](flops, seconds, peak)
+
+
+def peak_flops(device_name: str, dtype: str) -> tuple[float | None, str]:
+    """(peak FLOP/s, where it came from): the project's table, else the local one."""
+    project_peak = _project()[0]
+    if project_peak is not None:
+        try:
+            got = project_peak(device_name, dtype)
+        except Exception:  # a table that refuses this device/dtype: use the local one
+            got = None
+        if got:
+            return float(got), "race.engines.trl.utilisation"
+    return _peak_flops(device_name, dtype), "gpu_check_base (local table)"

@@ -15,48 +15,8 @@ import statistics
 import time
 from typing import Any
 
-from gpu_check_base import Ctx, NotTested
+from gpu_check_base import Ctx, NotTested, mfu, peak_flops
 from gpu_check_trl import dataset, grpo_args, lora_config, quiet, reward
-
-#: dense peak FLOP/s (no sparsity), used when race.engines.trl.utilisation is absent
-_PEAKS = (("H200", {"bfloat16": 989.4e12, "float16": 989.4e12, "float32": 66.9e12}),
-          ("H100 PCIe", {"bfloat16": 756.5e12, "float16": 756.5e12, "float32": 51.2e12}),
-          ("H100", {"bfloat16": 989.4e12, "float16": 989.4e12, "float32": 66.9e12}),
-          ("A100", {"bfloat16": 312e12, "float16": 312e12, "float32": 19.5e12}),
-          ("L40S", {"bfloat16": 362.1e12, "float16": 362.1e12, "float32": 91.6e12}))
-
-
-def _peak_flops(device_name: str, dtype: str) -> float | None:
-    """Dense peak FLOP/s of ``device_name`` (``torch.cuda.get_device_name``) at ``dtype``;
-    None when unknown (e.g. any CPU)."""
-    for key, table in _PEAKS:
-        if key.lower() in device_name.lower():
-            return table.get(dtype)
-    return None
-
-
-def _mfu(flops: float, seconds: float, peak: float) -> float:
-    """Achieved FLOP/s over peak FLOP/s: ``flops / seconds / peak``."""
-    return flops / seconds / peak
-
-
-try:  # the project's table when this tree has it (issue 24), else the local one above
-    from race.engines.trl.utilisation import mfu, peak_flops as _project_peak  # type: ignore[import-not-found]
-except ImportError:
-    _project_peak, mfu = None, _mfu
-
-
-def peak_flops(device_name: str, dtype: str) -> tuple[float | None, str]:
-    """(peak FLOP/s, where it came from): the project's table, else the local one."""
-    if _project_peak is not None:
-        try:
-            got = _project_peak(device_name, dtype)
-        except Exception:  # a table that refuses this device/dtype: use the local one
-            got = None
-        if got:
-            return float(got), "race.engines.trl.utilisation"
-    return _peak_flops(device_name, dtype), "gpu_check_perf (local table)"
-
 
 class Probe:
     """Per-step wall seconds (enclosing RACE's callback) and ``torch.cuda.synchronize``

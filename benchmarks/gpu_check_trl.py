@@ -1,7 +1,8 @@
 """gpu_check.py's exactness checks: the TRL drop-in's ledger (``conventions="torch"``) against
 what ``FlopCounterMode`` counts (``race.measure.Counter``) around TRL's own stages, and the
-built-in engine's ledger against its measured step. Helpers shared with
-``gpu_check_perf.py`` (trainer arguments, the dataset, the reward) live here too.
+built-in engine's ledger against its measured step. The trainer's setup that
+``gpu_check_perf.py`` times too (trainer arguments, the dataset, the reward) lives here;
+this module imports nothing of ``gpu_check_perf.py`` (the peak table is ``gpu_check_base``'s).
 
 How the measured side splits a step (as tests/engines/test_trl_measured.py does): a
 ``GRPOTrainer`` subclass counts ``_generate_single_turn`` (rollout), the grad-free
@@ -20,7 +21,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from gpu_check_base import TOLERANCE, Ctx, NotTested
+from gpu_check_base import TOLERANCE, Ctx, NotTested, peak_flops
 
 LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 PROMPTS = ["Q:1+2\nA:", "Q:12+30-4\nA:", "Q:3+4-5+6\nA:", "Q:9-1\nA:", "Q:25+17\nA:", "Q:8-3+40\nA:",
@@ -338,8 +339,6 @@ def check_builtin_step(ctx: Ctx) -> dict[str, Any]:
 def _phase_rates(records: Any, ctx: Ctx) -> dict[str, dict[str, float | None]]:
     """Per ledger phase: FLOPs, seconds, FLOP/s, tokens/s and MFU (FLOP/s over the device's
     dense peak at the run's dtype; None on a CPU or an unknown device)."""
-    from gpu_check_perf import peak_flops
-
     peak = None
     if ctx.cuda:
         import torch

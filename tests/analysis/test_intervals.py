@@ -1,4 +1,4 @@
-"""How an interval is read from the replicates (race.analysis.forecast: INTERVALS,
+"""How an interval is read from the replicates (race.analysis.standings: INTERVALS,
 shortest_interval, equal_tailed_interval, interval_bounds) and which one the racing rule's pick
 reads (the fourth freeze: the shortest)."""
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from race.analysis.decision import ConfidenceRules
-from race.analysis.forecast import INTERVALS, equal_tailed_interval, interval_bounds, shortest_interval, summarise
+from race.analysis.standings import INTERVALS, equal_tailed_interval, interval_bounds, shortest_interval, summarise
 from race.analysis.racing import RacingRule
 
 

@@ -1,4 +1,4 @@
-"""A floor on each forecast's replicate spread in logit (race.analysis.forecast.floor_spread;
+"""A floor on each forecast's replicate spread in logit (race.analysis.spread.floor_spread;
 ConfidenceRules.min_logit_sd, RacingRule.min_logit_sd): a column narrower than the floor is
 stretched about its point forecast to exactly the floor, wider columns are left alone, and the
 racing pick's replicates carry it."""
@@ -9,7 +9,7 @@ from scipy.special import expit
 
 from race.analysis.backtest import logit
 from race.analysis.decision import ConfidenceRules
-from race.analysis.forecast import floor_spread
+from race.analysis.spread import floor_spread
 from race.analysis.racing import RacingRule
 
 

@@ -1,4 +1,4 @@
-"""The local trend as a second forecaster (race.analysis.forecast: trend_forecast, mix_trend,
+"""The local trend as a second forecaster (race.analysis.spread: trend_forecast, mix_trend,
 TrendMix): the trend is a straight line in (ln C, logit) through the last stretch of the
 longest runs, the mixture moves a share of the replicates onto it, and with the mix off
 nothing changes."""
@@ -10,7 +10,7 @@ from scipy.special import expit
 
 from race.analysis.backtest import logit
 from race.analysis.decision import ConfidenceRules
-from race.analysis.forecast import TrendMix, mix_trend, trend_forecast
+from race.analysis.spread import TrendMix, mix_trend, trend_forecast
 from race.analysis.joint import StudyMatrix
 from race.analysis.racing import RacingRule
 

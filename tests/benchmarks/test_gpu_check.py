@@ -132,3 +132,37 @@ def test_builtin_step_in_bfloat16_with_float32_adapters(tmp_path, load_script):
     assert out["dtype"] == "bfloat16" and out["adapter_dtypes"] == ["torch.float32"]
     assert out["rates"]["rollout"]["tokens_per_s"] > 0 and out["rates"]["update"]["flop_per_s"] > 0
     assert out["rates"]["update"]["mfu"] is None  # no peak for a CPU
+
+
+def test_the_check_modules_import_in_one_direction():
+    """No import circle among gpu_check.py and its modules (imports inside functions count):
+    the shared pieces (context, sizes, tolerance, peak FLOP/s) live in gpu_check_base.py."""
+    import ast
+
+    mods = {p.stem: p for p in (ROOT / "benchmarks").glob("gpu_check*.py")}
+    edges = {m: {a.name.split(".")[0] for n in ast.walk(ast.parse(p.read_text())) if isinstance(n, ast.Import)
+                 for a in n.names} | {n.module.split(".")[0] for n in ast.walk(ast.parse(p.read_text()))
+                                       if isinstance(n, ast.ImportFrom) and n.module}
+             for m, p in mods.items()}
+    edges = {m: sorted(e & set(mods) - {m}) for m, e in edges.items()}
+    assert "gpu_check_perf" not in edges["gpu_check_trl"] and edges["gpu_check_base"] == []
+
+    def reaches(a: str, b: str, seen: frozenset = frozenset()) -> bool:
+        return any(n == b or (n not in seen and reaches(n, b, seen | {n})) for n in edges[a])
+
+    assert not [m for m in mods if reaches(m, m)], edges
+
+
+def test_the_peak_table_is_the_projects_with_a_local_fallback(load_script):
+    """peak_flops reads race.accounting.devices' table (an H100 in bf16); a device no table
+    knows has none; mfu is F / (t P)."""
+    load_script("benchmarks/gpu_check.py")
+    import gpu_check_base
+
+    from race.accounting.devices import peak_flops as project_peak
+
+    got, source = gpu_check_base.peak_flops("NVIDIA H100 80GB HBM3", "bfloat16")
+    assert got == project_peak("NVIDIA H100 80GB HBM3", "bfloat16") and got > 0
+    assert source == "race.engines.trl.utilisation"
+    assert gpu_check_base.peak_flops("cpu", "float32") == (None, "gpu_check_base (local table)")
+    assert gpu_check_base.mfu(6.0, 2.0, 3.0) == 1.0

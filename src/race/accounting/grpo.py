@@ -25,6 +25,9 @@ call (:func:`step_flops`, :func:`learning_flops`); the plan holds the policy's
 :class:`race.accounting.policy.PolicyCost` (shape, adapter, conventions). The keyword forms
 ``grpo_step_flops``, ``learning_components`` and ``uniform_step_flops``, which build a plan,
 live in :mod:`race.accounting.compat`.
+
+Kept whole (about 400 lines): the phases, a step's FLOPs and the StepPlan that carries their
+settings are one job, read together.
 """
 
 from __future__ import annotations

@@ -29,23 +29,18 @@ def compare_with_builtin(policy: PolicyCost, *, prompts: int, num_generations: i
     the output head (``.../head``): the layers agree wherever both run the same pass; the
     head runs at T positions per row in the built-in engine and at TRL's fused-head
     positions (S-1 on CPU, the real completion tokens with Triton)."""
-    shape, lora, conv = policy.shape, policy.lora, policy.conv
+    shape, conv = policy.shape, policy.conv
     G, P, T = num_generations, prompt_len, completion_len
     n, S = prompts * G, prompt_len + completion_len
     mu = num_iterations
     plan = TrlStepPlan(per_device_train_batch_size=n, num_generations=G, num_iterations=mu, beta=beta,
                        compact_head=compact_head)
-    needs_old = mu > 1  # both engines: the policy moves between the passes over one batch
     b_roll = rollout_components(policy, [P] * prompts, [T] * n, share_prompt=True)
     t_roll = rollout_components(policy, [P] * n, [T] * n, share_prompt=False)
-    rows: list[dict[str, Any]] = []
-
-    def row(key: str, b: int, t: int, why: str = "") -> None:
-        rows.append({"key": key, "builtin": int(b), "trl": int(t), "same": b == t, "why": "" if b == t else why})
-
-    row("rollout/prefill", b_roll["rollout/prefill"], t_roll["rollout/prefill"],
-        f"built-in prefills each prompt once and shares the KV cache across the G={G} samples; TRL prefills every row")
-    row("rollout/decode", b_roll["rollout/decode"], t_roll["rollout/decode"], "")
+    rows = [_row("rollout/prefill", b_roll["rollout/prefill"], t_roll["rollout/prefill"],
+                 f"built-in prefills each prompt once and shares the KV cache across the G={G} samples; TRL "
+                 "prefills every row"),
+            _row("rollout/decode", b_roll["rollout/decode"], t_roll["rollout/decode"], "")]
     # built-in: each prompt once for its group, completions over its keys (the last token not run)
     w_b = shared_prompt_work([P] * prompts, [T] * n, [G] * prompts, conventions=conv)
     w_t = sequence_work([S] * n, [plan.head_positions(S, T)] * n, conv)
@@ -54,34 +49,49 @@ def compare_with_builtin(policy: PolicyCost, *, prompts: int, num_generations: i
                 f"({'completion tokens' if compact_head else 'S-1: fused head on CPU'})")
     layers_why = (f"the built-in engine runs each prompt once for its G={G} completions and not the last completion "
                   f"token ({w_b.tokens} tokens through the layers against TRL's {w_t.tokens})")
-    lo = lora
-    fb, ft = _split(forward_components(shape, w_b, lora=lo, conventions=conv)), \
-        _split(forward_components(shape, w_t, lora=lo, conventions=conv))
+    rows += _learning_rows(policy, w_b, w_t, mu, beta, gradient_checkpointing, layers_why, head_why)
+    rec = 0
+    if gradient_checkpointing:
+        rec = mu * recompute_flops(shape, w_t, lora=policy.lora, conventions=conv, early_stop=True)
+    rows.append(_row("recompute/forward", 0, rec, "TRL checkpoints the decoder layers (hardware FLOPs, not charged); "
+                     "the built-in engine does not checkpoint"))
+    rows.append(_row("recompute/lm_head", 0, mu * terms.head_flops(w_t.logit_positions, shape.head_matrices()),
+                     "TRL's fused head recomputes the logits in its backward (hardware FLOPs, not charged)"))
+    return rows
+
+
+def _row(key: str, b: int, t: int, why: str = "") -> dict[str, Any]:
+    """One row of :func:`compare_with_builtin`: ``why`` kept only where the two differ."""
+    return {"key": key, "builtin": int(b), "trl": int(t), "same": b == t, "why": "" if b == t else why}
+
+
+def _learning_rows(policy: PolicyCost, w_b: Any, w_t: Any, mu: int, beta: float, gradient_checkpointing: bool,
+                   layers_why: str, head_why: str) -> list[dict[str, Any]]:
+    """The old-policy and reference log-probs (where they run: ``mu`` > 1, ``beta`` != 0) and
+    the update's forward and backward, layers and head apart, on the built-in engine's work
+    ``w_b`` and TRL's ``w_t``."""
+    shape, lora, conv = policy.shape, policy.lora, policy.conv
+    fb, ft = _split(forward_components(shape, w_b, lora=lora, conventions=conv)), \
+        _split(forward_components(shape, w_t, lora=lora, conventions=conv))
     ref_b, ref_t = _split(forward_components(shape, w_b, lora=None, conventions=conv)), \
         _split(forward_components(shape, w_t, lora=None, conventions=conv))
     irg_t = gradient_checkpointing and lora is not None
-    bb = _split(backward_components(shape, w_b, lora=lo, conventions=conv, inputs_require_grad=False))
-    bt = _split(backward_components(shape, w_t, lora=lo, conventions=conv, inputs_require_grad=irg_t))
-    if needs_old:
-        row("old_logprobs/layers", fb[0], ft[0], layers_why)
-        row("old_logprobs/head", fb[1], ft[1], head_why)
+    bb = _split(backward_components(shape, w_b, lora=lora, conventions=conv, inputs_require_grad=False))
+    bt = _split(backward_components(shape, w_t, lora=lora, conventions=conv, inputs_require_grad=irg_t))
+    rows = []
+    if mu > 1:  # both engines: the policy moves between the passes over one batch
+        rows += [_row("old_logprobs/layers", fb[0], ft[0], layers_why),
+                 _row("old_logprobs/head", fb[1], ft[1], head_why)]
     if beta != 0:
-        row("reference/layers", ref_b[0], ref_t[0], layers_why)
-        row("reference/head", ref_b[1], ref_t[1], head_why)
-    row("update/forward/layers", mu * fb[0], mu * ft[0], layers_why)
-    row("update/forward/head", mu * fb[1], mu * ft[1], head_why)
-    row("update/backward/layers", mu * bb[0], mu * bt[0], layers_why + (
-        "; with gradient checkpointing the embedding output requires grad, so TRL also runs layer-0 q/k/v input "
-        "gradients" if irg_t else ""))
-    row("update/backward/head", mu * bb[1], mu * bt[1], head_why)
-    rec = 0
-    if gradient_checkpointing:
-        rec = mu * recompute_flops(shape, w_t, lora=lo, conventions=conv, early_stop=True)
-    row("recompute/forward", 0, rec, "TRL checkpoints the decoder layers (hardware FLOPs, not charged); "
-        "the built-in engine does not checkpoint")
-    row("recompute/lm_head", 0, mu * terms.head_flops(w_t.logit_positions, shape.head_matrices()),
-        "TRL's fused head recomputes the logits in its backward (hardware FLOPs, not charged)")
-    return rows
+        rows += [_row("reference/layers", ref_b[0], ref_t[0], layers_why),
+                 _row("reference/head", ref_b[1], ref_t[1], head_why)]
+    return rows + [
+        _row("update/forward/layers", mu * fb[0], mu * ft[0], layers_why),
+        _row("update/forward/head", mu * fb[1], mu * ft[1], head_why),
+        _row("update/backward/layers", mu * bb[0], mu * bt[0], layers_why + (
+            "; with gradient checkpointing the embedding output requires grad, so TRL also runs layer-0 q/k/v input "
+            "gradients" if irg_t else "")),
+        _row("update/backward/head", mu * bb[1], mu * bt[1], head_why)]
 
 
 def builtin_same_shapes(policy: PolicyCost, generations: Iterable[tuple[int, int, int]], *, num_generations: int,

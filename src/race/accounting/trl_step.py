@@ -40,6 +40,9 @@ trl/kernels/chunked_logprob.py):
   when ``gradient_checkpointing_kwargs={"use_reentrant": True}``; with it transformers
   (and TRL, for PEFT) make the embedding output require grad, so layer 0's q/k/v input
   gradients run.
+
+Kept whole (about 390 lines): TRL's step priced call by call; its bounds and token counts read
+the same calls.
 """
 
 from __future__ import annotations

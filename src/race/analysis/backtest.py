@@ -66,21 +66,14 @@ import pandas as pd
 EPS = 1e-3
 PRIOR_SCALE = 2.25  # logit error per unit reach per unit (|slope| + c0) (tuning generator, seeds 1000-1199)
 # the prior and the misfit reach of the joint model's back-tests, set together on the tuning generator with every
-# world's pilots at six distances from the target (its own 4-16x, and moved to 1.25, 1.5, 2, 3 and 6x below it:
-# benchmarks/reach_calibration.py): on seeds 1000-1399 the pair whose worst coverage of the chosen allocation's 95%
-# interval over the six distances was nearest 95% (r_m in 0-1 by 0.25 and 0.6-0.8 by 0.1, s0 in 1.4-1.8 by 0.1 or
-# 0.2): 93.4-96.1%; confirmed on seeds 1400-1799: 93.0-95.2% (r_m = 0, s0 = 1.8, the values before: 95.4% at the
-# generator's own distances but 71.8% at 1.25x, 82.5% at 1.5x, 87.1% at 2x). The study's own back-tests hardly move
-# the prior (their scale does not predict the error at the target: benchmarks/interval_width.py), so the prior
-# carries the calibration; frozen
+# world's pilots at six distances from the target (benchmarks/reach_calibration.py; seeds 1000-1399, confirmed on
+# 1400-1799) and frozen; the prior carries the calibration (docs/analysis.md section 4, "Calibrated at every distance")
 JOINT_PRIOR_SCALE = 1.6
 JOINT_MISFIT_REACH = 0.7
 PRIOR_PAIRS = 2.0
 SLOPE_FLOOR = 0.1  # c0: logit per unit ln C
-# the slope factor |b| + c0 is capped here: on the tuning generator (seeds 1000-1599, the chosen allocation) the
-# 95th percentile of |logit error| / reach grows with |b| up to about 0.5 and not beyond (a curve rising faster in
-# logit is near its ceiling); uncapped, the fast risers got intervals from near 0 to 1 (benchmarks/interval_width.py:
-# median width 0.665 -> 0.618 at the same 95% coverage, upper bounds at 1.0 7.9% -> 4.9%); frozen
+# the slope factor |b| + c0 is capped here (the error per unit reach stops growing with |b| at about 0.5 on the tuning
+# generator); frozen (docs/analysis.md section 4, "Where the width comes from")
 SLOPE_CAP = 0.5
 
 

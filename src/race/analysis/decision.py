@@ -18,9 +18,10 @@ import numpy as np
 import pandas as pd
 
 from .backtest import BackTest
-from .forecast import INTERVALS, check_min_logit_sd
 from .gate import what_to_change
 from .joint import StudyMatrix
+from .spread import check_min_logit_sd
+from .standings import INTERVALS
 
 class Label(str, Enum):
     """The recommendation's confidence label: its value is the text shown (``str()`` and
@@ -51,20 +52,14 @@ class ConfidenceRules:
     """Thresholds of the decision and the label (:mod:`race.analysis.recommend`, steps 6-7) and of the gate.
 
     Set on the tuning generator (``race.analysis.synthetic.random_world``, seeds 1000+) and
-    frozen before any run of the test generator (``benchmarks/decision_quality.py``).
+    frozen before any run of the test generator (``benchmarks/decision_quality.py``); how each
+    was set, with the runs that set it, is in docs/analysis.md (sections 5 and 7).
 
-    ``switch_alpha`` 0.3 (a 70% paired lower bound): with the joint model and its back-test
-    prior (``JOINT_PRIOR_SCALE`` 1.75), the best of 0.05 / 0.1 / 0.2 / 0.3 on tuning seeds
-    1000-1199 (-0.0052 [-0.0115, -0.0000] against the observed winner; 0.05 never switched),
-    confirmed on fresh tuning seeds 1200-1799 before it was adopted (-0.0016 [-0.0035,
-    -0.0002], 6 switches in 500 learning worlds; ``benchmarks/joint_tuning.py``).
-
+    ``switch_alpha`` 0.3: the pick leaves the observed winner only when the 70% paired lower
+    bound of the candidate's gain over it is above 0 (``benchmarks/joint_tuning.py``).
     ``min_win_prob`` 0.9 is the label's promise, not a tuned level: "stable regime" claims
-    the pick is right in >= 90% of such calls, and P(best) from the joint replicates is
-    calibrated on the tuning generator (seeds 1000-1980, learning worlds with a forecast:
-    P(best) 0.8-0.9 -> best in 82% (mean P(best) 0.845), 0.9-0.95 -> 96%, >= 0.95 -> 100%),
-    so only calls whose own P(best) is >= 0.9 can keep that promise (0.8 let calls of 82%
-    accuracy in: 39/43 stable calls right there, 22/22 at 0.9; ``docs/analysis.md`` run 6).
+    the pick is right in >= 90% of such calls, and P(best) is calibrated, so only calls whose
+    own P(best) is >= 0.9 can keep it (docs/analysis.md section 7, run 6).
     ``lead_alpha`` 0.05: the one-sided 95% paired lower bound of the pick's observed lead
     over the runner-up at the largest pilot budget must be above 0 (:func:`lead_not_held`).
     ``own_pairs``: with this many back-test pairs at the target's reach ratio or more, the
@@ -72,10 +67,10 @@ class ConfidenceRules:
     by default (the flat and nested grids have 1-3 pairs); ``pair_reach``: which pairs count
     (:class:`race.analysis.backtest.PairRule`, by ratio by default); ``trend_weight`` and
     ``trend_scale``: the local trend as a second forecaster in the replicates
-    (:class:`race.analysis.forecast.TrendMix`; off by default); ``interval``: how the
-    intervals are read from the replicates (``race.analysis.forecast.INTERVALS``: equal-tailed
+    (:class:`race.analysis.spread.TrendMix`; off by default); ``interval``: how the
+    intervals are read from the replicates (``race.analysis.standings.INTERVALS``: equal-tailed
     by default); ``min_logit_sd``: a floor on each forecast's replicate SD in logit
-    (``race.analysis.forecast.floor_spread``; 0, none, by default); the racing protocol sets
+    (``race.analysis.spread.floor_spread``; 0, none, by default); the racing protocol sets
     all six (``race.analysis.racing.RacingRule``)."""
 
     max_extrapolation: float = 10.0
@@ -86,10 +81,10 @@ class ConfidenceRules:
     lead_alpha: float = 0.05
     own_pairs: float = float("inf")  # back-test pairs from which the study's own error scale is used without the prior
     pair_reach: float | None = None  # back-test pairs by reach (x the target's), not by ratio (race.analysis.backtest.PairRule)
-    trend_weight: float = 0.0  # replicates drawn around the local trend (race.analysis.forecast.TrendMix); 0: none
+    trend_weight: float = 0.0  # replicates drawn around the local trend (race.analysis.spread.TrendMix); 0: none
     trend_scale: float = 1.0  # their spread, x the curve model's
-    interval: str = "equal-tailed"  # how lo/hi are read from the replicates (race.analysis.forecast.INTERVALS)
-    min_logit_sd: float = 0.0  # floor on each forecast's replicate SD in logit (race.analysis.forecast.floor_spread); 0: none
+    interval: str = "equal-tailed"  # how lo/hi are read from the replicates (race.analysis.standings.INTERVALS)
+    min_logit_sd: float = 0.0  # floor on each forecast's replicate SD in logit (race.analysis.spread.floor_spread); 0: none
 
     def __post_init__(self) -> None:
         if self.interval not in INTERVALS:

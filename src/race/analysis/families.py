@@ -146,67 +146,91 @@ def fit_family(family: str, x: np.ndarray, y: np.ndarray, w: np.ndarray, r0: np.
     ``x_target``: ln C at which to forecast; ``at``: extra log-FLOPs to evaluate mu at
     (held-out points). Needs >= 2 distinct x for every family but ``constant``.
     """
-    at = np.asarray([] if at is None else at, dtype=float)
-    R = y.shape[0]
+    if family not in _FITS:
+        raise ValueError(f"unknown curve family {family!r}; choose from {FAMILIES}")
+    return _FITS[family](x, y, w, r0, x_ref, x_target, np.asarray([] if at is None else at, dtype=float))
+
+
+def _fit_constant(x, y, w, r0, x_ref, x_target, at) -> FamilyFit:
+    """The recent level: the weighted mean of the points at or above the median ln C."""
+    recent = x >= np.median(x)
+    c = (w[:, recent] * y[:, recent]).sum(axis=1) / np.maximum(w[:, recent].sum(axis=1), 1e-300)
+    mu = np.repeat(c[:, None], len(x), axis=1)
+    return FamilyFit("constant", c, np.repeat(c[:, None], len(at), axis=1), np.ones(y.shape[0], bool),
+                     binomial_deviance(y, mu, w), {"c": c})
+
+
+def _fit_loglinear(x, y, w, r0, x_ref, x_target, at) -> FamilyFit:
+    """A weighted least-squares line in ln C, clipped to [0, 1]."""
     sw = np.maximum(w.sum(axis=1), 1e-300)
-    if family == "constant":
-        recent = x >= np.median(x)
-        c = (w[:, recent] * y[:, recent]).sum(axis=1) / np.maximum(w[:, recent].sum(axis=1), 1e-300)
-        mu = np.repeat(c[:, None], len(x), axis=1)
-        return FamilyFit(family, c, np.repeat(c[:, None], len(at), axis=1), np.ones(R, bool),
-                         binomial_deviance(y, mu, w), {"c": c})
-    if family == "loglinear":
-        u = x - x_ref
-        mu_u = (w * u).sum(axis=1) / sw
-        mu_y = (w * y).sum(axis=1) / sw
-        suu = (w * (u - mu_u[:, None]) ** 2).sum(axis=1)
-        b = np.where(suu > 0, (w * (u - mu_u[:, None]) * (y - mu_y[:, None])).sum(axis=1) / np.maximum(suu, 1e-300), 0.0)
-        a = mu_y - b * mu_u
-        line = lambda xx: np.clip(a[:, None] + b[:, None] * (np.atleast_1d(xx)[None, :] - x_ref), 0.0, 1.0)  # noqa: E731
-        return FamilyFit(family, line(x_target)[:, 0], line(at), suu > 0, binomial_deviance(y, line(x), w),
-                         {"a": a, "b": b})
-    if family == "quadratic":
-        u = x - x_ref
-        X = np.stack([np.ones_like(u), u, u * u], axis=1)  # (n, 3)
-        A = np.einsum("rn,ni,nj->rij", w, X, X)
-        bvec = np.einsum("rn,ni,rn->ri", w, X, y)
-        ok = np.abs(np.linalg.det(A)) > 1e-12 * np.maximum(np.einsum("rii->r", A) ** 3, 1e-300)
-        coef = np.linalg.solve(A + (~ok)[:, None, None] * np.eye(3), bvec[..., None])[..., 0]  # (R, 3)
-        quad = lambda xx: np.clip(coef @ np.stack([np.ones_like(np.atleast_1d(xx)), np.atleast_1d(xx) - x_ref,  # noqa: E731
-                                                   (np.atleast_1d(xx) - x_ref) ** 2]), 0.0, 1.0)
-        return FamilyFit(family, quad(x_target)[:, 0], quad(at), ok & (len(np.unique(x)) >= 3),
-                         binomial_deviance(y, quad(x), w), {"coef": coef})
-    if family == "power":
-        lg = np.log(BETA_GRID)
-        lo, hi = lg[[0]], lg[[-1]]
-        shape = lambda th: np.minimum(np.exp(np.exp(th[..., :1]) * (x - x_ref)), 1.0)  # noqa: E731  (<= 1 on data)
-        k = _central_start(shape(lg[:, None]), y, w, r0)
-        th, a_k, dev = _zoom(np.repeat(lg[[k]][:, None], len(y), axis=0), np.array([lg[1] - lg[0]]), lo, hi, shape, y, w, r0)
-        beta = np.exp(th[:, 0])
-        fc = np.clip(r0 + a_k * np.exp(beta * (x_target - x_ref)), 0.0, 1.0)
-        fitted = np.clip(r0[:, None] + a_k[:, None] * np.exp(beta[:, None] * (at[None, :] - x_ref)), 0.0, 1.0)
-        edge = (th[:, 0] <= lo[0] + 1e-9) | (th[:, 0] >= hi[0] - 1e-9)
-        at_box = (np.abs(a_k + r0) < BOUND_TOL) | (np.abs(a_k + r0 - 1) < BOUND_TOL)
-        return FamilyFit(family, fc, fitted, ~edge & ~at_box, dev, {"alpha": a_k, "beta": beta})
-    if family == "sigmoid":
-        span = max(float(np.ptp(x)), np.log(4.0))
-        m_grid = np.linspace(x.min() - span, x.max() + span, M_STEPS)
-        lb_grid = np.log(B_GRID)
-        lo, hi = np.array([lb_grid[0], m_grid[0]]), np.array([lb_grid[-1], m_grid[-1]])
-        grid = np.stack(np.meshgrid(lb_grid, m_grid, indexing="ij"), -1).reshape(-1, 2)
-        shape = lambda th: expit(np.exp(th[..., :1]) * (x - th[..., 1:]))  # noqa: E731
-        k = _central_start(shape(grid), y, w, r0)
-        step = np.array([lb_grid[1] - lb_grid[0], m_grid[1] - m_grid[0]])
-        th, a_k, dev = _zoom(np.repeat(grid[[k]], len(y), axis=0), step, lo, hi, shape, y, w, r0)
-        b_k, m_k = np.exp(th[:, 0]), th[:, 1]
-        fc = r0 + a_k * expit(b_k * (x_target - m_k))
-        fitted = r0[:, None] + a_k[:, None] * expit(b_k[:, None] * (at[None, :] - m_k[:, None]))
-        asym = r0 + a_k
-        edge = ((th <= lo + 1e-9) | (th >= hi - 1e-9)).any(axis=1)
-        edge |= (asym < BOUND_TOL) | (asym > 1 - BOUND_TOL) | (m_k > x.max())
-        return FamilyFit(family, np.clip(fc, 0, 1), np.clip(fitted, 0, 1), ~edge, dev,
-                         {"a": asym, "b": b_k, "c_mid": np.exp(m_k)})
-    raise ValueError(f"unknown curve family {family!r}; choose from {FAMILIES}")
+    u = x - x_ref
+    mu_u = (w * u).sum(axis=1) / sw
+    mu_y = (w * y).sum(axis=1) / sw
+    suu = (w * (u - mu_u[:, None]) ** 2).sum(axis=1)
+    b = np.where(suu > 0, (w * (u - mu_u[:, None]) * (y - mu_y[:, None])).sum(axis=1) / np.maximum(suu, 1e-300), 0.0)
+    a = mu_y - b * mu_u
+    line = lambda xx: np.clip(a[:, None] + b[:, None] * (np.atleast_1d(xx)[None, :] - x_ref), 0.0, 1.0)  # noqa: E731
+    return FamilyFit("loglinear", line(x_target)[:, 0], line(at), suu > 0, binomial_deviance(y, line(x), w),
+                     {"a": a, "b": b})
+
+
+def _fit_quadratic(x, y, w, r0, x_ref, x_target, at) -> FamilyFit:
+    """A weighted least-squares parabola in ln C, clipped to [0, 1]; identified with a
+    well-conditioned normal matrix and >= 3 distinct ln C."""
+    u = x - x_ref
+    X = np.stack([np.ones_like(u), u, u * u], axis=1)  # (n, 3)
+    A = np.einsum("rn,ni,nj->rij", w, X, X)
+    bvec = np.einsum("rn,ni,rn->ri", w, X, y)
+    ok = np.abs(np.linalg.det(A)) > 1e-12 * np.maximum(np.einsum("rii->r", A) ** 3, 1e-300)
+    coef = np.linalg.solve(A + (~ok)[:, None, None] * np.eye(3), bvec[..., None])[..., 0]  # (R, 3)
+    quad = lambda xx: np.clip(coef @ np.stack([np.ones_like(np.atleast_1d(xx)), np.atleast_1d(xx) - x_ref,  # noqa: E731
+                                               (np.atleast_1d(xx) - x_ref) ** 2]), 0.0, 1.0)
+    return FamilyFit("quadratic", quad(x_target)[:, 0], quad(at), ok & (len(np.unique(x)) >= 3),
+                     binomial_deviance(y, quad(x), w), {"coef": coef})
+
+
+def _fit_power(x, y, w, r0, x_ref, x_target, at) -> FamilyFit:
+    """r0 + alpha exp(beta (ln C - ln C_ref)): beta on the grid :data:`BETA_GRID`, zoomed;
+    unidentified at the grid's edge or with an asymptote at 0 or 1."""
+    lg = np.log(BETA_GRID)
+    lo, hi = lg[[0]], lg[[-1]]
+    shape = lambda th: np.minimum(np.exp(np.exp(th[..., :1]) * (x - x_ref)), 1.0)  # noqa: E731  (<= 1 on data)
+    k = _central_start(shape(lg[:, None]), y, w, r0)
+    th, a_k, dev = _zoom(np.repeat(lg[[k]][:, None], len(y), axis=0), np.array([lg[1] - lg[0]]), lo, hi, shape, y, w, r0)
+    beta = np.exp(th[:, 0])
+    fc = np.clip(r0 + a_k * np.exp(beta * (x_target - x_ref)), 0.0, 1.0)
+    fitted = np.clip(r0[:, None] + a_k[:, None] * np.exp(beta[:, None] * (at[None, :] - x_ref)), 0.0, 1.0)
+    edge = (th[:, 0] <= lo[0] + 1e-9) | (th[:, 0] >= hi[0] - 1e-9)
+    at_box = (np.abs(a_k + r0) < BOUND_TOL) | (np.abs(a_k + r0 - 1) < BOUND_TOL)
+    return FamilyFit("power", fc, fitted, ~edge & ~at_box, dev, {"alpha": a_k, "beta": beta})
+
+
+def _fit_sigmoid(x, y, w, r0, x_ref, x_target, at) -> FamilyFit:
+    """r0 + a expit(b (ln C - m)): (ln b, m) on a grid (:data:`B_GRID`, :data:`M_STEPS`
+    midpoints around the data), zoomed; unidentified at the grid's edge, with an asymptote
+    at 0 or 1, or a midpoint past the data."""
+    span = max(float(np.ptp(x)), np.log(4.0))
+    m_grid = np.linspace(x.min() - span, x.max() + span, M_STEPS)
+    lb_grid = np.log(B_GRID)
+    lo, hi = np.array([lb_grid[0], m_grid[0]]), np.array([lb_grid[-1], m_grid[-1]])
+    grid = np.stack(np.meshgrid(lb_grid, m_grid, indexing="ij"), -1).reshape(-1, 2)
+    shape = lambda th: expit(np.exp(th[..., :1]) * (x - th[..., 1:]))  # noqa: E731
+    k = _central_start(shape(grid), y, w, r0)
+    step = np.array([lb_grid[1] - lb_grid[0], m_grid[1] - m_grid[0]])
+    th, a_k, dev = _zoom(np.repeat(grid[[k]], len(y), axis=0), step, lo, hi, shape, y, w, r0)
+    b_k, m_k = np.exp(th[:, 0]), th[:, 1]
+    fc = r0 + a_k * expit(b_k * (x_target - m_k))
+    fitted = r0[:, None] + a_k[:, None] * expit(b_k[:, None] * (at[None, :] - m_k[:, None]))
+    asym = r0 + a_k
+    edge = ((th <= lo + 1e-9) | (th >= hi - 1e-9)).any(axis=1)
+    edge |= (asym < BOUND_TOL) | (asym > 1 - BOUND_TOL) | (m_k > x.max())
+    return FamilyFit("sigmoid", np.clip(fc, 0, 1), np.clip(fitted, 0, 1), ~edge, dev,
+                     {"a": asym, "b": b_k, "c_mid": np.exp(m_k)})
+
+
+#: each family's fit (:func:`fit_family`)
+_FITS = {"constant": _fit_constant, "loglinear": _fit_loglinear, "quadratic": _fit_quadratic, "power": _fit_power,
+         "sigmoid": _fit_sigmoid}
 
 
 @dataclass
@@ -252,29 +276,8 @@ def select_and_forecast(x: np.ndarray, y: np.ndarray, w: np.ndarray, r0: np.ndar
     train, test = x <= cut, x > cut
     can_hold = train.sum() >= 3 and len(np.unique(x[train])) >= 2 and test.sum() >= 1
     full = {f: fit_family(f, x, y, w, r0, x_ref, x_target) for f in usable}
-    score = np.full((R, len(usable)), np.inf)
-    miss = np.zeros((R, len(usable)))  # held-out error (prediction - observed) per family
-    holdout: dict[str, float] = {}
-    for j, f in enumerate(usable):
-        if can_hold:
-            part = fit_family(f, x[train], y[:, train], w[:, train], r0, x_ref, x_target, at=x[test])
-            d = binomial_deviance(y[:, test], part.fitted, w[:, test])
-            wt = w[:, test]
-            miss[:, j] = (wt * (part.fitted - y[:, test])).sum(axis=1) / np.maximum(wt.sum(axis=1), 1e-300)
-            ok = full[f].identified  # held-out skill scores the procedure; identification gates the forecast
-            holdout[f] = float(np.mean(d))
-        else:
-            d = full[f].deviance + 2.0 * N_PARAMS[f]  # AIC-like penalty when nothing can be held out
-            ok = full[f].identified
-        score[:, j] = np.where(ok, d, np.inf)
-    # quasi-likelihood weights: deviance differences scaled by the dispersion phi of the best
-    # full fit (seed noise makes points vary more than binomially), exp(-0.5 delta / phi)
-    n_par = np.array([N_PARAMS[f] for f in usable])
-    full_dev = np.stack([full[f].deviance for f in usable], axis=1) / np.maximum(len(x) - n_par, 1)[None, :]
-    phi = np.maximum(np.min(np.where(np.isfinite(score), full_dev, np.inf), axis=1), 1.0)  # (R,)
-    rel = (score - score.min(axis=1, keepdims=True)) / phi[:, None]
-    weights = np.where(np.isfinite(score), np.exp(-0.5 * np.where(np.isfinite(rel), rel, 0.0)), 0.0)
-    weights /= weights.sum(axis=1, keepdims=True)  # "constant" is always identified: a finite row
+    score, miss, holdout = _holdout_scores(full, x, y, w, r0, x_ref, x_target, (train, test) if can_hold else None)
+    weights = _family_weights(score, full, len(x))
     forecasts = np.stack([full[f].forecast for f in usable], axis=1)
     if R == 1 or average:
         fc = (weights * forecasts).sum(axis=1)
@@ -292,3 +295,46 @@ def select_and_forecast(x: np.ndarray, y: np.ndarray, w: np.ndarray, r0: np.ndar
     bound_hits = {f: float(np.mean(~full[f].identified)) for f in usable if f in ("power", "sigmoid")}
     return Forecast(forecast=fc, family=idx, families=families, bound_hits=bound_hits, holdout=holdout,
                     selected_by_holdout=bool(can_hold))
+
+
+def _holdout_scores(full: dict[str, FamilyFit], x: np.ndarray, y: np.ndarray, w: np.ndarray, r0: np.ndarray,
+                    x_ref: float, x_target: float, split: tuple[np.ndarray, np.ndarray] | None,
+                    ) -> tuple[np.ndarray, np.ndarray, dict[str, float]]:
+    """Per replicate and family: (its score, inf where its full fit is unidentified; its mean
+    held-out error, prediction - observed; per family the mean held-out deviance). With
+    ``split`` (the masks of the fitting and the held-out points) the score is the held-out
+    deviance; without, the in-sample deviance plus 2 per parameter (AIC-like: nothing can be
+    held out)."""
+    usable = list(full)
+    R = y.shape[0]
+    score = np.full((R, len(usable)), np.inf)
+    miss = np.zeros((R, len(usable)))  # held-out error (prediction - observed) per family
+    holdout: dict[str, float] = {}
+    for j, f in enumerate(usable):
+        if split is not None:
+            train, test = split
+            part = fit_family(f, x[train], y[:, train], w[:, train], r0, x_ref, x_target, at=x[test])
+            d = binomial_deviance(y[:, test], part.fitted, w[:, test])
+            wt = w[:, test]
+            miss[:, j] = (wt * (part.fitted - y[:, test])).sum(axis=1) / np.maximum(wt.sum(axis=1), 1e-300)
+            ok = full[f].identified  # held-out skill scores the procedure; identification gates the forecast
+            holdout[f] = float(np.mean(d))
+        else:
+            d = full[f].deviance + 2.0 * N_PARAMS[f]  # AIC-like penalty when nothing can be held out
+            ok = full[f].identified
+        score[:, j] = np.where(ok, d, np.inf)
+    return score, miss, holdout
+
+
+def _family_weights(score: np.ndarray, full: dict[str, FamilyFit], n_points: int) -> np.ndarray:
+    """(R, families) quasi-likelihood weights: deviance differences scaled by the dispersion
+    phi of the best full fit (seed noise makes points vary more than binomially),
+    exp(-0.5 delta / phi), normalised per replicate."""
+    usable = list(full)
+    n_par = np.array([N_PARAMS[f] for f in usable])
+    full_dev = np.stack([full[f].deviance for f in usable], axis=1) / np.maximum(n_points - n_par, 1)[None, :]
+    phi = np.maximum(np.min(np.where(np.isfinite(score), full_dev, np.inf), axis=1), 1.0)  # (R,)
+    rel = (score - score.min(axis=1, keepdims=True)) / phi[:, None]
+    weights = np.where(np.isfinite(score), np.exp(-0.5 * np.where(np.isfinite(rel), rel, 0.0)), 0.0)
+    weights /= weights.sum(axis=1, keepdims=True)  # "constant" is always identified: a finite row
+    return weights

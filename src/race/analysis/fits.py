@@ -18,7 +18,7 @@ When the data end before C_mid (max C < C_mid) the asymptote A is an extrapolati
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -134,17 +134,7 @@ def fit_saturating(
         f = expit(np.exp(theta[0]) * (u - theta[1]))
         return _linear_box(f, y, bounds)[2]
 
-    if start is not None:
-        starts = [np.array([np.log(np.clip(start[0], *B_RANGE)), np.clip(np.log(start[1]), *lcm_bounds)])]
-    else:
-        grid = [
-            np.array([lb, lcm])
-            for lb in np.log(np.geomspace(0.2, 5.0, 6))
-            for lcm in np.linspace(u_min - span, u_max + span, 9)
-        ]
-        vals = np.array([objective(t) for t in grid])
-        starts = [grid[i] for i in np.argsort(vals, kind="mergesort")[:n_refine]]
-
+    starts = _starts(objective, start, (u_min - span, u_max + span), lcm_bounds, n_refine)
     best_theta, best_val, success = starts[0], objective(starts[0]), False
     for s in starts:
         res = minimize(objective, s, method="Nelder-Mead", bounds=[lb_bounds, lcm_bounds],
@@ -160,6 +150,21 @@ def fit_saturating(
         n_points=int(len(y)), c_min=float(c.min()), c_max=float(c.max()),
         A_identified=bool(c.max() >= c_mid), success=success,
     )
+
+
+def _starts(objective: Callable[[np.ndarray], float], start: tuple[float, float] | None,
+            lcm_range: tuple[float, float], lcm_bounds: tuple[float, float], n_refine: int) -> list[np.ndarray]:
+    """Nelder-Mead's starts in (ln B, ln C_mid): ``start`` (clipped into the bounds) alone,
+    else the ``n_refine`` best of a 6 x 9 grid (B in [0.2, 5], ln C_mid across ``lcm_range``)."""
+    if start is not None:
+        return [np.array([np.log(np.clip(start[0], *B_RANGE)), np.clip(np.log(start[1]), *lcm_bounds)])]
+    grid = [
+        np.array([lb, lcm])
+        for lb in np.log(np.geomspace(0.2, 5.0, 6))
+        for lcm in np.linspace(*lcm_range, 9)
+    ]
+    vals = np.array([objective(t) for t in grid])
+    return [grid[i] for i in np.argsort(vals, kind="mergesort")[:n_refine]]
 
 
 #: Nelder-Mead tolerance of bootstrap replicate fits (see ``fit_saturating``).

@@ -5,36 +5,38 @@ by the chosen method (the joint model by default: :mod:`race.analysis.joint_fore
 curve families: :mod:`race.analysis.families`), the others by their recent level or their
 straight line in ln C (``race.analysis.recommend.UNGATED``); each replicate then gets the
 extrapolation error measured by the study's own rolling-origin back-tests
-(:mod:`race.analysis.backtest`), scaled to the target's reach. The observed standings at a
-budget (:func:`standings`) and the predictions table (:func:`summarise`) live here too.
+(:func:`backtest_study`: :mod:`race.analysis.backtest` run on this module's point forecasts),
+scaled to the target's reach, then widened where the rules say so
+(:mod:`race.analysis.spread`: the spread floor and the trend mix). The predictions table
+read from the replicates, and the observed standings, are :mod:`race.analysis.standings`'s.
 """
 
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 from scipy.special import expit
 
 from .backtest import JOINT_MISFIT_REACH, JOINT_PRIOR_SCALE, PRIOR_SCALE, BackTest, PairRule, logit, run_backtest, slope_norm
-from .bootstrap import win_probabilities
 from .families import select_and_forecast
 from .joint import Replicates, StudyMatrix
 from .joint_forecast import forecast_joint, joint_fit_at
+from .spread import TrendMix, check_min_logit_sd, floor_spread, mix_trend, trend_forecast
+from .standings import INTERVALS, NEAR_BEST, equal_tailed_interval, interval_bounds, shortest_interval, standings, \
+    summarise
+
+#: this module's names and those it re-exports from race.analysis.standings and race.analysis.spread
+#: (split out of it by job; callers that import them from here keep working)
+__all__ = ["INTERVALS", "NEAR_BEST", "TrendMix", "backtest_study", "check_min_logit_sd", "equal_tailed_interval",
+           "floor_spread", "forecast_allocation", "forecast_parts", "forecasts", "interval_bounds", "mix_trend",
+           "point_forecast", "seed_offset_sd", "shortest_interval", "slope_of", "spend_share", "standings", "summarise",
+           "trend_forecast"]
 
 
 def spend_share(sm: StudyMatrix) -> float:
     """Median over runs of (FLOPs at the equal-FLOP reading) / budget."""
     share = sm.runs["end_flops"].to_numpy(float) / sm.runs["budget"].to_numpy(float)
     return float(np.clip(np.median(share), 1e-6, 1.0))
-
-
-def _runs_of(sm: StudyMatrix, allocation: str, max_budget: float | None = None) -> np.ndarray:
-    keep = sm.runs["allocation"] == allocation
-    if max_budget is not None:
-        keep &= sm.runs["budget"].to_numpy(float) <= max_budget * (1 + 1e-9)
-    return sm.runs.index[keep].to_numpy()
 
 
 def _anchor(sm: StudyMatrix, idx: np.ndarray, x: np.ndarray, y: np.ndarray, n: np.ndarray) -> float:
@@ -49,7 +51,7 @@ def point_forecast(sm: StudyMatrix, allocation: str, x_target: float, families: 
                    max_budget: float | None = None) -> tuple[float, float, float] | None:
     """(point forecast at ln C = ``x_target``, largest and smallest ln C fitted) from the runs at
     budgets <= ``max_budget`` (all runs by default); None without evaluation points."""
-    idx = _runs_of(sm, allocation, max_budget)
+    idx = sm.runs_of(allocation, max_budget)
     pts = sm.points[sm.points["run"].isin(idx).to_numpy()]
     if pts.empty:
         return None
@@ -64,7 +66,7 @@ def forecast_allocation(sm: StudyMatrix, reps: Replicates, allocation: str, x_ta
                         ) -> tuple[float, np.ndarray, dict]:
     """(point forecast, replicate forecasts (R,) without extrapolation noise, info);
     ``info["family"]`` is the family with the largest weight in the point fit."""
-    idx = _runs_of(sm, allocation)
+    idx = sm.runs_of(allocation)
     mask = sm.points["run"].isin(idx).to_numpy()
     pts = sm.points[mask]
     if pts.empty:
@@ -87,75 +89,6 @@ def forecast_allocation(sm: StudyMatrix, reps: Replicates, allocation: str, x_ta
             "x_max": float(x.max()), "x_min": float(x.min()), **{f"share_{f}": rep.share(f) for f in families},
             **{f"bound_{f}": v for f, v in rep.bound_hits.items()}}
     return float(point.forecast[0]), rep.forecast, info
-
-
-def standings(sm: StudyMatrix, reps: Replicates, allocations: list[str], budget: float) -> tuple[list[str], np.ndarray, np.ndarray]:
-    """Observed seed-mean scores at equal FLOPs at ``budget``: (allocations present, points, (R, k) replicates)."""
-    end_reps = reps.scores(sm.end_pp, sm.end)
-    names, pts, cols = [], [], []
-    for a in allocations:
-        idx = sm.runs.index[(sm.runs["allocation"] == a) & np.isclose(sm.runs["budget"].to_numpy(float), budget)]
-        if len(idx):
-            names.append(a)
-            pts.append(float(np.mean(sm.end[idx])))
-            cols.append(reps.cell_mean(end_reps, idx.to_numpy()))
-    return names, np.array(pts), np.column_stack(cols) if cols else np.empty((reps.n, 0))
-
-
-#: A pick whose regret at the target is at most this is right (the benchmark's and the label's threshold)
-NEAR_BEST = 0.01
-
-
-#: how an interval is read from the replicates (:func:`interval_bounds`): ``equal-tailed`` cuts
-#: (1 - level) / 2 from each tail; ``shortest`` is the narrowest interval holding ``level`` of them
-INTERVALS = ("equal-tailed", "shortest")
-
-
-def equal_tailed_interval(reps: np.ndarray, level: float) -> tuple[np.ndarray, np.ndarray]:
-    """(lo, hi) per column of (R, k) replicates: the (1 - level) / 2 and (1 + level) / 2
-    quantiles (linear interpolation between order statistics, ``np.quantile``'s default)."""
-    q = (1 - level) / 2
-    return np.quantile(reps, q, axis=0), np.quantile(reps, 1 - q, axis=0)
-
-
-def shortest_interval(reps: np.ndarray, level: float) -> tuple[np.ndarray, np.ndarray]:
-    """(lo, hi) per column of (R, k) replicates: the narrowest interval between two order
-    statistics that holds m = ceil(level x R) of the R replicates (the first such on a tie).
-    Convention: it holds at least ``level`` of the replicates and is never wider than the
-    equal-tailed interval's order statistics that hold as many; for a symmetric unimodal
-    sample it is close to the equal-tailed one, for a skewed one (a forecast pressed against 0
-    or 1 in score, or a mixture of two forecasters) it moves toward the dense side."""
-    reps = np.asarray(reps, dtype=float)
-    if reps.ndim != 2 or reps.shape[0] == 0:
-        raise ValueError(f"replicates must be a non-empty (R, k) array, got shape {reps.shape}")
-    r = reps.shape[0]
-    m = min(r, max(1, int(np.ceil(level * r - 1e-9))))
-    s = np.sort(reps, axis=0)
-    widths = s[m - 1:] - s[: r - m + 1]
-    i = np.argmin(widths, axis=0)
-    cols = np.arange(reps.shape[1])
-    return s[i, cols], s[i + m - 1, cols]
-
-
-def interval_bounds(reps: np.ndarray, level: float, interval: str = "equal-tailed") -> tuple[np.ndarray, np.ndarray]:
-    """(lo, hi) per column of (R, k) replicates, read as ``interval`` says (:data:`INTERVALS`)."""
-    if interval == "equal-tailed":
-        return equal_tailed_interval(reps, level)
-    if interval == "shortest":
-        return shortest_interval(reps, level)
-    raise ValueError(f"interval must be one of {INTERVALS}, got {interval!r}")
-
-
-def summarise(allocations: list[str], points: np.ndarray, reps: np.ndarray, level: float,
-              interval: str = "equal-tailed") -> pd.DataFrame:
-    """Predictions table: score, lo, hi (the ``interval`` at ``level``, :func:`interval_bounds`),
-    p_best, p_near_best (P(regret <= ``NEAR_BEST``): the share of replicates in which the
-    allocation is within 0.01 of the best), expected_regret (step 6)."""
-    lo, hi = interval_bounds(reps, level, interval)
-    regret = reps.max(axis=1, keepdims=True) - reps
-    return pd.DataFrame({"allocation": allocations, "score": points, "lo": lo, "hi": hi,
-                         "p_best": win_probabilities(reps), "p_near_best": (regret <= NEAR_BEST).mean(axis=0),
-                         "expected_regret": regret.mean(axis=0)})
 
 
 def backtest_study(sm: StudyMatrix, reps: Replicates, allocations: list[str],
@@ -221,118 +154,6 @@ def forecast_parts(sm: StudyMatrix, reps: Replicates, allocs: list[str], familie
     bt = backtest_study(sm, reps, allocs, families_of, target_ratio=float(np.median(reach / span)), pairs=pairs,
                         target_reach=float(np.median(reach)))
     return info_df, np.column_stack(cols), bt.effective(reach, info_df["factor"].to_numpy(float)), bt
-
-
-@dataclass(frozen=True)
-class TrendMix:
-    """A second forecaster beside the curve model: the local trend (:func:`trend_forecast`).
-
-    ``weight``: the share of replicates, per allocation, drawn around the trend forecast
-    instead of the curve model's (0: none, the curve model alone; the draws of the other
-    replicates are unchanged); ``scale``: those replicates deviate from the trend forecast by
-    ``scale`` x the curve model's deviation from its own point (its seeds, problems and
-    back-tested extrapolation error) in the same replicate. The point forecast stays the curve
-    model's; the interval and P(best) are read from the mixture, so where the two forecasters
-    disagree the interval spans both (model uncertainty the back-tests of one model do not see)."""
-
-    weight: float = 0.0
-    scale: float = 1.0
-
-    def __post_init__(self) -> None:
-        if not 0 <= self.weight <= 1:
-            raise ValueError(f"the trend weight (trend_weight) must be in [0, 1], got {self.weight!r}")
-        if not self.scale > 0:
-            raise ValueError(f"the trend scale (trend_scale) must be > 0, got {self.scale!r}")
-
-
-def trend_forecast(sm: StudyMatrix, allocation: str, x_target: float, min_points: int = 3) -> float | None:
-    """Logit of the allocation's local trend at ln C = ``x_target``: a straight line in
-    (ln C, logit score) through the evaluation points of its longest runs (the runs at its
-    largest budget) within the last d of ln C, d = ``x_target`` - their largest ln C (a window
-    as long as the reach). Slope: pooled within-run least squares (each run's own offset
-    removed, so seeds do not tilt it); level: the points' mean. None with fewer than
-    ``min_points`` points in the window, a window of no width, or no reach.
-
-    Where the curve model assumes saturation, the trend assumes the last stretch goes on as it
-    went: it is right about curves still rising at a steady or growing rate in logit (power
-    laws, log-linear growth) and wrong about curves about to bend; neither is known from the
-    pilots alone."""
-    idx = _runs_of(sm, allocation)
-    if not len(idx):
-        return None
-    b = sm.runs.loc[idx, "budget"].to_numpy(float)
-    idx = idx[b >= b.max() * (1 - 1e-9)]
-    pts = sm.points[sm.points["run"].isin(idx).to_numpy()]
-    if pts.empty:
-        return None
-    x = np.log(pts["flops"].to_numpy(float))
-    reach = float(x_target - x.max())
-    if not reach > 0:
-        return None
-    win = x >= x.max() - reach
-    x, y, run = x[win], logit(pts["score"].to_numpy(float)[win]), pts["run"].to_numpy()[win]
-    if len(x) < min_points or np.ptp(x) <= 0:
-        return None
-    xd, yd = x.copy(), y.copy()
-    for r in np.unique(run):
-        m = run == r
-        xd[m] -= x[m].mean()
-        yd[m] -= y[m].mean()
-    if not np.sum(xd**2) > 0:
-        return None
-    slope = float(np.sum(xd * yd) / np.sum(xd**2))
-    return float(y.mean() + slope * (x_target - x.mean()))
-
-
-def check_min_logit_sd(value, owner: str = "") -> float:
-    """``value`` as a replicate SD floor in logit (:func:`floor_spread`): a finite int or float
-    >= 0 (0: no floor); otherwise a ValueError naming ``owner``.min_logit_sd."""
-    if not (isinstance(value, (int, float)) and 0 <= value < float("inf")):
-        raise ValueError(f"{owner + '.' if owner else ''}min_logit_sd must be a finite number >= 0 (a logit SD, "
-                         f"0: no floor), got {value!r}")
-    return float(value)
-
-
-def floor_spread(logits: np.ndarray, points: np.ndarray, min_sd: float) -> np.ndarray:
-    """(R, k) logit replicates whose spread is at least ``min_sd``: in each column whose
-    replicate SD s (ddof 1, logit of the score) is below ``min_sd``, every replicate's
-    deviation from that column's point forecast (``points``, logit) is multiplied by
-    ``min_sd`` / s, so the column's SD becomes ``min_sd`` and its centre, order and skew are
-    kept; other columns (a column of equal replicates too: it has no shape to stretch), and
-    every column when ``min_sd`` is 0, are returned unchanged.
-
-    Why: a forecast whose replicates agree closely (a curve the model pins down: seeds,
-    problems and the back-tested extrapolation error all small) is still a forecast of a curve
-    family past its data, and the family is what is uncertain at reach. On the tuning
-    generator the pick's 95% interval missed 16% of worlds in the narrowest fifth of replicate
-    SDs (below 0.21) and 0.3% in the widest (``RacingRule``'s fifth freeze)."""
-    min_sd = check_min_logit_sd(min_sd)
-    logits = np.asarray(logits, dtype=float)
-    if min_sd == 0 or logits.shape[0] < 2:
-        return logits
-    sd = np.std(logits, axis=0, ddof=1)
-    low = (sd < min_sd) & (np.ptp(logits, axis=0) > 0)  # replicates all equal: no shape to stretch
-    if not low.any():
-        return logits
-    out = logits.copy()
-    centre = np.asarray(points, dtype=float)[low]
-    out[:, low] = centre + (min_sd / sd[low]) * (logits[:, low] - centre)
-    return out
-
-
-def mix_trend(logits: np.ndarray, points: np.ndarray, trends: list[float | None], mix: TrendMix,
-              gen: np.random.Generator) -> np.ndarray:
-    """(R, k) logit replicates of the mixture (:class:`TrendMix`): in each column with a trend
-    forecast t, a share ``mix.weight`` of the replicates (drawn independently per column) become
-    t + ``mix.scale`` (replicate - ``points``); the others are kept. No draw when the weight is 0."""
-    if mix.weight <= 0 or all(t is None for t in trends):
-        return logits
-    out = logits.copy()
-    pick = gen.random(logits.shape) < mix.weight
-    for i, t in enumerate(trends):
-        if t is not None:
-            out[pick[:, i], i] = t + mix.scale * (logits[pick[:, i], i] - points[i])
-    return out
 
 
 def forecasts(sm: StudyMatrix, reps: Replicates, allocs: list[str], families_of: dict, forecast_c: float,

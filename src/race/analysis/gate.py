@@ -43,6 +43,8 @@ replicates of the seed effect, so only the tested cells (the largest budget) are
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pandas as pd
 from scipy.special import digamma, expit, polygamma
@@ -220,17 +222,24 @@ def learning_gate(sm: StudyMatrix, reps: Replicates | None, allocations: list[st
     at ``df`` degrees of freedom; ``gain_lo/gain_hi`` the ``level`` t interval (for display).
     ``reason`` says why a row failed. ``reps`` is not needed (kept for the call signature).
     """
-    runs = sm.runs
-    k = max(1, len(allocations))
-    q = (1 - level) / 2
+    cells, ctl_cells = _gate_cells(sm.runs, allocations)
+    seed_var = _seed_variances(sm, cells, ctl_cells)
+    if df_rule not in ("size-safe", "welch"):
+        raise ValueError(f"df_rule must be 'size-safe' or 'welch', got {df_rule!r}")
+    test = _GateTest(alpha / max(1, len(allocations)), (1 - level) / 2, df_rule)
+    rows = [_gate_row(sm, alloc, idx, ctl_cells.get(alloc), seed_var, test) for alloc, idx in cells.items()]
+    return pd.DataFrame(rows, columns=GATE_COLUMNS)
+
+
+def _gate_cells(runs: pd.DataFrame, allocations: list[str]) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """(per allocation the run indices of its cell at its largest budget, per allocation that
+    is no control the random-reward control's runs on its model at that budget)."""
     cells: dict[str, np.ndarray] = {}
     for alloc in allocations:
         mine = runs[runs["allocation"] == alloc]
         if len(mine):
             b = float(mine["budget"].max())
             cells[alloc] = mine.index[mine["budget"] == b].to_numpy()
-    keys = [a for a, i in cells.items() if np.isfinite(sm.start[i]).all()]
-    gains = [sm.end[cells[a]] - sm.start[cells[a]] for a in keys]
     ctl_cells = {}
     for alloc, idx in cells.items():
         mine = runs.loc[idx]
@@ -238,65 +247,84 @@ def learning_gate(sm: StudyMatrix, reps: Replicates | None, allocations: list[st
                    & np.isclose(runs["budget"].to_numpy(float), float(mine["budget"].iloc[0]))]
         if len(ctl) and not is_control(mine).iloc[0]:
             ctl_cells[alloc] = ctl.index.to_numpy()
+    return cells, ctl_cells
+
+
+def _seed_variances(sm: StudyMatrix, cells: dict[str, np.ndarray],
+                    ctl_cells: dict[str, np.ndarray]) -> dict[str | tuple, tuple[float, float]]:
+    """(moderated seed variance, its df) of each cell's gains (:func:`moderated_seed_variances`,
+    pooled over the cells with a step-0 evaluation and the controls' end scores), keyed by
+    allocation and by a control's run indices."""
+    keys: list[str | tuple] = [a for a, i in cells.items() if np.isfinite(sm.start[i]).all()]
+    gains = [sm.end[cells[a]] - sm.start[cells[a]] for a in keys]
     seen = set()
     for cidx in ctl_cells.values():
         if tuple(cidx) not in seen:
             seen.add(tuple(cidx))
             keys.append(tuple(cidx))
             gains.append(sm.end[cidx])
-    seed_var = dict(zip(keys, moderated_seed_variances(gains)))
-    if df_rule not in ("size-safe", "welch"):
-        raise ValueError(f"df_rule must be 'size-safe' or 'welch', got {df_rule!r}")
+    return dict(zip(keys, moderated_seed_variances(gains)))
 
-    def kappa_at(nu: float) -> float:
-        return size_safe_inflation(int(np.floor(nu)), alpha / k) if df_rule == "size-safe" else 1.0
-    rows = []
-    for alloc, idx in cells.items():
-        mine = runs.loc[idx]
-        b = float(mine["budget"].iloc[0])
-        m = len(idx)
-        start, end = float(np.mean(sm.start[idx])), float(np.mean(sm.end[idx]))
-        row = dict(allocation=alloc, budget=b, start=start, end=end, n_seeds=m,
-                   end_flops=float(np.mean(mine["end_flops"])), control=None, control_diff=np.nan,
-                   control_lo=np.nan, control_hi=np.nan, control_z=np.nan, threshold_z=np.nan, df=np.nan)
-        if not np.isfinite(start):
-            row.update(gain=np.nan, gain_lo=np.nan, gain_hi=np.nan, gain_z=np.nan, passed=False,
-                       reason="no step-0 evaluation to compare with")
-            rows.append(row)
-            continue
-        start_pp = np.nanmean(sm.start_pp[idx], axis=0) if sm.start_pp is not None else None
-        pv, nu_p = _problem_var(sm, idx, start_pp)
-        gain = end - start
-        s2, nu_s = seed_var.get(alloc, (float("nan"), 0.0))
-        nu_s = int(np.floor(nu_s))
-        tz, se, df = t_test(gain, s2 / m, nu_s, pv, nu_p, kappa_at(nu_s))
-        thr = float(student_t.ppf(1 - alpha / k, df))
-        half = float(student_t.ppf(1 - q, df)) * se
-        row.update(gain=gain, gain_lo=gain - half, gain_hi=gain + half, gain_z=tz, threshold_z=thr, df=df)
-        passed = tz > thr
-        reason = "" if passed else f"gain {gain:+.3f} is within the noise (t {tz:.2f} <= {thr:.2f}, {df:.0f} df)"
-        if nu_s == 0 and m < 2:
-            reason += ("; one seed per cell: seed noise is NOT in the test" if reason else
-                       "one seed per cell: seed noise is NOT in the test")
-        if alloc in ctl_cells:
-            cidx = ctl_cells[alloc]
-            diff = end - float(np.mean(sm.end[cidx]))
-            ctl_pp = np.nanmean(sm.end_pp[cidx], axis=0) if sm.end_pp is not None else None
-            pvc, nu_pc = _problem_var(sm, idx, ctl_pp)
-            s2c, nu_c = seed_var.get(tuple(cidx), (s2, nu_s))
-            nu_sc = int(np.floor(min(nu_s, nu_c))) if nu_c > 0 else nu_s
-            cz, cse, cdf = t_test(diff, s2 / m + s2c / len(cidx), nu_sc, pvc, nu_pc, kappa_at(nu_sc))
-            cthr = float(student_t.ppf(1 - alpha / k, cdf))
-            chalf = float(student_t.ppf(1 - q, cdf)) * cse
-            row.update(control=f"random@{mine['model'].iloc[0]}", control_diff=diff, control_lo=diff - chalf,
-                       control_hi=diff + chalf, control_z=cz)
-            if passed and not cz > cthr:
-                passed = False
-                reason = (f"does not beat the random-reward control beyond the noise "
-                          f"({diff:+.3f}, t {cz:.2f} <= {cthr:.2f})")
-        row.update(passed=bool(passed), reason=reason)
-        rows.append(row)
-    return pd.DataFrame(rows, columns=GATE_COLUMNS)
+
+@dataclass(frozen=True)
+class _GateTest:
+    """The gate's one-sided t test at the Bonferroni level ``alpha_k`` (alpha / k) and its
+    display interval ((1 - level) / 2 in each tail), df by ``df_rule``."""
+
+    alpha_k: float
+    q: float
+    df_rule: str
+
+    def __call__(self, diff: float, seed_var: float, nu_s: int, prob_var: float,
+                 nu_p: int) -> tuple[float, float, float, float]:
+        """(t, Bonferroni threshold, half-width of the display interval, df) of ``diff``."""
+        kappa = size_safe_inflation(int(np.floor(nu_s)), self.alpha_k) if self.df_rule == "size-safe" else 1.0
+        tz, se, df = t_test(diff, seed_var, nu_s, prob_var, nu_p, kappa)
+        return tz, float(student_t.ppf(1 - self.alpha_k, df)), float(student_t.ppf(1 - self.q, df)) * se, df
+
+
+def _gate_row(sm: StudyMatrix, alloc: str, idx: np.ndarray, cidx: np.ndarray | None,
+              seed_var: dict[str | tuple, tuple[float, float]], test: _GateTest) -> dict:
+    """The gate's row of one allocation: its gain over step 0 tested against the noise, then
+    (with a control) its end score against the random-reward control's."""
+    mine = sm.runs.loc[idx]
+    b = float(mine["budget"].iloc[0])
+    m = len(idx)
+    start, end = float(np.mean(sm.start[idx])), float(np.mean(sm.end[idx]))
+    row = dict(allocation=alloc, budget=b, start=start, end=end, n_seeds=m,
+               end_flops=float(np.mean(mine["end_flops"])), control=None, control_diff=np.nan,
+               control_lo=np.nan, control_hi=np.nan, control_z=np.nan, threshold_z=np.nan, df=np.nan)
+    if not np.isfinite(start):
+        row.update(gain=np.nan, gain_lo=np.nan, gain_hi=np.nan, gain_z=np.nan, passed=False,
+                   reason="no step-0 evaluation to compare with")
+        return row
+    start_pp = np.nanmean(sm.start_pp[idx], axis=0) if sm.start_pp is not None else None
+    pv, nu_p = _problem_var(sm, idx, start_pp)
+    gain = end - start
+    s2, nu_s = seed_var.get(alloc, (float("nan"), 0.0))
+    nu_s = int(np.floor(nu_s))
+    tz, thr, half, df = test(gain, s2 / m, nu_s, pv, nu_p)
+    row.update(gain=gain, gain_lo=gain - half, gain_hi=gain + half, gain_z=tz, threshold_z=thr, df=df)
+    passed = tz > thr
+    reason = "" if passed else f"gain {gain:+.3f} is within the noise (t {tz:.2f} <= {thr:.2f}, {df:.0f} df)"
+    if nu_s == 0 and m < 2:
+        reason += ("; one seed per cell: seed noise is NOT in the test" if reason else
+                   "one seed per cell: seed noise is NOT in the test")
+    if cidx is not None:
+        diff = end - float(np.mean(sm.end[cidx]))
+        ctl_pp = np.nanmean(sm.end_pp[cidx], axis=0) if sm.end_pp is not None else None
+        pvc, nu_pc = _problem_var(sm, idx, ctl_pp)
+        s2c, nu_c = seed_var.get(tuple(cidx), (s2, nu_s))
+        nu_sc = int(np.floor(min(nu_s, nu_c))) if nu_c > 0 else nu_s
+        cz, cthr, chalf, _ = test(diff, s2 / m + s2c / len(cidx), nu_sc, pvc, nu_pc)
+        row.update(control=f"random@{mine['model'].iloc[0]}", control_diff=diff, control_lo=diff - chalf,
+                   control_hi=diff + chalf, control_z=cz)
+        if passed and not cz > cthr:
+            passed = False
+            reason = (f"does not beat the random-reward control beyond the noise "
+                      f"({diff:+.3f}, t {cz:.2f} <= {cthr:.2f})")
+    row.update(passed=bool(passed), reason=reason)
+    return row
 
 
 def what_to_change(gate: pd.DataFrame) -> str:

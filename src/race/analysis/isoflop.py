@@ -89,11 +89,7 @@ def fit_isoflop(
     if len(budgets) != 1:
         raise ValueError(f"fit_isoflop takes one budget, got {len(budgets)}; use isoflop_table")
     budget = float(budgets[0])
-    bs = bootstrap_cells(finals, ("model_params", "allocation"), n_boot=n_boot, rng=rng, over=over)
-    sizes = np.sort(bs.cells["model_params"].unique())
-    cols = [np.flatnonzero(bs.cells["model_params"].to_numpy() == s) for s in sizes]
-    point = np.array([bs.cells["score"].to_numpy()[c].max() for c in cols])
-    reps = np.column_stack([bs.reps[:, c].max(axis=1) for c in cols])  # (n_boot, n_sizes)
+    sizes, point, reps = _best_per_size(finals, n_boot, rng, over)
     warnings: list[str] = []
     base = dict(budget=budget, condition=condition, sizes=[float(s) for s in sizes],
                 scores=[float(v) for v in point], level=level)
@@ -103,13 +99,7 @@ def fit_isoflop(
                           opt_score=None, frac_valid=None, warnings=warnings, **base)
     x = np.log(sizes)
     coef = np.polyfit(x, point, 2)
-    rep_coef = np.polyfit(x, reps.T, 2)  # (3, n_boot)
-    if len(sizes) > 3:  # the parabola's own misfit: residual variance s^2 (X'X)^-1 on every replicate
-        X = np.vander(x, 3)
-        s2 = float(np.sum((point - X @ coef) ** 2) / (len(sizes) - 3))
-        cov = s2 * np.linalg.inv(X.T @ X)
-        rep_coef = rep_coef + as_rng(rng).multivariate_normal(np.zeros(3), cov, size=rep_coef.shape[1]).T
-    rep_vertex = _vertex(rep_coef)
+    rep_vertex = _vertex(_replicate_coefs(x, point, reps, coef, rng))
     valid = np.isfinite(rep_vertex)
     frac_valid = float(valid.mean()) if len(rep_vertex) else 0.0
     opens_upward = bool(coef[0] >= 0)
@@ -119,21 +109,7 @@ def fit_isoflop(
         ci_low, ci_high = (float(np.exp(v)) for v in np.quantile(rep_vertex[valid], [q, 1 - q]))
     if frac_valid < 0.9:
         warnings.append(f"only {frac_valid:.0%} of bootstrap replicates have a maximum: the optimum is poorly determined")
-    opt_params = opt_score = None
-    if opens_upward:
-        edge = "largest" if point[-1] >= point[0] else "smallest"
-        warnings.append(f"parabola opens upward (no interior optimum): the {edge} size scores best; "
-                        f"extend the grid beyond it")
-    else:
-        xv = float(_vertex(coef))
-        opt_params, opt_score = float(np.exp(xv)), float(np.polyval(coef, xv))
-        if xv < x[0] or xv > x[-1]:
-            side = "below the smallest" if xv < x[0] else "above the largest"
-            warnings.append(f"optimum N*={opt_params:.3g} lies outside the grid ({side} size "
-                            f"{sizes[0] if xv < x[0] else sizes[-1]:.3g}): extend the grid")
-        elif xv < (x[0] + x[1]) / 2 or xv > (x[-2] + x[-1]) / 2:
-            warnings.append(f"optimum N*={opt_params:.3g} is at the edge of the grid: the grid is not "
-                            f"centred on it")
+    opt_params, opt_score = _optimum(coef, x, sizes, point, warnings)
     located = None if opt_params is None else len(sizes) > 3
     if opt_params is not None and len(sizes) == 3:
         if point[1] > max(point[0], point[2]):
@@ -147,6 +123,52 @@ def fit_isoflop(
     return IsoFLOPFit(coef=[float(c) for c in coef], opens_upward=opens_upward, opt_params=opt_params,
                       ci_low=ci_low, ci_high=ci_high, opt_score=opt_score, frac_valid=frac_valid,
                       warnings=warnings, located=located, **base)
+
+
+def _best_per_size(finals: pd.DataFrame, n_boot: int, rng: np.random.Generator | int | None,
+                   over: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(model sizes ascending, the best allocation's score per size, (n_boot, n_sizes) its
+    bootstrap replicates: the best cell of each size in each replicate)."""
+    bs = bootstrap_cells(finals, ("model_params", "allocation"), n_boot=n_boot, rng=rng, over=over)
+    sizes = np.sort(bs.cells["model_params"].unique())
+    cols = [np.flatnonzero(bs.cells["model_params"].to_numpy() == s) for s in sizes]
+    point = np.array([bs.cells["score"].to_numpy()[c].max() for c in cols])
+    reps = np.column_stack([bs.reps[:, c].max(axis=1) for c in cols])  # (n_boot, n_sizes)
+    return sizes, point, reps
+
+
+def _replicate_coefs(x: np.ndarray, point: np.ndarray, reps: np.ndarray, coef: np.ndarray,
+                     rng: np.random.Generator | int | None) -> np.ndarray:
+    """(3, n_boot) parabola coefficients of the replicates; with more than three sizes each
+    gets the parabola's own misfit too (a normal draw with residual covariance s^2 (X'X)^-1)."""
+    rep_coef = np.polyfit(x, reps.T, 2)  # (3, n_boot)
+    if len(x) > 3:  # the parabola's own misfit: residual variance s^2 (X'X)^-1 on every replicate
+        X = np.vander(x, 3)
+        s2 = float(np.sum((point - X @ coef) ** 2) / (len(x) - 3))
+        cov = s2 * np.linalg.inv(X.T @ X)
+        rep_coef = rep_coef + as_rng(rng).multivariate_normal(np.zeros(3), cov, size=rep_coef.shape[1]).T
+    return rep_coef
+
+
+def _optimum(coef: np.ndarray, x: np.ndarray, sizes: np.ndarray, point: np.ndarray,
+             warnings: list[str]) -> tuple[float | None, float | None]:
+    """(N*, the parabola's score there), None for both when it opens upward; appends to
+    ``warnings`` what is wrong with where N* lies (outside the grid, at its edge)."""
+    if coef[0] >= 0:
+        edge = "largest" if point[-1] >= point[0] else "smallest"
+        warnings.append(f"parabola opens upward (no interior optimum): the {edge} size scores best; "
+                        f"extend the grid beyond it")
+        return None, None
+    xv = float(_vertex(coef))
+    opt_params, opt_score = float(np.exp(xv)), float(np.polyval(coef, xv))
+    if xv < x[0] or xv > x[-1]:
+        side = "below the smallest" if xv < x[0] else "above the largest"
+        warnings.append(f"optimum N*={opt_params:.3g} lies outside the grid ({side} size "
+                        f"{sizes[0] if xv < x[0] else sizes[-1]:.3g}): extend the grid")
+    elif xv < (x[0] + x[1]) / 2 or xv > (x[-2] + x[-1]) / 2:
+        warnings.append(f"optimum N*={opt_params:.3g} is at the edge of the grid: the grid is not "
+                        f"centred on it")
+    return opt_params, opt_score
 
 
 def isoflop_table(

@@ -52,6 +52,13 @@ class StudyMatrix:
         return {(str(a), float(b)): g.index.to_numpy()
                 for (a, b), g in self.runs.groupby(["allocation", "budget"], sort=True)}
 
+    def runs_of(self, allocation: str, max_budget: float | None = None) -> np.ndarray:
+        """Run indices of ``allocation`` at budgets <= ``max_budget`` (all its runs by default)."""
+        keep = self.runs["allocation"] == allocation
+        if max_budget is not None:
+            keep &= self.runs["budget"].to_numpy(float) <= max_budget * (1 + 1e-9)
+        return self.runs.index[keep].to_numpy()
+
 
 def _stack(vectors: list[np.ndarray | None], size: int | None) -> np.ndarray | None:
     if size is None or any(v is None or v.size != size for v in vectors):

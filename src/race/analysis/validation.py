@@ -24,7 +24,7 @@ import pandas as pd
 from scipy.stats import norm
 
 from .bootstrap import as_rng
-from .joint import draw_replicates, study_matrix
+from .joint import Replicates, StudyMatrix, draw_replicates, study_matrix
 from .recommend import Recommendation
 from .tables import jsonable
 
@@ -74,15 +74,7 @@ def realised_regret(recommendation: Recommendation, validation_evals: pd.DataFra
                     budget_rtol: float = 0.05) -> ValidationResult:
     """Score the validation runs of ``recommendation`` (module docstring)."""
     rec = recommendation
-    runs = validation_runs.copy()
-    near = np.isclose(runs["budget"].astype(float).to_numpy(), rec.target_budget, rtol=budget_rtol, atol=0.0)
-    if not near.any():
-        raise ValueError(f"no validation runs at the target budget {rec.target_budget:.3g} "
-                         f"(budgets: {sorted(runs['budget'].astype(float).unique())})")
-    runs = runs[near].assign(budget=rec.target_budget)
-    sm = study_matrix(validation_evals, runs, rec.target)
-    if rec.allocation not in set(sm.runs["allocation"]):
-        raise ValueError(f"the recommended allocation {rec.allocation} has no validation run")
+    sm = _at_target(rec, validation_evals, validation_runs, budget_rtol)
     gen = as_rng(rng)
     reps = draw_replicates(sm, n_boot, gen)
     end_reps = reps.scores(sm.end_pp, sm.end)
@@ -100,7 +92,6 @@ def realised_regret(recommendation: Recommendation, validation_evals: pd.DataFra
                         on="allocation", how="left")
     table = table.sort_values(["score", "allocation"], ascending=[False, True], kind="mergesort").reset_index(drop=True)
     own = table[table["allocation"] == rec.allocation].iloc[0]
-    notes = list(sm.notes)
 
     # coverage of the forecast, both noises
     s_f = max(rec.predicted_hi - rec.predicted_lo, 0.0) / (2 * z)
@@ -112,23 +103,7 @@ def realised_regret(recommendation: Recommendation, validation_evals: pd.DataFra
     best_rival, rival_score, chosen_on = None, float("nan"), "-"
     regret, lo, hi, tie = float("nan"), float("nan"), float("nan"), True
     if rivals:
-        pp = sm.end_pp
-        if pp is not None and pp.shape[1] >= 2:
-            even, odd = np.arange(0, pp.shape[1], 2), np.arange(1, pp.shape[1], 2)
-            pick_pts = {a: float(pp[idx[a]][:, even].mean()) for a in rivals}
-            best_rival = max(rivals, key=lambda a: (pick_pts[a], a))
-            w = gen.multinomial(len(odd), np.full(len(odd), 1.0 / len(odd)), size=n_boot) / len(odd)
-            pts, half_reps = _half_scores(pp, odd, w)
-            d_reps = reps.cell_mean(half_reps, idx[best_rival]) - reps.cell_mean(half_reps, idx[rec.allocation])
-            regret = float(pts[idx[best_rival]].mean() - pts[idx[rec.allocation]].mean())
-            chosen_on = "rival chosen on even-position problems, regret measured on odd-position problems"
-        else:
-            named = rec.runner_up if rec.runner_up in rivals else None
-            best_rival = named or max(rivals, key=lambda a: float(np.mean(sm.end[idx[a]])))
-            d_reps = cell[best_rival] - cell[rec.allocation]
-            regret = float(np.mean(sm.end[idx[best_rival]]) - np.mean(sm.end[idx[rec.allocation]]))
-            chosen_on = ("the runner-up named before validation" if named else
-                         "the best rival on the same problems (winner's curse NOT corrected: no per-problem data)")
+        best_rival, d_reps, regret, chosen_on = _best_rival(rec, sm, reps, idx, cell, rivals, gen, n_boot)
         rival_score = float(np.mean(sm.end[idx[best_rival]]))
         lo, hi = (float(v) for v in np.quantile(d_reps, [q, 1 - q]))
         tie = bool(lo <= 0.0 <= hi)
@@ -140,5 +115,44 @@ def realised_regret(recommendation: Recommendation, validation_evals: pd.DataFra
         prediction_covered=bool(abs(err) <= z * s), forecast_error=err, forecast_error_lo=err - z * s,
         forecast_error_hi=err + z * s, best_rival=best_rival, best_rival_score=rival_score,
         rival_chosen_on=chosen_on, realised_regret=regret, regret_lo=lo, regret_hi=hi, regret_tie=tie,
-        predicted_regret=rec.expected_regret, rank=rank, table=table, notes=notes,
+        predicted_regret=rec.expected_regret, rank=rank, table=table, notes=list(sm.notes),
     )
+
+
+def _at_target(rec: Recommendation, evals: pd.DataFrame, runs: pd.DataFrame, budget_rtol: float) -> StudyMatrix:
+    """The study matrix of the validation runs at the target budget (within ``budget_rtol``,
+    read as the target budget); refused without them or without a run of the pick."""
+    near = np.isclose(runs["budget"].astype(float).to_numpy(), rec.target_budget, rtol=budget_rtol, atol=0.0)
+    if not near.any():
+        raise ValueError(f"no validation runs at the target budget {rec.target_budget:.3g} "
+                         f"(budgets: {sorted(runs['budget'].astype(float).unique())})")
+    sm = study_matrix(evals, runs[near].assign(budget=rec.target_budget), rec.target)
+    if rec.allocation not in set(sm.runs["allocation"]):
+        raise ValueError(f"the recommended allocation {rec.allocation} has no validation run")
+    return sm
+
+
+def _best_rival(rec: Recommendation, sm: StudyMatrix, reps: Replicates, idx: dict[str, np.ndarray],
+                cell: dict[str, np.ndarray], rivals: list[str], gen: np.random.Generator,
+                n_boot: int) -> tuple[str, np.ndarray, float, str]:
+    """(the best rival, (R,) replicates of its regret over the pick, the regret, how the rival
+    was chosen): on even-position problems with the regret on the odd ones (module docstring),
+    else the runner-up named before validation or the best rival on the same problems."""
+    pp = sm.end_pp
+    if pp is not None and pp.shape[1] >= 2:
+        even, odd = np.arange(0, pp.shape[1], 2), np.arange(1, pp.shape[1], 2)
+        pick_pts = {a: float(pp[idx[a]][:, even].mean()) for a in rivals}
+        best_rival = max(rivals, key=lambda a: (pick_pts[a], a))
+        w = gen.multinomial(len(odd), np.full(len(odd), 1.0 / len(odd)), size=n_boot) / len(odd)
+        pts, half_reps = _half_scores(pp, odd, w)
+        d_reps = reps.cell_mean(half_reps, idx[best_rival]) - reps.cell_mean(half_reps, idx[rec.allocation])
+        regret = float(pts[idx[best_rival]].mean() - pts[idx[rec.allocation]].mean())
+        return best_rival, d_reps, regret, ("rival chosen on even-position problems, regret measured on "
+                                            "odd-position problems")
+    named = rec.runner_up if rec.runner_up in rivals else None
+    best_rival = named or max(rivals, key=lambda a: float(np.mean(sm.end[idx[a]])))
+    d_reps = cell[best_rival] - cell[rec.allocation]
+    regret = float(np.mean(sm.end[idx[best_rival]]) - np.mean(sm.end[idx[rec.allocation]]))
+    return best_rival, d_reps, regret, ("the runner-up named before validation" if named else
+                                        "the best rival on the same problems (winner's curse NOT corrected: "
+                                        "no per-problem data)")

@@ -182,7 +182,6 @@ def run(
     from rich.console import Console
     from rich.live import Live
     from rich.markup import escape
-    from rich.table import Table
 
     from race.grid import GridEvent, StoreError, StudyLockedError, run_grid
 
@@ -190,17 +189,6 @@ def run(
         _fail(f"--runner {runner!r}: choose local or ray")
     spec = _load(grid_file)
     con = Console()
-
-    def view(ev: GridEvent) -> Table:
-        p = ev.progress
-        t = Table.grid(padding=(0, 2))
-        t.add_row("study", f"{spec.study}   [dim]{p.runner}[/dim]")
-        t.add_row("cells", f"[green]{p.complete} done[/green] / {p.running} running / [red]{p.failed} failed[/red] / "
-                           f"{p.pending} pending  (of {p.total}; {p.refused} refused)")
-        t.add_row("FLOPs", f"{p.flops_done:.3g} spent / {p.flops_planned:.3g} planned")
-        t.add_row("time", f"{_fmt_s(p.elapsed_s)} elapsed, ETA {_fmt_s(p.eta_s)}")
-        return t
-
     live = None if quiet else Live(console=con, refresh_per_second=4, transient=False)
 
     def on_event(ev: GridEvent) -> None:
@@ -209,7 +197,7 @@ def run(
             con.print(f"[{color}]{ev.kind}[/{color}] {ev.run_id} "
                       + escape(f"[{ev.label}]" + (f": {ev.message}" if ev.message else "")))
         if live is not None:
-            live.update(view(ev))
+            live.update(_progress_view(spec.study, ev))
 
     def on_rung(d: dict) -> None:
         con.print(escape(rung_line(d)))
@@ -230,15 +218,41 @@ def run(
                 con.print()
     except (StudyLockedError, StoreError, ReportError) as e:
         _fail(str(e))
-    if spec.racing:
-        for n in result.notes:
-            con.print(f"[dim]note: {escape(n)}[/dim]")
-        con.print(f"race: {len(result.decisions)} of {result.rungs} rungs decided, {result.cells} cells, "
-                  f"{len(result.failed)} failed; pick: {result.pick or '-'}; study: {result.study_dir}"
-                  + ("  (next: `race validate` continues the pick's pilot to the target)" if result.finished else ""))
-        if result.failed:
-            raise typer.Exit(1)
-        return
+    if _race_summary(con, result) if spec.racing else _grid_summary(con, result):
+        raise typer.Exit(1)
+
+
+def _progress_view(study: str, ev: Any) -> Any:
+    """The live view of ``race grid run``: the study, its cells by state, FLOPs and time."""
+    from rich.table import Table
+
+    p = ev.progress
+    t = Table.grid(padding=(0, 2))
+    t.add_row("study", f"{study}   [dim]{p.runner}[/dim]")
+    t.add_row("cells", f"[green]{p.complete} done[/green] / {p.running} running / [red]{p.failed} failed[/red] / "
+                       f"{p.pending} pending  (of {p.total}; {p.refused} refused)")
+    t.add_row("FLOPs", f"{p.flops_done:.3g} spent / {p.flops_planned:.3g} planned")
+    t.add_row("time", f"{_fmt_s(p.elapsed_s)} elapsed, ETA {_fmt_s(p.eta_s)}")
+    return t
+
+
+def _race_summary(con: Any, result: Any) -> bool:
+    """Print a race's notes and outcome; whether a cell failed (the command then exits 1)."""
+    from rich.markup import escape
+
+    for n in result.notes:
+        con.print(f"[dim]note: {escape(n)}[/dim]")
+    con.print(f"race: {len(result.decisions)} of {result.rungs} rungs decided, {result.cells} cells, "
+              f"{len(result.failed)} failed; pick: {result.pick or '-'}; study: {result.study_dir}"
+              + ("  (next: `race validate` continues the pick's pilot to the target)" if result.finished else ""))
+    return bool(result.failed)
+
+
+def _grid_summary(con: Any, result: Any) -> bool:
+    """Print a flat grid's notes, refused cells and outcome; whether a cell failed or could
+    not run (the command then exits 1)."""
+    from rich.markup import escape
+
     for n in result.notes:
         con.print(f"[dim]note: {escape(n)}[/dim]")
     for c in result.refused:
@@ -252,8 +266,7 @@ def run(
     if blocked:
         con.print(f"[red]{len(blocked)} cell(s) could not run[/red] (refused above; the others ran): fix them and run "
                   "the grid again, it runs only what is missing")
-    if result.failed or blocked:
-        raise typer.Exit(1)
+    return bool(result.failed or blocked)
 
 
 def rung_line(d: dict) -> str:

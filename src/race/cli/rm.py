@@ -10,7 +10,7 @@ chosen on a validation set) beside its inference FLOPs per token and its build F
 
 from __future__ import annotations
 
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 
@@ -93,9 +93,7 @@ def eval_(
     """Quality of the reward models on held-out policy samples (race.builds.rm_eval):
     step AUC, bad-step recall at the threshold chosen on the validation set, costs."""
     from rich.console import Console
-    from rich.table import Table
 
-    from race.cards import fmt_flops
     from race.cli.tables import print_table
     from race.builds.rm_report import quality_rows
 
@@ -105,6 +103,26 @@ def eval_(
         torch.set_num_threads(threads)
     console = Console()
     rows = quality_rows(_parse_names(names) if names else None, cache_dir=cache_dir)
+    print_table(console, _quality_table(rows))
+    by = [r for r in rows if r["heldout"].get("by_group")]
+    if by:
+        print_table(console, _by_policy_table(by))
+    console.print("  held-out: one sample per problem from each of " + ", ".join(rows[0]["heldout"]["policies"])
+                  + " at temperature 1 on test-split problems; the threshold (flag a step when p(ok) < t) "
+                  "maximises Youden's J on a validation set of train-split problems outside the RM's pool. "
+                  "FLOPs/token: what the RM reward charges per token it reads (race conventions). train FLOPs: the "
+                  "RM's own training (classifier: forward+backward per step; likelihood PRM: the calibration "
+                  "forwards); base SFT FLOPs: its warm start's training; sampling FLOPs: drawing its training "
+                  "pool. None of them is charged to a run's budget. For ORMs the recall columns are wrong/right "
+                  "outcomes." if rows else "  no reward model found")
+
+
+def _quality_table(rows: list[dict]) -> Any:
+    """``race rm eval``'s table: one row per reward model, its held-out quality and costs."""
+    from rich.table import Table
+
+    from race.cards import fmt_flops
+
     table = Table(title="reward models on held-out policy samples (test-split problems; threshold from validation)")
     cols = ("name", "kind", "backbone", "params", "step AUC", "bad-step recall", "good-step recall", "threshold",
             "outcome AUC", "FLOPs/token", "train FLOPs", "base SFT FLOPs", "sampling FLOPs", "all build FLOPs",
@@ -126,24 +144,20 @@ def eval_(
                       fmt_flops(r["train_flops"] + r["base_sft_flops"] + r["sampling_flops"]),
                       "-" if r["cpu_seconds"] is None else f"{r['cpu_seconds']:.0f}",
                       f"{q['n_samples']} samples, {q.get('n_steps', '-')} steps")
-    print_table(console, table)
-    by = [r for r in rows if r["heldout"].get("by_group")]
-    if by:
-        pols = list(by[0]["heldout"]["by_group"])
-        sub = Table(title="step AUC / bad-step recall by the policy that wrote the held-out samples")
-        sub.add_column("name")
-        for pol in pols:
-            sub.add_column(pol, justify="right")
-        for r in by:
-            g = r["heldout"]["by_group"]
-            sub.add_row(r["name"], *(f"{g[p]['step_auc']:.3f} / {g[p]['bad_step_recall']:.3f}" if p in g else "-"
-                                     for p in pols))
-        print_table(console, sub)
-    console.print("  held-out: one sample per problem from each of " + ", ".join(rows[0]["heldout"]["policies"])
-                  + " at temperature 1 on test-split problems; the threshold (flag a step when p(ok) < t) "
-                  "maximises Youden's J on a validation set of train-split problems outside the RM's pool. "
-                  "FLOPs/token: what the RM reward charges per token it reads (race conventions). train FLOPs: the "
-                  "RM's own training (classifier: forward+backward per step; likelihood PRM: the calibration "
-                  "forwards); base SFT FLOPs: its warm start's training; sampling FLOPs: drawing its training "
-                  "pool. None of them is charged to a run's budget. For ORMs the recall columns are wrong/right "
-                  "outcomes." if rows else "  no reward model found")
+    return table
+
+
+def _by_policy_table(by: list[dict]) -> Any:
+    """Step AUC / bad-step recall of each reward model by the policy that wrote the samples."""
+    from rich.table import Table
+
+    pols = list(by[0]["heldout"]["by_group"])
+    sub = Table(title="step AUC / bad-step recall by the policy that wrote the held-out samples")
+    sub.add_column("name")
+    for pol in pols:
+        sub.add_column(pol, justify="right")
+    for r in by:
+        g = r["heldout"]["by_group"]
+        sub.add_row(r["name"], *(f"{g[p]['step_auc']:.3f} / {g[p]['bad_step_recall']:.3f}" if p in g else "-"
+                                 for p in pols))
+    return sub

@@ -14,8 +14,6 @@ from race.cli.ui import cell_events
 from race.cli.ui import fail as _fail
 
 
-
-
 def train(
     config: Annotated[Path, typer.Argument(help="run YAML file (see configs/)")],
     budget: Annotated[Optional[float], typer.Option(help="FLOP budget (overrides budget_flops)")] = None,
@@ -104,8 +102,6 @@ def demo(
 
     from race.cli.grid import run as grid_run
     from race.grid import load_grid_spec
-    from race.grid.prebuild import grid_builds, plan_builds, run_builds
-    from race.models.base_recipes import cached_base
     from race.report import build_report
 
     con = Console()
@@ -113,23 +109,7 @@ def demo(
     with resources.as_file(resources.files("race") / "configs" / "demo.yaml") as packaged:
         grid_file = grid or Path(packaged)
         spec = load_grid_spec(grid_file)
-        axes = dict(spec.axes)
-        models, rms = grid_builds(axes.get("model", [spec.base.get("model", "tiny-s")]),
-                                  [cell.config.reward for cell in spec.cells()])  # parsed specs
-        con.rule("[bold]1/4 base models and reward models[/bold] (cached after the first run)")
-        jobs = plan_builds(models, rms)
-        if jobs:
-            con.print(f"  building {', '.join(j.name for j in jobs)} (side by side, longest first) ...")
-        built = {d.job.name for d in run_builds(
-            jobs, on_done=lambda d: con.print(f"  {d.job.name}: built in {d.seconds:.0f} s: {d.summary}"))}
-        for m in models:
-            info = None if m in built else cached_base(m)
-            if info is not None:
-                con.print(f"  {m}: cached, {info.non_embedding_params:,} non-embedding params, greedy test "
-                          f"accuracy {info.test_accuracy:.3f}")
-        for name in rms:
-            if name not in built:
-                con.print(f"  {name}: cached")
+        _demo_builds(con, spec)
         split = {"builds": time.perf_counter() - t0}
         con.print(f"  ({split['builds']:.0f} s)")
         t_grid = time.perf_counter()
@@ -160,6 +140,31 @@ def demo(
     split["report"] = time.perf_counter() - t_rep
     con.print(f"demo wall time: {time.perf_counter() - t0:.0f} s ("
               + ", ".join(f"{k} {v:.0f} s" for k, v in split.items()) + ")")
+
+
+def _demo_builds(con: Any, spec: Any) -> None:
+    """Stage 1 of the demo: the grid's base models and reward models, built side by side
+    where they are not cached yet (longest first), each one's line printed."""
+    from race.grid.prebuild import grid_builds, plan_builds, run_builds
+    from race.models.base_recipes import cached_base
+
+    axes = dict(spec.axes)
+    models, rms = grid_builds(axes.get("model", [spec.base.get("model", "tiny-s")]),
+                              [cell.config.reward for cell in spec.cells()])  # parsed specs
+    con.rule("[bold]1/4 base models and reward models[/bold] (cached after the first run)")
+    jobs = plan_builds(models, rms)
+    if jobs:
+        con.print(f"  building {', '.join(j.name for j in jobs)} (side by side, longest first) ...")
+    built = {d.job.name for d in run_builds(
+        jobs, on_done=lambda d: con.print(f"  {d.job.name}: built in {d.seconds:.0f} s: {d.summary}"))}
+    for m in models:
+        info = None if m in built else cached_base(m)
+        if info is not None:
+            con.print(f"  {m}: cached, {info.non_embedding_params:,} non-embedding params, greedy test "
+                      f"accuracy {info.test_accuracy:.3f}")
+    for name in rms:
+        if name not in built:
+            con.print(f"  {name}: cached")
 
 
 def _demo_validation(con: Any, study_dir: Path, rivals: int, workers: int | None) -> Any:

@@ -46,7 +46,7 @@ rollout charge at or below the unmerged bound the budget check uses.
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -166,51 +166,86 @@ def _sample(model: Any, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, *, 
     draw from ``generator`` as they would alone only when no row is greedy."""
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens={max_new_tokens}: must be >= 1")
-    n_prompts, P = prompt_ids.shape
     if fast is None:
         fast = FastDecoder.supports(model)
     mask = prompt_mask.repeat_interleave(group, dim=0)
-    pos = positions(mask)[:, -1]
-    merged = False
     if fast:
-        dec = FastDecoder(model)
-        if merge_lora is None:  # every position a full-length rollout runs: prefill + decode
-            merge_lora = dec.should_merge(n_prompts * P + mask.shape[0] * (max_new_tokens - 1))
-        if merge_lora and dec.lora_dims():
-            dec.merge_lora()
-            merged = True
-        logits = dec.prefill(prompt_ids, prompt_mask, P + max_new_tokens)
-        dec.expand(group)
-
-        def step(tok: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
-            return dec.decode(tok, pos)
+        dec, logits, merged = _fast_prefill(model, prompt_ids, prompt_mask, group, max_new_tokens, merge_lora)
+        step = dec.decode
     else:
-        cache_kw = _cache_kwarg(model)
-        out = model(input_ids=prompt_ids, attention_mask=prompt_mask, position_ids=positions(prompt_mask),
-                    use_cache=True, logits_to_keep=1)
-        state = {"cache": getattr(out, cache_kw), "mask": mask}
-        logits = out.logits[:, -1, :]
-        if group > 1:
-            state["cache"].batch_repeat_interleave(group)
-
-        def step(tok: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
-            m = state["mask"]
-            state["mask"] = torch.cat([m, torch.ones(m.shape[0], 1, dtype=m.dtype, device=m.device)], dim=1)
-            o = model(input_ids=tok[:, None], attention_mask=state["mask"], position_ids=pos[:, None], use_cache=True,
-                      **{cache_kw: state["cache"]})
-            state["cache"] = getattr(o, cache_kw)
-            return o.logits[:, -1, :]
+        dec, merged = None, False
+        logits, step = _hf_prefill(model, prompt_ids, prompt_mask, mask, group)
     if group > 1:
         logits = logits.repeat_interleave(group, dim=0)
-    B = mask.shape[0]
-    dev = prompt_ids.device
+    greedy, row_greedy = _greedy_rows(greedy, mask.shape[0], prompt_ids.device)
+    comp, decoded = _decode(logits, step, positions(mask)[:, -1], max_new_tokens, eos_id, pad_id, temperature, greedy,
+                            row_greedy, generator, dec if fast and drop_finished else None)
+    cmask, truncated = completion_mask(comp, eos_id)
+    return Rollout(prompt_ids=prompt_ids.repeat_interleave(group, dim=0), prompt_mask=mask, completion_ids=comp,
+                   completion_mask=cmask, truncated=truncated, n_prompts=prompt_ids.shape[0], group=group,
+                   merged=merged, decoded=decoded if fast else None)
+
+
+def _fast_prefill(model: Any, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, group: int, max_new_tokens: int,
+                  merge_lora: bool | None) -> tuple[FastDecoder, torch.Tensor, bool]:
+    """(the functional decoder after the prompts' prefill, expanded to ``group`` rows per
+    prompt; the last position's logits per prompt; whether LoRA was merged for this rollout)."""
+    n_prompts, P = prompt_ids.shape
+    dec, merged = FastDecoder(model), False
+    if merge_lora is None:  # every position a full-length rollout runs: prefill + decode
+        merge_lora = dec.should_merge(n_prompts * P + n_prompts * group * (max_new_tokens - 1))
+    if merge_lora and dec.lora_dims():
+        dec.merge_lora()
+        merged = True
+    logits = dec.prefill(prompt_ids, prompt_mask, P + max_new_tokens)
+    dec.expand(group)
+    return dec, logits, merged
+
+
+def _hf_prefill(model: Any, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, mask: torch.Tensor,
+                group: int) -> tuple[torch.Tensor, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]]:
+    """(the last position's logits per prompt after the HF forward's prefill, the decode step:
+    (tokens, positions) -> next logits on the model's KV cache, repeated ``group`` times)."""
+    cache_kw = _cache_kwarg(model)
+    out = model(input_ids=prompt_ids, attention_mask=prompt_mask, position_ids=positions(prompt_mask),
+                use_cache=True, logits_to_keep=1)
+    state = {"cache": getattr(out, cache_kw), "mask": mask}
+    if group > 1:
+        state["cache"].batch_repeat_interleave(group)
+
+    def step(tok: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        m = state["mask"]
+        state["mask"] = torch.cat([m, torch.ones(m.shape[0], 1, dtype=m.dtype, device=m.device)], dim=1)
+        o = model(input_ids=tok[:, None], attention_mask=state["mask"], position_ids=pos[:, None], use_cache=True,
+                  **{cache_kw: state["cache"]})
+        state["cache"] = getattr(o, cache_kw)
+        return o.logits[:, -1, :]
+
+    return out.logits[:, -1, :], step
+
+
+def _greedy_rows(greedy: "bool | torch.Tensor", rows: int, dev: Any) -> tuple[bool, torch.Tensor | None]:
+    """(greedy for every row, a per-row mask or None): a mask that is all one thing becomes
+    the bool; a mask of the wrong shape is refused."""
     row_greedy = greedy if isinstance(greedy, torch.Tensor) else None
     if row_greedy is not None:
-        if row_greedy.shape != (B,):
-            raise ValueError(f"greedy mask of shape {tuple(row_greedy.shape)}: need one flag per row ({B},)")
+        if row_greedy.shape != (rows,):
+            raise ValueError(f"greedy mask of shape {tuple(row_greedy.shape)}: need one flag per row ({rows},)")
         row_greedy = row_greedy.to(device=dev, dtype=torch.bool)
         if bool(row_greedy.all()) or not bool(row_greedy.any()):
             greedy, row_greedy = bool(row_greedy.all()), None
+    return bool(greedy) if row_greedy is None else False, row_greedy
+
+
+def _decode(logits: torch.Tensor, step: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], pos: torch.Tensor,
+            max_new_tokens: int, eos_id: int, pad_id: int, temperature: float, greedy: bool,
+            row_greedy: torch.Tensor | None, generator: torch.Generator | None,
+            dropper: FastDecoder | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The decode loop from the prefill's ``logits``: ((B, T) completion tokens, pad after
+    EOS; (B,) tokens each row produced in the batch). Rows stop at EOS (padded after it) and
+    the loop when every row has or at ``max_new_tokens``; with ``dropper`` (the functional
+    decoder) finished rows leave the batch once they are an eighth of it."""
+    B, dev = logits.shape[0], logits.device
     comp = torch.full((B, max_new_tokens), pad_id, dtype=torch.long, device=dev)
     live: torch.Tensor | None = None  # original indices of the rows still in the batch; None: all of them
     decoded = torch.zeros(B, dtype=torch.long, device=dev)  # tokens each row produced in the batch
@@ -231,26 +266,28 @@ def _sample(model: Any, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, *, 
         n_done = int(done.sum())
         if n_done == done.shape[0] or t == max_new_tokens - 1:
             break
-        if fast and drop_finished and n_done * 8 >= done.shape[0]:  # drop the finished rows (module docstring)
+        if dropper is not None and n_done * 8 >= done.shape[0]:  # drop the finished rows (module docstring)
             rows = torch.arange(B, device=dev) if live is None else live
             decoded[rows[done]] = T  # they leave having produced T tokens in the batch
             keep = (~done).nonzero().squeeze(1)
             live, nxt, pos, done = rows[keep], nxt[keep], pos[keep], done[keep]
             if row_greedy is not None:
                 row_greedy = row_greedy[keep]
-            dec.select(keep)
+            dropper.select(keep)
         pos = pos + 1
         logits = step(nxt, pos)
     decoded[slice(None) if live is None else live] = T  # the rows in the batch to the end
-    comp = comp[:, :T]  # (B, T)
+    return comp[:, :T], decoded
+
+
+def completion_mask(comp: torch.Tensor, eos_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """((B, T) mask of each row's tokens up to and including its first EOS, (B,) truncated:
+    the rows without an EOS)."""
     is_eos = comp == eos_id
     has_eos = is_eos.any(1)
     first_eos = torch.where(has_eos, is_eos.float().argmax(1), torch.full_like(has_eos, comp.shape[1], dtype=torch.long))
     ar = torch.arange(comp.shape[1], device=comp.device)[None, :]
-    cmask = (ar <= first_eos[:, None]).long()
-    return Rollout(prompt_ids=prompt_ids.repeat_interleave(group, dim=0), prompt_mask=mask, completion_ids=comp,
-                   completion_mask=cmask, truncated=~has_eos, n_prompts=n_prompts, group=group, merged=merged,
-                   decoded=decoded if fast else None)
+    return (ar <= first_eos[:, None]).long(), ~has_eos
 
 
 def uniforms(rows: int, generator: torch.Generator | None, device: torch.device | str) -> torch.Tensor:

@@ -201,74 +201,108 @@ class _Driver:
                                     str(self.study_dir / "gangs" / gang_id(unit)))
 
     def _loop(self, executor: Executor, queue: "deque[list[Cell]]") -> int:
-        p = self.progress
         tries: Counter[str] = Counter()
         inflight: dict[Any, list[Cell]] = {}
         ran = 0
         while queue or inflight:
             while queue and len(inflight) < executor.capacity:
                 unit = queue.popleft()
-                for cell in unit:
-                    self.store.mark_running(cell.run_id)
-                handle = self._submit(executor, unit)
-                inflight[handle] = unit
-                for cell in unit:
-                    self.started[cell.run_id] = time.monotonic()
-                    self.status[cell.run_id] = "running"
-                    p.running += 1
-                    self._emit("started", cell)
+                inflight[self._start(executor, unit)] = unit
             for handle, outcome in executor.wait(list(inflight), timeout=self.poll_s):
                 unit = inflight.pop(handle)
                 ran += len(unit)
-                outcomes = [outcome] if len(unit) == 1 else (outcome["members"] if outcome.get("ok") else
-                                                               [outcome] * len(unit))
-                failed = []
-                for cell, oc in zip(unit, outcomes):
-                    p.running -= 1
-                    if oc.get("ok"):
-                        try:
-                            status = self.store.ingest(cell.run_id, oc["result"])
-                        except (KeyError, ValueError, TypeError) as e:
-                            oc = {"ok": False, "error": f"cell results could not be stored: {type(e).__name__}: {e}"}
-                        else:
-                            flops = float(oc["result"]["run"].get("total_flops") or 0.0)
-                            self.session_flops += flops
-                            if cell.run_id in self.predicted and len(unit) == 1:
-                                self.observed.append((self.predicted[cell.run_id],
-                                                      time.monotonic() - self.started[cell.run_id]))
-                            p.flops_done += flops
-                            p.complete += 1
-                            self.status[cell.run_id] = status
-                            self._emit("complete", cell, None if status == "complete" else status)
-                            continue
-                    failed.append((cell, str(oc.get("error") or "unknown error")))
-                if not failed:
-                    if len(unit) > 1 and all(c.run_id in self.predicted for c in unit):  # a gang: one wall
-                        self.observed.append((sum(self.predicted[c.run_id] for c in unit),
-                                              time.monotonic() - self.started[unit[0].run_id]))
-                    continue
-                key = ",".join(c.run_id for c in unit)
-                tries[key] += 1
-                retry = tries[key] <= self.spec.max_retries
-                for cell, error in failed:
-                    if retry:
-                        self.store.mark_pending(cell.run_id, error)
-                        self.status[cell.run_id] = "pending"
-                        self._emit("retry", cell, f"attempt {tries[key]} failed: {_last_line(error)}")
-                    else:
-                        self.store.mark_failed(cell.run_id, error)
-                        self.status[cell.run_id] = "failed"
-                        p.failed += 1
-                        self._emit("failed", cell, _last_line(error))
-                if retry:
-                    queue.append(unit)  # a gang retries whole (its members resume from its checkpoint)
+                failed = self._collect(unit, outcome)
+                if failed:
+                    self._fail_or_retry(unit, failed, tries, queue)
             self._emit("tick")
         return ran
+
+    def _start(self, executor: Executor, unit: list[Cell]) -> Any:
+        """Submit a unit (one cell, or a gang's cells), its cells marked running; its handle."""
+        for cell in unit:
+            self.store.mark_running(cell.run_id)
+        handle = self._submit(executor, unit)
+        for cell in unit:
+            self.started[cell.run_id] = time.monotonic()
+            self.status[cell.run_id] = "running"
+            self.progress.running += 1
+            self._emit("started", cell)
+        return handle
+
+    def _collect(self, unit: list[Cell], outcome: dict) -> list[tuple[Cell, str]]:
+        """Store a finished unit's results (a gang's per member) and count them; the cells
+        that failed, or whose results could not be stored, with their errors."""
+        p = self.progress
+        outcomes = [outcome] if len(unit) == 1 else (outcome["members"] if outcome.get("ok") else
+                                                       [outcome] * len(unit))
+        failed = []
+        for cell, oc in zip(unit, outcomes):
+            p.running -= 1
+            if oc.get("ok"):
+                try:
+                    status = self.store.ingest(cell.run_id, oc["result"])
+                except (KeyError, ValueError, TypeError) as e:
+                    oc = {"ok": False, "error": f"cell results could not be stored: {type(e).__name__}: {e}"}
+                else:
+                    flops = float(oc["result"]["run"].get("total_flops") or 0.0)
+                    self.session_flops += flops
+                    if cell.run_id in self.predicted and len(unit) == 1:
+                        self.observed.append((self.predicted[cell.run_id],
+                                              time.monotonic() - self.started[cell.run_id]))
+                    p.flops_done += flops
+                    p.complete += 1
+                    self.status[cell.run_id] = status
+                    self._emit("complete", cell, None if status == "complete" else status)
+                    continue
+            failed.append((cell, str(oc.get("error") or "unknown error")))
+        if not failed and len(unit) > 1 and all(c.run_id in self.predicted for c in unit):  # a gang: one wall
+            self.observed.append((sum(self.predicted[c.run_id] for c in unit),
+                                  time.monotonic() - self.started[unit[0].run_id]))
+        return failed
+
+    def _fail_or_retry(self, unit: list[Cell], failed: list[tuple[Cell, str]], tries: Counter[str],
+                       queue: "deque[list[Cell]]") -> None:
+        """A unit with failed cells goes back on the queue until ``max_retries`` tries of it
+        failed (a gang retries whole: its members resume from its checkpoint); then its
+        failed cells are marked failed."""
+        key = ",".join(c.run_id for c in unit)
+        tries[key] += 1
+        retry = tries[key] <= self.spec.max_retries
+        for cell, error in failed:
+            if retry:
+                self.store.mark_pending(cell.run_id, error)
+                self.status[cell.run_id] = "pending"
+                self._emit("retry", cell, f"attempt {tries[key]} failed: {_last_line(error)}")
+            else:
+                self.store.mark_failed(cell.run_id, error)
+                self.status[cell.run_id] = "failed"
+                self.progress.failed += 1
+                self._emit("failed", cell, _last_line(error))
+        if retry:
+            queue.append(unit)  # a gang retries whole (its members resume from its checkpoint)
 
 
 def _last_line(error: str) -> str:
     first = error.strip().splitlines()[0] if error.strip() else error
     return first[:300]
+
+
+def _selected(spec: GridSpec, runnable: list[Cell], only: "list[str] | set[str] | None") -> list[Cell]:
+    """The runnable cells this session runs: all of them, or those ``only`` names (with a
+    gang, the whole gangs of the cells named); a name that is no runnable cell is refused."""
+    if only is None:
+        return list(runnable)
+    unknown = set(only) - {c.run_id for c in runnable}
+    if unknown:
+        raise ValueError(f"only= names run ids that are not runnable cells of this grid: {sorted(unknown)}")
+    selected = [c for c in runnable if c.run_id in set(only)]
+    if spec.gang:  # a gang runs whole: the gangs of the cells named (race.grid.gangs)
+        from race.grid.gangs import gang_units
+
+        named = {c.run_id for c in selected}
+        selected = [c for u in gang_units(runnable, gang=True, gang_size=spec.gang_size)
+                    if any(c.run_id in named for c in u) for c in u]
+    return selected
 
 
 def run_grid(spec: "GridSpec | dict | str | Path", study_dir: str | Path | None = None, *,
@@ -297,18 +331,7 @@ def run_grid(spec: "GridSpec | dict | str | Path", study_dir: str | Path | None 
     sdir = sdir.resolve()
     plan = plan_grid(spec, predictor=predictor, study_dir=sdir, cells=cells)
     notes = list(plan.notes)
-    selected = [pc.cell for pc in plan.runnable]
-    if only is not None:
-        unknown = set(only) - {c.run_id for c in selected}
-        if unknown:
-            raise ValueError(f"only= names run ids that are not runnable cells of this grid: {sorted(unknown)}")
-        selected = [c for c in selected if c.run_id in set(only)]
-        if spec.gang:  # a gang runs whole: the gangs of the cells named (race.grid.gangs)
-            from race.grid.gangs import gang_units
-
-            named = {c.run_id for c in selected}
-            selected = [c for u in gang_units([pc.cell for pc in plan.runnable], gang=True, gang_size=spec.gang_size)
-                        if any(c.run_id in named for c in u) for c in u]
+    selected = _selected(spec, [pc.cell for pc in plan.runnable], only)
     with StudyLock(sdir), Store(sdir) as store:
         if as_study_spec or store.study_name() is None:
             store.register_study(spec.study, spec.model_dump_json())

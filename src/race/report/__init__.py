@@ -5,7 +5,8 @@ runs the recommendation at the target budget are ``race.protocol``'s.
     doc.py               the report as data (sections, blocks) and its shared context
     figures.py           one function per figure: analysis outputs in, PNG bytes out
     sections_study.py    summary, report card, frontier, compute split, isoFLOP, curves, seconds
-    sections_decision.py regimes, recommendation, validation, diagnostics
+    sections_decision.py regimes, recommendation, validation, how to read the report
+    sections_diagnostics.py  wasted rollouts, truncation, over-optimisation, the random-reward control
     render.py            HTML (inline CSS, base64 figures) and Markdown
     build.py             build_report
 

@@ -38,12 +38,12 @@ from .sections_race import race_section
 from .sections_replay import replay_section
 from .render import render_html, render_markdown
 from .sections_decision import (
-    diagnostics_section,
     method_section,
     recommendation_section,
     regimes_section,
     validation_section,
 )
+from .sections_diagnostics import diagnostics_section
 from .sections_study import (
     card_section,
     curves_section,
@@ -162,14 +162,7 @@ def build_report(source: "str | Path | Mapping[str, pd.DataFrame] | Study", out_
     ctx = make_context(study, target_budget=target_budget, targets=targets, rng=rng, n_boot=n_boot,
                        n_boot_fit=n_boot_fit, count_rm_training=count_rm_training)
     sections = analyse(ctx)
-    fig_dir = out / "figures"
-    fig_dir.mkdir(parents=True, exist_ok=True)
-    figures: dict[str, Path] = {}
-    for s in sections:
-        for f in s.figures:
-            path = fig_dir / f"{f.key}.png"
-            path.write_bytes(f.png)
-            figures[f.key] = path
+    figures = _write_figures(sections, out / "figures")
     rec, total = ctx.rec, ctx.total_flops
     title = f"RACE report: {study.name}"
     subtitle = (f"{len(ctx.prepared)} complete pilot runs, {ctx.prepared['allocation'].nunique()} allocations, "
@@ -186,20 +179,39 @@ def build_report(source: "str | Path | Mapping[str, pd.DataFrame] | Study", out_
     if not finished(study.runs).empty:  # report_card.{json,md,tex}: the study's compute report card
         write_card(study_card(ctx), out)
     missing = {s.key: s.missing for s in sections if s.missing}
-    payload: dict[str, Any] = {
+    payload = _payload(ctx, sections, figures, title, generated)
+    json_path.write_text(json.dumps(jsonable(payload), indent=2, allow_nan=False), encoding="utf-8")
+    return ReportPaths(out_dir=out, html=html_path, markdown=md_path, json=json_path, figures=figures,
+                       headline=payload["headline"]["text"], confidence=rec.confidence if rec else None,
+                       total_flops=total, target_budget=ctx.target_budget, missing=missing)
+
+
+def _write_figures(sections: list[Section], fig_dir: Path) -> dict[str, Path]:
+    """Every section's figures as ``fig_dir/<key>.png``: key -> path."""
+    fig_dir.mkdir(parents=True, exist_ok=True)
+    figures: dict[str, Path] = {}
+    for s in sections:
+        for f in s.figures:
+            path = fig_dir / f"{f.key}.png"
+            path.write_bytes(f.png)
+            figures[f.key] = path
+    return figures
+
+
+def _payload(ctx: Context, sections: list[Section], figures: dict[str, Path], title: str,
+             generated: str) -> dict[str, Any]:
+    """``report.json``: the options, the headline, every section's data and the figures' paths."""
+    rec, study = ctx.rec, ctx.study
+    return {
         "title": title, "study": study.name, "source": study.source, "generated": generated,
         "options": {"target_budget": ctx.target_budget, "targets": ctx.targets, "rng": ctx.rng, "n_boot": ctx.n_boot,
                     "n_boot_fit": ctx.n_boot_fit, "count_rm_training": ctx.count_rm_training},
         "headline": {"recommendation": rec.allocation if rec else None,
                      "text": next((s.data.get("headline") for s in sections if s.key == "recommendation"), None),
-                     "confidence": rec.confidence if rec else None, "total_flops": total},
+                     "confidence": rec.confidence if rec else None, "total_flops": ctx.total_flops},
         "sections": {s.key: {"title": s.title, "missing": s.missing, "data": s.data} for s in sections},
         "figures": {k: f"figures/{p.name}" for k, p in figures.items()},
     }
-    json_path.write_text(json.dumps(jsonable(payload), indent=2, allow_nan=False), encoding="utf-8")
-    return ReportPaths(out_dir=out, html=html_path, markdown=md_path, json=json_path, figures=figures,
-                       headline=payload["headline"]["text"], confidence=rec.confidence if rec else None,
-                       total_flops=total, target_budget=ctx.target_budget, missing=missing)
 
 
 __all__ = ["build_report", "ReportPaths", "make_context", "analyse", "DEFAULT_TARGETS", "BUILDERS"]

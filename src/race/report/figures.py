@@ -4,6 +4,8 @@ matplotlib is imported inside the functions and used through ``matplotlib.figure
 with the Agg canvas (no pyplot state, no display needed). Every function takes the
 DataFrames the :mod:`race.analysis` functions return and returns ``bytes`` (a PNG);
 :func:`to_png` turns any Figure into PNG bytes.
+
+Kept whole (about 400 lines): one function per figure, each read on its own.
 """
 
 from __future__ import annotations

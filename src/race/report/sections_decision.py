@@ -1,27 +1,24 @@
 """Report sections that decide: regimes and rank stability, the recommendation, its
-validation, and the diagnostics that say when to distrust a gain."""
+validation, and how to read them (the diagnostics that say when to distrust a gain are
+:mod:`race.report.sections_diagnostics`'s)."""
 
 from __future__ import annotations
 
-import numpy as np
 import pandas as pd
 
 from race.analysis import (
     ConfidenceRules,
     Label,
     Recommendation,
-    overoptimisation,
     rank_stability,
-    random_control,
     realised_regret,
     regime_changes,
-    waste_table,
 )
 from race.analysis.pilot_reach import advice_text
 
 from . import figures as F
-from .doc import Callout, Context, KeyValues, Note, Section, Table, Text, figure, is_prefix
-from .fmt import fmt_flops, fmt_interval, fmt_num, fmt_pct, fmt_prob, fmt_score, is_num, jsonable, text_or
+from .doc import Callout, Context, KeyValues, Note, Section, Table, Text, figure
+from .fmt import fmt_flops, fmt_interval, fmt_num, fmt_prob, fmt_score, is_num, jsonable, text_or
 from .prefix_note import load_measured, measured_sentence, study_sentence
 from .sections_study import target_regimes
 
@@ -250,78 +247,6 @@ def validation_section(ctx: Context) -> Section:
                   [[r.allocation, f"{fmt_score(r.score)} {fmt_interval(r.lo, r.hi)}", str(r.n_runs),
                     fmt_score(r.predicted)] for r in res.table.itertuples()], "Validated allocations"))
     sec.data = {"validation": jsonable(res.to_dict())}
-    return sec
-
-
-def diagnostics_section(ctx: Context) -> Section:
-    sec = Section("diagnostics", "Diagnostics")
-    runs = ctx.runs.copy()
-    data: dict = {}
-    # wasted rollouts and truncation
-    if runs[["zero_var_frac", "trunc_rate"]].astype(float).isna().all().all():
-        sec.add(Note("no zero-variance or truncation statistics recorded (runs.zero_var_frac, runs.trunc_rate)"))
-    else:
-        for c in ("zero_var_frac", "trunc_rate"):
-            runs[c] = runs[c].astype(float)
-        wt = waste_table(runs)
-        p = ctx.prepared
-        p = p[~is_prefix(p)]  # a nested grid's prefixes are inside the runs they were read from
-        wasted = float((p["zero_var_frac"].astype(float) * p["rollout_flops"]).sum())
-        total = float(p["total_flops"].sum())
-        trunc = float(p["trunc_rate"].astype(float).mean())
-        sec.add(Text(f"Wasted rollouts: {fmt_pct(p['zero_var_frac'].astype(float).mean())} of groups had "
-                     f"zero reward variance on average; the rollouts spent on them ({fmt_flops(wasted)}) are "
-                     f"{fmt_pct(wasted / total if total else np.nan)} of all pilot FLOPs. Mean truncation rate: "
-                     f"{fmt_pct(trunc)}."), )
-        if is_num(trunc) and trunc > 0.1:
-            sec.add(Note("over 10% of completions hit the length limit: raise max_completion_length or the scores "
-                         "measure truncation", "warn"))
-        sec.add(Table(["budget", "allocation", "zero-variance groups", "wasted rollout FLOPs", "wasted share",
-                       "truncation"],
-                      [[fmt_flops(r.budget), r.allocation, fmt_pct(r.zero_var_frac), fmt_flops(r.wasted_rollout_flops),
-                        fmt_pct(r.wasted_share), fmt_pct(r.trunc_rate)] for r in wt.itertuples()],
-                      "Zero-variance share and truncation per budget and allocation"))
-        data["waste"] = jsonable(wt)
-        data["wasted_share"] = wasted / total if total else None
-        data["trunc_rate"] = trunc
-    # over-optimisation
-    has_trend = {"proxy_reward_trend", "verified_trend"} <= set(runs.columns)
-    train = ctx.study.train
-    has_train = train is not None and "reward_mean" in train.columns
-    prm = ctx.prepared["reward_system"].astype(str) == "prm"  # the typed column (race.schema.REWARD_COLUMNS)
-    if not has_trend and not has_train:
-        sec.add(Note("over-optimisation not checked: no per-step training log (train table with reward_mean)"))
-    else:
-        oo = overoptimisation(runs, train if has_train else None, ctx.evals, target=ctx.primary)
-        flagged = oo[oo["overoptimised"]]
-        scope = ("process-RM runs: " + str(int(prm.sum()))) if prm.any() else "no process-RM runs in the study"
-        sec.add(Text(f"Over-optimisation (proxy reward rising while verified {ctx.primary} accuracy falls): "
-                     f"{len(flagged)} of {len(oo)} runs flagged ({scope})."))
-        if len(flagged):
-            sec.add(Note(f"{len(flagged)} run(s) over-optimise the reward: their training reward rises while "
-                         "verified accuracy falls", "warn"),
-                    Table(["run", "allocation", "budget", "proxy slope", "verified slope"],
-                          [[r.run_id, r.allocation, fmt_flops(r.budget), f"{r.proxy_slope:+.3f}",
-                            f"{r.verified_slope:+.3f}"] for r in flagged.itertuples()]))
-        data["overoptimisation"] = jsonable(oo)
-    # random-reward control
-    rc = random_control(ctx.evals, ctx.runs, ctx.primary, n_boot=ctx.n_boot, rng=ctx.rng)
-    if rc.empty:
-        sec.add(Note("no random-reward control (reward: random): add one per model size to expose false gains "
-                     "(format learning, evaluation noise)", "warn"))
-    else:
-        n_beat = int(rc["beats_control"].sum())
-        if n_beat == 0:
-            sec.add(Note("nothing beats the random-reward control beyond noise: the gains may be false", "warn"))
-        else:
-            sec.add(Text(f"Random-reward control: {n_beat} of {len(rc)} (budget, allocation) cells beat it beyond "
-                         "the noise."))
-        sec.add(Table(["budget", "allocation", "score", "control", "difference [95%]", "beats control"],
-                      [[fmt_flops(r.budget), r.allocation, fmt_score(r.score), fmt_score(r.control_score),
-                        f"{fmt_score(r.diff)} {fmt_interval(r.lo, r.hi)}", "yes" if r.beats_control else "no"]
-                       for r in rc.itertuples()], f"Against the random-reward control ({ctx.primary})"))
-    data["random_control"] = jsonable(rc)
-    sec.data = data
     return sec
 
 

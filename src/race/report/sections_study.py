@@ -3,6 +3,8 @@ compute split, isoFLOP profiles, learning curves, FLOPs vs seconds."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pandas as pd
 
@@ -145,29 +147,40 @@ def card_section(ctx: Context) -> Section:
                   [[str(m), fmt_num(n), str(r), fmt_flops(f), fmt_pct(f / tot if tot else np.nan)]
                    for m, n, r, f in by_model.itertuples(index=False)], "Split by model size"))
     if len(st.validation_runs):
-        fin = finished(st.runs)  # what each run executed itself: a target run that continued a pilot holds its FLOPs
-        own = fin["own_flops"] if "own_flops" in fin.columns else fin["total_flops"].where(~is_prefix(fin), 0.0)
-        val = float(own[fin["run_id"].isin(st.validation_ids)].sum())
-        reused = float(done.loc[done["run_id"].isin(st.validation_ids), "total_flops"].sum()) - val
-        shares = sorted(1 - o / t for o, t in zip(own[fin["run_id"].isin(st.validation_ids)],
-                                                  fin.loc[fin["run_id"].isin(st.validation_ids), "total_flops"])
-                        if t and o < t)
-        share = (fmt_pct(shares[0]) if len(shares) == 1 else f"{fmt_pct(shares[0])}-{fmt_pct(shares[-1])}"
-                 if shares else "")
-        sec.add(Text(f"Pilot grid: {fmt_flops(tot - val)}; validation runs: {fmt_flops(val)}"
-                     + (f" beyond the {fmt_flops(reused)} of pilots they continued (counted once, as pilots: the "
-                        f"continued pilot was {share} of its target run)." if reused > 0.005 * max(tot, 1.0)
-                        else ".")))
+        sec.add(_validation_text(st, done, tot))
     if st.ledger is not None:
-        led = st.ledger[st.ledger["run_id"].isin(set(done["run_id"]))]
-        g = led.groupby(["phase", "counted"]).agg(flops=("flops", "sum"), seconds=("seconds", "sum")).reset_index()
-        g = g.sort_values(["counted", "flops"], ascending=[False, False])
-        sec.add(Table(["phase", "counted in budget", "FLOPs", "seconds"],
-                      [[str(p), "yes" if c else "no (recorded only)", fmt_flops(f), f"{s:,.1f}" if is_num(s) else "n/a"]
-                       for p, c, f, s in g.itertuples(index=False)], "Per phase, from the ledger"))
+        sec.add(_ledger_table(st.ledger, done))
     sec.data = {"report_card": jsonable(card.to_dict()), "by_model": jsonable(by_model), "total_flops": tot,
                 "counted_flops": counted}
     return sec
+
+
+def _validation_text(st: Any, done: pd.DataFrame, tot: float) -> Text:
+    """The pilots' and the validation runs' FLOPs apart: a target run that continued a pilot
+    counts only what it ran beyond it (the pilot's share of it named)."""
+    fin = finished(st.runs)  # what each run executed itself: a target run that continued a pilot holds its FLOPs
+    own = fin["own_flops"] if "own_flops" in fin.columns else fin["total_flops"].where(~is_prefix(fin), 0.0)
+    val = float(own[fin["run_id"].isin(st.validation_ids)].sum())
+    reused = float(done.loc[done["run_id"].isin(st.validation_ids), "total_flops"].sum()) - val
+    shares = sorted(1 - o / t for o, t in zip(own[fin["run_id"].isin(st.validation_ids)],
+                                              fin.loc[fin["run_id"].isin(st.validation_ids), "total_flops"])
+                    if t and o < t)
+    share = (fmt_pct(shares[0]) if len(shares) == 1 else f"{fmt_pct(shares[0])}-{fmt_pct(shares[-1])}"
+             if shares else "")
+    return Text(f"Pilot grid: {fmt_flops(tot - val)}; validation runs: {fmt_flops(val)}"
+                + (f" beyond the {fmt_flops(reused)} of pilots they continued (counted once, as pilots: the "
+                   f"continued pilot was {share} of its target run)." if reused > 0.005 * max(tot, 1.0)
+                   else "."))
+
+
+def _ledger_table(ledger: pd.DataFrame, done: pd.DataFrame) -> Table:
+    """FLOPs and seconds per ledger phase of the finished runs, counted ones first."""
+    led = ledger[ledger["run_id"].isin(set(done["run_id"]))]
+    g = led.groupby(["phase", "counted"]).agg(flops=("flops", "sum"), seconds=("seconds", "sum")).reset_index()
+    g = g.sort_values(["counted", "flops"], ascending=[False, False])
+    return Table(["phase", "counted in budget", "FLOPs", "seconds"],
+                 [[str(p), "yes" if c else "no (recorded only)", fmt_flops(f), f"{s:,.1f}" if is_num(s) else "n/a"]
+                  for p, c, f, s in g.itertuples(index=False)], "Per phase, from the ledger")
 
 
 def target_regimes(ctx: Context, target: str) -> pd.DataFrame:

@@ -27,6 +27,9 @@ protocol: flat                 # race: rungs toward a target budget (race: ..., 
 ```
 
 Files load with ``yaml.safe_load``; every error names the field and what to change.
+
+Kept whole (about 440 lines): GridSpec is one validated type; its loaders are the few functions
+beside it (the cells it expands to: :mod:`race.spec.cells`).
 """
 
 from __future__ import annotations

@@ -30,6 +30,9 @@ generates ``prompts_per_step x num_generations``).
 Configs load from YAML with ``yaml.safe_load``; ``--set key=value`` overrides use dotted
 paths (``lora.r=16``).  Every validation error says which field is wrong and what to
 change.
+
+Kept whole (about 440 lines): RunConfig is one validated type; its loaders (overrides, YAML)
+are the few functions beside it.
 """
 
 from __future__ import annotations

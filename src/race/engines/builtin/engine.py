@@ -33,6 +33,9 @@ to the budget.
 
 Determinism: every step seeds its own random streams from (seed, step), so a run resumed
 from a checkpoint continues exactly as an uninterrupted one.
+
+Kept whole (about 390 lines): one engine, its stages in the order of ``EngineLifecycle`` and
+``StepMember``.
 """
 
 from __future__ import annotations

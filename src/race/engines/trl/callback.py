@@ -36,7 +36,9 @@ TRL's logs carry the ledger too: each ``on_log`` adds ``race/flops``, ``race/flo
 the callback before the reporting callbacks (W&B, TensorBoard, ...; passed in ``callbacks=[...]``
 only the log history and later callbacks see the values), with the utilisation keys of
 ``race.engines.trl.usage``; ``state.total_flos`` is the ledger's counted total. A budget stop saves
-and evaluates as TRL's ``max_steps`` stop does. Timing and devices: ``race.engines.trl.hooks``."""
+and evaluates as TRL's ``max_steps`` stop does. Timing and devices: ``race.engines.trl.hooks``.
+
+Kept whole (about 400 lines): one TrainerCallback, its hooks in the order TRL calls them."""
 
 from __future__ import annotations
 

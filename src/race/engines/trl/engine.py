@@ -120,24 +120,18 @@ class TrlEngine:
     def setup(self) -> TrlState:
         """Build and return the run's state: the policy, the dataset, the reward, RACE's two
         callbacks and the trainer (see :class:`TrlState`)."""
-        from peft import LoraConfig
         from transformers import PrinterCallback, ProgressCallback
 
         from race.engines.trl.callback import RaceFlopCallback
         from race.accounting.trl_step import TrlStepPlan
         from race.engines.trl.internals import compact_head
         from race.engines.trl.run_callback import RunCallback
-        from race.models import validate_lora
         from race.rewards import make_reward
 
         cfg = self.cfg
         policy = start_policy(cfg, self.schedule)
         model, tok, lora, shape, device = policy.model, policy.tok, policy.lora, policy.shape, policy.device
-        peft_config = None
-        if cfg.lora is not None:
-            validate_lora(model, cfg.lora)
-            peft_config = LoraConfig(r=cfg.lora.r, lora_alpha=cfg.lora.lora_alpha, lora_dropout=cfg.lora.lora_dropout,
-                                     target_modules=list(cfg.lora.target_modules), task_type="CAUSAL_LM", bias="none")
+        peft_config = _peft_config(cfg, model)
         plan = TrlStepPlan(per_device_train_batch_size=cfg.micro_batch_size,
                                 gradient_accumulation_steps=cfg.accumulation_steps,
                                 steps_per_generation=cfg.generation_steps, num_generations=cfg.num_generations,
@@ -151,11 +145,7 @@ class TrlEngine:
         flops = RaceFlopCallback(
             cfg.budget_flops, self.run_dir, conventions=cfg.conventions, max_prompt_length=max_prompt,
             reward_step_bound=lambda n, p, t: reward_bound(reward, n, p, t, problems), model_name=cfg.model)
-        eos_ids = {int(tok.eos_token_id)}
-        gen_eos = getattr(model.generation_config, "eos_token_id", None)
-        eos_ids |= set(gen_eos if isinstance(gen_eos, (list, tuple)) else [gen_eos] if gen_eos is not None else [])
-        eos_ids.add(int(tok.pad_token_id))
-        reward_fn = RaceReward(reward, problems, cfg.num_generations, flops.charge, eos_ids)
+        reward_fn = RaceReward(reward, problems, cfg.num_generations, flops.charge, _eos_ids(tok, model))
         total_steps = self._schedule_steps(plan, cost, reward, max_prompt, problems)
         mu = cfg.num_iterations * cfg.optimizer_steps_per_generation  # optimizer steps per batch
         args = grpo_args(cfg, self.run_dir / "trl", use_cpu=device.type == "cpu",
@@ -262,4 +252,29 @@ def run_trl(cfg: RunConfig, run_dir: Path, progress: Progress | None = None) -> 
     return TrlEngine(cfg, Path(run_dir), progress).run()
 
 
+def _peft_config(cfg: Any, model: Any) -> Any:
+    """PEFT's LoraConfig for the run's ``lora`` (checked against the model's modules), None
+    for full fine-tuning."""
+    if cfg.lora is None:
+        return None
+    from peft import LoraConfig
+
+    from race.models import validate_lora
+
+    validate_lora(model, cfg.lora)
+    return LoraConfig(r=cfg.lora.r, lora_alpha=cfg.lora.lora_alpha, lora_dropout=cfg.lora.lora_dropout,
+                      target_modules=list(cfg.lora.target_modules), task_type="CAUSAL_LM", bias="none")
+
+
+def _eos_ids(tok: Any, model: Any) -> set[int]:
+    """The token ids that end a completion: the tokenizer's EOS and padding, and the model's
+    generation config's EOS (one id or several)."""
+    eos_ids = {int(tok.eos_token_id)}
+    gen_eos = getattr(model.generation_config, "eos_token_id", None)
+    eos_ids |= set(gen_eos if isinstance(gen_eos, (list, tuple)) else [gen_eos] if gen_eos is not None else [])
+    eos_ids.add(int(tok.pad_token_id))
+    return eos_ids
+
+
 __all__ = ["TrlEngine", "run_trl"]
+
