@@ -14,8 +14,9 @@ FORBIDDEN = ("torch", "transformers", "matplotlib", "peft", "trl", "ray", "pydan
 ALLOWED_TOP = {"numpy", "pandas", "scipy", "__future__", "collections", "dataclasses", "itertools", "json",
                "typing", "math", "enum"}
 #: RACE modules the analysis may import: the homes of the vocabularies it reads (stdlib-only
-#: budget rule and table layout; the reward grammar, imported inside the function that reads a reward).
-ALLOWED_RACE = {"race.accounting.guard", "race.records", "race.schema", "race.spec.reward"}
+#: budget rule and table layout; the rung schedule; the reward grammar, imported inside the function that
+#: reads a reward).
+ALLOWED_RACE = {"race.accounting.guard", "race.records", "race.schema", "race.spec.reward", "race.spec.rungs"}
 
 
 def test_import_does_not_pull_heavy_libraries():

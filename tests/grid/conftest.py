@@ -47,7 +47,12 @@ def snapshot(study_dir: Path) -> dict[str, Any]:
     with Store(study_dir, create=False) as s:
         runs = {r["run_id"]: (r["status"], r["budget"], r["seed"], r["model"], r["total_flops"], r["steps"])
                 for r in s.runs()}
-        ledger = sorted((r["run_id"], r["step"], r["phase"], r["component"], r["flops"], r["tokens"], r["counted"])
+        # a shared step-0 evaluation (race.engines.eval_share) is computed by whichever run of the
+        # base model gets there first and read by the rest (eval/generate there, eval/shared at 0
+        # FLOPs here): which run that is depends on timing, so those rows keep only that they exist
+        ledger = sorted((r["run_id"], r["step"], r["phase"], "step0", 0.0, 0, r["counted"])
+                        if r["phase"] == "eval" and r["step"] == 0 and r["component"] in ("generate", "shared")
+                        else (r["run_id"], r["step"], r["phase"], r["component"], r["flops"], r["tokens"], r["counted"])
                         for r in s.rows("ledger"))
         evals = sorted((r["run_id"], r["step"], r["flops"], r["target"], r["score"], r["n"], r["per_problem_json"])
                        for r in s.rows("evals"))

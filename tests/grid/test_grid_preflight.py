@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 
 from race.cli.app import app
 from race.grid import plan_grid
+from race.spec.grid import grid_spec_from_dict
 from race.models.preflight import policy_check
 from race.models.refs import hub_download_command
 from race.spec.grid import DEFAULT_CELL_FN
@@ -53,7 +54,7 @@ def _plan_cli(tmp_path, g, *extra):
 
 def test_a_misspelled_model_in_an_axis_fails_the_plan_naming_each_bad_cell(tmp_path):
     g = _race_grid(axes={"model": ["tiny-s", "tiny-mm", "tiny-l"], "num_generations": [4, 8]})
-    p = plan_grid(g)
+    p = plan_grid(grid_spec_from_dict(g))
     bad = [c for c in p.cells if c.cell.config.model == "tiny-mm"]
     assert len(bad) == 4 and all(c.cannot_run for c in bad) and p.cannot_run == bad
     assert all("unknown model 'tiny-mm' (did you mean 'tiny-m'?)" in c.refusal for c in bad)
@@ -74,7 +75,7 @@ def test_a_chat_template_grid_refuses_model_folders_without_a_tokenizer_or_templ
     g = _race_grid(axes={"model": [str(f) for f in folders.values()]})
     g["base"] = {**g["base"], "task": {"name": "dataset", "train_path": str(DATA / "train.jsonl"),
                                        "test_path": str(DATA / "test.jsonl"), "chat_template": True}}
-    p = plan_grid(g)
+    p = plan_grid(grid_spec_from_dict(g))
     why = {Path(c.cell.config.model).name: c.refusal for c in p.cells}
     assert "has no tokenizer files" in why["bare"] and "tokenizer.json" in why["bare"]
     assert "has no chat template" in why["plain"] and "task.chat_template: false" in why["plain"]
@@ -84,7 +85,7 @@ def test_a_chat_template_grid_refuses_model_folders_without_a_tokenizer_or_templ
     for c in p.cannot_run:
         assert f"refused {c.cell.run_id} " in out
     g["base"]["task"]["chat_template"] = False  # plain prompts need a tokenizer, not a template
-    why = {Path(c.cell.config.model).name: c.refusal for c in plan_grid(g).cells}
+    why = {Path(c.cell.config.model).name: c.refusal for c in plan_grid(grid_spec_from_dict(g)).cells}
     assert "has no tokenizer files" in why["bare"] and why["plain"] is None and why["chat"] is None
 
 
@@ -115,12 +116,12 @@ def test_a_hub_model_not_yet_downloaded_is_priced_from_its_preset_and_noted(tmp_
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     g = _race_grid(axes={"model": ["Qwen/Qwen2.5-0.5B-Instruct"]}, budgets=[1e15, 1e16])
-    p = plan_grid(g)
+    p = plan_grid(grid_spec_from_dict(g))
     assert not p.refused and all(c.prediction and c.prediction["steps"] >= 1 for c in p.cells)
     fetch = hub_download_command("Qwen/Qwen2.5-0.5B-Instruct")
     assert sum(1 for n in p.notes if f"`{fetch}` fetches it now" in n) == 1  # once for the grid, not per cell
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    p = plan_grid(g)
+    p = plan_grid(grid_spec_from_dict(g))
     assert len(p.cannot_run) == len(p.cells) and all("HF_HUB_OFFLINE is set" in c.refusal and fetch in c.refusal
                                                      for c in p.cells)
 
@@ -142,7 +143,7 @@ def test_hub_hints_name_the_command_the_installed_library_ships():
 ])
 def test_reward_models_are_resolved_at_plan_time(tmp_path, monkeypatch, reward, needle):
     monkeypatch.chdir(tmp_path)
-    p = plan_grid(_race_grid(axes={"reward": ["rule", reward]}))
+    p = plan_grid(grid_spec_from_dict(_race_grid(axes={"reward": ["rule", reward]})))
     rule = [c for c in p.cells if str(c.cell.config.reward) == "rule"]
     other = [c for c in p.cells if c not in rule]
     assert all(not c.cannot_run for c in rule)
@@ -150,12 +151,12 @@ def test_reward_models_are_resolved_at_plan_time(tmp_path, monkeypatch, reward, 
 
 
 def test_a_race_reward_model_recipe_is_built_on_demand_and_not_refused():
-    p = plan_grid(_race_grid(axes={"reward": ["prm:prm-xs"]}))
+    p = plan_grid(grid_spec_from_dict(_race_grid(axes={"reward": ["prm:prm-xs"]})))
     assert not p.cannot_run
 
 
 def test_a_custom_cell_function_reads_its_own_model_names():
-    p = plan_grid(grid(axes={"model": ["fail-xs", "tiny-xs"]}))  # the fake engine's switch, not a model
+    p = plan_grid(grid_spec_from_dict(grid(axes={"model": ["fail-xs", "tiny-xs"]})))  # the fake engine's switch, not a model
     assert not p.cannot_run
 
 
@@ -163,7 +164,7 @@ def test_every_reason_of_a_cell_is_named(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     g = _race_grid(axes={"model": ["tiny-mm"]})
     g["base"] = {**g["base"], "task": {"name": "jsonl", "path": "missing.jsonl"}}
-    why = plan_grid(g).cells[0].refusal
+    why = plan_grid(grid_spec_from_dict(g)).cells[0].refusal
     assert "task.path 'missing.jsonl': file not found" in why and "; and unknown model 'tiny-mm'" in why
 
 

@@ -80,7 +80,7 @@ def test_the_grid_reads_rungs_and_chains_extensions():
     target = ladder.target_cells([first[0].name], T, seeds=[1, 5])
     assert [(c.name, c.seed, c.budget) for c in target] == [(first[0].name, s, T) for s in (0, 1, 5)]
     assert target[0].extends == later[0].run_id  # the continued seed extends its last-rung run
-    assert target[1].extends == next(c.run_id for c in first if c.name == first[0].name and c.seed == 1)
+    assert target[1].extends == next(c.run_id for c in ladder.cells(0) if c.name == first[0].name and c.seed == 1)
     assert target[2].extends is None  # a seed the study never ran starts fresh
     with pytest.raises(ValueError, match="not allocations of the racing grid"):
         ladder.cells(1, ["no-such-allocation"])

@@ -15,6 +15,7 @@ import pytest
 
 from race.grid import Store, load_tables
 from race.protocol import run_race, validate_race
+from race.spec.grid import grid_spec_from_dict
 
 T = 1.2e10
 READ = 6e8
@@ -24,7 +25,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.trl]
 
 def _grid(model_dir: Path) -> dict:
     return {"study": "race-trl", "protocol": "race", "engine": "trl", "budgets": [READ], "seeds": [0, 1],
-            "require_budget_span": False, "race": {"target_budget": T, "rungs": ["1/8", "1/3"]},
+            "require_budget_span": False,
+            "race": {"target_budget": T, "rungs": ["1/8", "1/3"], "rule": {"floor_steps": 0}},  # floor: test_grid_race.py
             "base": {"model": str(model_dir), "prompts_per_step": 4, "max_completion_length": 12, "reward": "rule",
                      "learning_rate": 1e-3, "torch_threads": 1, "drop_zero_variance_groups": False,
                      "checkpoint_every": 4,
@@ -41,7 +43,7 @@ def _ledger(run_dir: Path) -> list[dict]:
 
 def test_a_trl_race_extends_its_runs_through_trl_checkpoints(tiny_model_dir, tmp_path):
     study = tmp_path / "study"
-    res = run_race(_grid(tiny_model_dir), study, poll_s=0.1)
+    res = run_race(grid_spec_from_dict(_grid(tiny_model_dir)), study, poll_s=0.1)
     assert res.finished and not res.failed and len(res.decisions) == 2
     pick = res.pick
     assert pick is not None and res.decisions[-1]["go_on"] == [pick]

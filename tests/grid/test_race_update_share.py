@@ -13,13 +13,15 @@ import pytest
 
 from race.grid import load_tables
 from race.protocol.racing import run_race
+from race.spec.grid import grid_spec_from_dict
+
 
 T = 1.2e10
 
 
 def _grid():
     return {"study": "race-p", "protocol": "race", "budgets": [6e8], "seeds": [0, 1], "require_budget_span": False,
-            "race": {"target_budget": T, "rungs": ["1/8", "1/3"]},
+            "race": {"target_budget": T, "rungs": ["1/8", "1/3"], "rule": {"floor_steps": 0}},  # the floor: tests/grid/test_grid_race.py
             "base": {"model": "tiny-xs", "prompts_per_step": 4, "num_generations": 4, "max_prompt_length": 24,
                      "max_completion_length": 16, "reward": "rule:partial", "learning_rate": 1e-3,
                      "lora": {"r": 8, "lora_alpha": 8}, "torch_threads": 1,
@@ -34,7 +36,7 @@ def test_a_race_over_update_shares_runs_end_to_end(tmp_path):
     from race.analysis.update_share import run_shares
 
     study = tmp_path / "study"
-    res = run_race(_grid(), study, poll_s=0.1)
+    res = run_race(grid_spec_from_dict(_grid()), study, poll_s=0.1)
     assert res.finished and not res.failed and len(res.decisions) == 2
     runs = load_tables(study)["runs"]
     shares = run_shares(runs)

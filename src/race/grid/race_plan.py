@@ -27,6 +27,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from race.accounting.guard import steps_bought
 from race.grid.plan import GridPlan, Predictor, default_seconds, list_schedule, plan_grid, predict_cell
 from race.grid.pricing import Pricing
 from race.spec.cells import Cell
@@ -59,7 +60,7 @@ def eval_flops(cell: Cell, pred: dict[str, float] | None, *, step0: bool = False
     rows = (ev.n_problems if "greedy" in ev.targets else 0) + (ev.n_hard_problems if "hard" in ev.targets else 0)
     rows += ev.n_pass_problems * ev.pass_k if {"pass@k", "pass@1"} & set(ev.targets) else 0
     reads = sum(1 for b in ev.at_budgets if b > after * (1 + 1e-9))
-    points = reads + (ev.num_points if ev.every_flops is None else max(1, int(cfg.budget_flops // ev.every_flops)))
+    points = reads + (ev.num_points if ev.every_flops is None else max(1, steps_bought(cfg.budget_flops, ev.every_flops)))
     return (points + (1 if step0 else 0)) * rows * float(pred.get("rollout") or 0.0) / steps / n_seq
 
 

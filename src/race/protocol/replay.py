@@ -101,7 +101,10 @@ class StudySource:
         reached and at the study's reads just below its first rung (the grid's nested reads)."""
         rows = []
         for (k, seed), top in sorted(reached.items()):
-            ladder = self.snap(list(budgets[k] if isinstance(budgets, dict) else budgets))
+            # an allocation's own ladder repeats a budget where its floor spans rungs: each budget
+            # snaps on its own (the shared rungs snap increasing)
+            ladder = ([self.snap([b])[0] for b in budgets[k]] if isinstance(budgets, dict)
+                      else self.snap(list(budgets)))
             g = self._by[(self.names[k], int(seed))]
             b = g["budget"].to_numpy(float)
             rung = np.isclose(b[:, None], np.array(ladder[: top + 1])[None, :], rtol=RTOL, atol=0.0).any(axis=1)
