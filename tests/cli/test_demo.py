@@ -125,6 +125,8 @@ def test_demo_races_a_racing_grid_and_continues_the_pick(tmp_path, tiny_recipes,
     assert all(val["continued"].values())  # every target run continued a pilot
     md = (study / "report" / "report.md").read_text()
     assert "Racing: rungs toward the target" in md and "continued pilot" in md and pick.split("|")[0] in md
+    # the report written right after the validation reads its outcome, not the entry it started as
+    assert "the validation recorded for this budget is" not in md and "Realised regret" in md
 
 
 def test_the_packaged_demo_races_a_schedule_that_fits_its_cap_and_measures_every_allocation():

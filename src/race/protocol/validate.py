@@ -16,6 +16,7 @@ realised regret and ``ValidationOutcome.study``, what the report then renders).
 
 from __future__ import annotations
 
+
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
@@ -26,7 +27,7 @@ from race.analysis import Recommendation, ValidationResult, prepare_runs, realis
 from race.spec.grid import DEFAULT_CELL_FN, GRID_OWNED
 from race.analysis.tables import jsonable
 
-from .study import ReportError, Study, default_target_budget, load_study, write_validation
+from .study import ReportError, Study, default_target_budget, load_study, read_validations, write_validation
 
 
 @dataclass
@@ -173,6 +174,8 @@ def run_recorded(study: Study, entry: dict[str, Any], out: ValidationOutcome,
     write_validation(sdir, {**entry, "status": out.status, "failed": out.failed, "refused": out.refused,
                             "message": out.message,
                             "result": jsonable(out.result.to_dict()) if out.result is not None else None})
+    # the study read above holds the entry as "running": it carries the outcome just recorded
+    out.study = replace(out.study, validations=read_validations(sdir))
     return out
 
 
