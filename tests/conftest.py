@@ -96,3 +96,55 @@ def load_script():
         return mod
 
     return load
+
+
+@pytest.fixture
+def store_opens(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
+    """Opens of a study's store from now on: ``"grid"`` inside the grid driver
+    (``race.grid.run_grid``, which opens its own), ``"read"`` everywhere else."""
+    import race.grid
+    from race.grid import Store
+
+    opens = {"read": 0, "grid": 0}
+    driving: list[int] = []
+    init, run = Store.__init__, race.grid.run_grid
+
+    def counting(self, *a, **k):
+        opens["grid" if driving else "read"] += 1
+        init(self, *a, **k)
+
+    def driven(*a, **k):
+        driving.append(1)
+        try:
+            return run(*a, **k)
+        finally:
+            driving.pop()
+
+    monkeypatch.setattr(Store, "__init__", counting)
+    monkeypatch.setattr(race.grid, "run_grid", driven)
+    return opens
+
+
+@pytest.fixture
+def gang_step_flops(monkeypatch: pytest.MonkeyPatch) -> tuple[dict[int, int], dict[int, dict[int, int]]]:
+    """``FlopCounterMode`` over every gang step from now on: ``({step: FLOPs executed},
+    {step: {member index: rollout FLOPs the gang executed for it}})``; a member whose step
+    does not succeed fails the test."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from race.engines.gang import engine
+
+    measured: dict[int, int] = {}
+    executed: dict[int, dict[int, int]] = {}
+    real = engine.gang_step
+
+    def counted(step, works):
+        with FlopCounterMode(display=False) as fc:
+            out = real(step, works)
+        measured[step] = fc.get_total_flops()
+        executed[step] = {w.index: w.executed for w in works if w.outcome == "ok"}
+        assert all(w.outcome == "ok" for w in works)
+        return out
+
+    monkeypatch.setattr(engine, "gang_step", counted)
+    return measured, executed

@@ -94,28 +94,14 @@ def test_members_write_their_solo_run_directories(tiny_model_dir, tmp_path):
     assert again == outs  # a finished gang does not train again
 
 
-def test_gang_step_executes_what_the_member_ledgers_charge(tiny_model_dir, tmp_path, monkeypatch):
+def test_gang_step_executes_what_the_member_ledgers_charge(tiny_model_dir, tmp_path, gang_step_flops):
     """Under torch conventions, FlopCounterMode over a gang step equals the sum over its
     members of what their ledgers charge for that step, with the rollout as the gang
     executed it (one batched decode over padded prompts and slots: ``FastRollout.executed``;
     the ledgers charge each member's solo rollout, and record their share of it apart)."""
-    from torch.utils.flop_counter import FlopCounterMode
+    from race.engines.gang import run_gang
 
-    from race.engines.gang import engine, run_gang
-
-    measured: dict[int, int] = {}
-    executed: dict[int, dict[int, int]] = {}
-    real = engine.gang_step
-
-    def counted(step, works):
-        with FlopCounterMode(display=False) as fc:
-            out = real(step, works)
-        measured[step] = fc.get_total_flops()
-        executed[step] = {w.index: w.executed for w in works if w.outcome == "ok"}
-        assert all(w.outcome == "ok" for w in works)
-        return out
-
-    monkeypatch.setattr(engine, "gang_step", counted)
+    measured, executed = gang_step_flops
     cfgs = [c.model_copy(update={"conventions": "torch", "budget_flops": c.budget_flops / 2})
             for c in _members(tiny_model_dir)]
     run_gang([(c, tmp_path / f"g{i}") for i, c in enumerate(cfgs)], tmp_path / "gang")

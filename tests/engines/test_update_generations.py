@@ -162,26 +162,12 @@ def test_gang_members_that_differ_in_the_knob_write_their_solo_runs(tiny_model_d
     assert all(k % 3 == 0 for k in kept[0]) and all(k % 2 == 0 for k in kept[1]) and max(kept[0]) <= 12
 
 
-def test_a_gang_step_executes_what_the_member_ledgers_charge(tiny_model_dir, tmp_path, monkeypatch):
+def test_a_gang_step_executes_what_the_member_ledgers_charge(tiny_model_dir, tmp_path, gang_step_flops):
     """Under torch conventions FlopCounterMode over a gang step equals the members' charged
     learning passes (over their m kept rows) plus the rollout the gang executed."""
-    from torch.utils.flop_counter import FlopCounterMode
+    from race.engines.gang import run_gang
 
-    from race.engines.gang import engine, run_gang
-
-    measured: dict[int, int] = {}
-    executed: dict[int, dict[int, int]] = {}
-    real = engine.gang_step
-
-    def counted(step, works):
-        with FlopCounterMode(display=False) as fc:
-            out = real(step, works)
-        measured[step] = fc.get_total_flops()
-        executed[step] = {w.index: w.executed for w in works if w.outcome == "ok"}
-        assert all(w.outcome == "ok" for w in works)
-        return out
-
-    monkeypatch.setattr(engine, "gang_step", counted)
+    measured, executed = gang_step_flops
     cfgs = [c.model_copy(update={"conventions": "torch", "max_steps": 3}) for c in _members(tiny_model_dir)]
     run_gang([(c, tmp_path / f"g{i}") for i, c in enumerate(cfgs)], tmp_path / "gang")
     ledgers = [_lines(tmp_path / f"g{i}" / "ledger.jsonl") for i in range(len(cfgs))]

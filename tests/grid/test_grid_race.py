@@ -118,34 +118,10 @@ def _race(study: Path, spec) -> None:
     assert res.finished and not res.failed
 
 
-def _count_reads(monkeypatch) -> dict[str, int]:
-    """Store opens outside the grid driver (``run_grid``), counted from now on."""
-    import race.grid
-
-    opens = {"read": 0}
-    driving: list[int] = []
-    init, run = Store.__init__, race.grid.run_grid
-
-    def counting(self, *a, **k):
-        opens["read"] += 0 if driving else 1
-        init(self, *a, **k)
-
-    def driven(*a, **k):
-        driving.append(1)
-        try:
-            return run(*a, **k)
-        finally:
-            driving.pop()
-
-    monkeypatch.setattr(Store, "__init__", counting)
-    monkeypatch.setattr(race.grid, "run_grid", driven)
-    return opens
-
-
-def test_a_race_runs_rungs_decided_from_the_store_and_extends_runs(tmp_path, monkeypatch):
+def test_a_race_runs_rungs_decided_from_the_store_and_extends_runs(tmp_path, store_opens):
     spec = grid_spec_from_dict(race_grid())
     study = tmp_path / "race"
-    opens = _count_reads(monkeypatch)
+    opens = store_opens
     _race(study, spec)
     # the schedule (stored once, when the race starts), then each rung's decision: the store opened once
     # (stored decision, tables, record)

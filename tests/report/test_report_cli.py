@@ -118,31 +118,14 @@ def test_the_grids_first_eval_target_is_the_studys_primary_target(tmp_path, cli)
     assert val["target"] == "pass@k"
 
 
-def test_each_command_reads_the_study_once(tmp_path, cli, monkeypatch):
+def test_each_command_reads_the_study_once(tmp_path, cli, store_opens):
     """``race report`` opens the study's store once (tables, grid, decisions in one read);
     ``race validate`` reads it once before its runs and once after (the realised regret and
     the report it writes use that second reading); the grid driver's own opens are apart."""
-    import race.grid
-
     study = tmp_path / "study"
     assert run_grid(GRID, study, poll_s=0.05).ok
-    opens = {"read": 0, "grid": 0}
-    driving: list[int] = []
-    init, run = Store.__init__, race.grid.run_grid
-
-    def counting(self, *a, **k):
-        opens["grid" if driving else "read"] += 1
-        init(self, *a, **k)
-
-    def driven(*a, **k):
-        driving.append(1)
-        try:
-            return run(*a, **k)
-        finally:
-            driving.pop()
-
-    monkeypatch.setattr(Store, "__init__", counting)
-    monkeypatch.setattr(race.grid, "run_grid", driven)
+    opens = store_opens
+    opens.update(read=0, grid=0)
     res, out = cli("report", study, *FAST)
     assert res.exit_code == 0, out
     assert opens == {"read": 1, "grid": 0}
