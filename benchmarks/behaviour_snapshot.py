@@ -10,7 +10,8 @@ For every run directory found (a folder with ``ledger.jsonl``), in run-id order:
 and ``report.json`` when present. Normalised so that only behaviour is compared:
 
 - wall-clock keys are dropped (names containing ``seconds``, ``wall``, ``time``, ``elapsed``,
-  ``per_second``, ``mfu``, ``utilisation``, ending in ``_s`` or ``_at``);
+  ``per_second``, ``mfu``, ``utilisation``, ending in ``_s`` or ``_at``, and a report's
+  ``generated``), also inside JSON documents stored as strings (the runs table's ``run_json``);
 - the directory given on the command line is replaced by ``<ROOT>`` in every string, and
   absolute paths outside it by their last two components;
 - numbers are printed with ``repr`` (a float that differs in any bit shows).
@@ -28,7 +29,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-WALL = re.compile(r"(seconds|wall|time|elapsed|per_second|mfu|utilisation|_s$|_at$|^pid$|hostname)")
+WALL = re.compile(r"(seconds|wall|time|elapsed|per_second|mfu|utilisation|_s$|_at$|^pid$|hostname|^generated$)")
 
 
 def _clean(x: Any, root: str) -> Any:
@@ -36,6 +37,11 @@ def _clean(x: Any, root: str) -> Any:
         return {k: _clean(v, root) for k, v in sorted(x.items()) if not WALL.search(str(k))}
     if isinstance(x, list):
         return [_clean(v, root) for v in x]
+    if isinstance(x, str) and x[:1] in "{[":  # a JSON document stored as a string (runs.run_json, spec_json)
+        try:
+            return _clean(json.loads(x), root)
+        except ValueError:
+            pass
     if isinstance(x, str):
         s = x.replace(root, "<ROOT>")
         if s.startswith("/") and "<ROOT>" not in s:
