@@ -15,8 +15,6 @@ The designs (:data:`DESIGNS`), each at (at most) the default design's pilot comp
   observed winner at the largest: the naive rule the others are paired against;
 - ``keep-all``: every allocation, one seed, to the budget the cap buys, ``cap T / (K - 1)``
   (at most the last rung), the observed leader there;
-(The baselines as the literature runs them: no step floor beyond the allocation's warmup.)
-
 - ``top-k``: the default schedule's first rung, then the ``k`` best by observed score straight
   to the last rung (Egele et al., arXiv 2307.15422), ``k`` as many as the cap allows;
 - ``halving``: successive halving by observed score over the default schedule's rungs;
@@ -27,6 +25,8 @@ The designs (:data:`DESIGNS`), each at (at most) the default design's pilot comp
   seeds first, the cap rule, ``rank="forecast"``);
 - ``default``: the racing rule as frozen (:class:`race.analysis.racing.RacingRule`), its pick
   with an interval and P(best) over every allocation.
+
+The baselines run as the literature runs them: no step floor beyond the allocation's warmup.
 
 Compute in units of T: ``pilot`` (every pilot FLOP; a continued run counts its final budget
 once), ``reused`` (the pick's continued run), ``unreused = pilot - reused``.
@@ -163,26 +163,26 @@ def race(source: Source, rule: RacingRule, first_seeds: int, rungs: list[float] 
                         recommendation=rec, schedule={**sched.as_dict(), "fits": sched.fits()}, decisions=decisions)
 
 
+def _ranked(prepared: pd.DataFrame, evals: pd.DataFrame, target: str, budget: float, among: list[str]) -> list[str]:
+    """``among`` by observed score at ``budget``, best first (ties by name)."""
+    sc = observed_scores(prepared, evals, target, budget, among)
+    return sorted(sc, key=lambda a: (-sc[a], a))
+
+
 def _leader(source: Source, reached: dict, budgets: list[float], budget: float, among: list[str]) -> list[str]:
     runs, evals = source.tables(reached, budgets)
-    sc = observed_scores(prepare_runs(runs), evals, source.target, budget, among)
-    return sorted(sc, key=lambda a: (-sc[a], a))
+    return _ranked(prepare_runs(runs), evals, source.target, budget, among)
 
 
 def flat(source: Source, rule: RacingRule, first_seeds: int) -> DesignResult:
     runs, evals, budgets = source.flat()
     prepared = prepare_runs(runs)
     b = max(budgets)
-    pick = _leader_from(prepared, evals, b, source.names, source.target)
+    pick = _ranked(prepared, evals, source.target, b, source.names)[0]
     n_seeds = prepared.groupby("allocation")["seed"].nunique().max()
     T = source.target_budget
     return DesignResult(pick=pick, pilot=len(source.names) * n_seeds * sum(budgets) / T, reused=b / T,
                         alive_last=list(source.names))
-
-
-def _leader_from(prepared: pd.DataFrame, evals: pd.DataFrame, budget: float, names: list[str], target: str) -> str:
-    sc = observed_scores(prepared, evals, target, budget, names)
-    return min(sc, key=lambda a: (-sc[a], a))
 
 
 def keep_all(source: Source, rule: RacingRule, first_seeds: int) -> DesignResult:

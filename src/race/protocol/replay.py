@@ -155,16 +155,18 @@ class StudySource:
 
 def replay(runs: pd.DataFrame, evals: pd.DataFrame, *, target: str = "greedy", target_budget: float | None = None,
            designs: list[str] | None = None, rule: Any = None, first_seeds: int | None = None, n_boot: int = 1000,
-           seed: int = 0) -> dict[str, Any]:
+           seed: int = 0, source: "StudySource | None" = None) -> dict[str, Any]:
     """Every design of :data:`race.analysis.designs.DESIGNS` (or those named) on the study's
     complete trajectories, scored against its own truth at T (module docstring). Returns
     ``{"target_budget", "seeds", "truth": {allocation: score}, "best", "designs": {name: row}}``,
     a row holding the pick, pilots / T, unreused / T, the regret with its paired 95% interval,
-    whether the true best was alive at the last rung, and the design's schedule."""
+    whether the true best was alive at the last rung, and the design's schedule. ``source``: the
+    study already read as a :class:`StudySource` (then ``runs``, ``evals``, ``target`` and
+    ``target_budget`` are its own)."""
     from race.analysis.designs import run_designs
     from race.analysis.racing import FIRST_SEEDS, RacingRule
 
-    src = StudySource(runs, evals, target, target_budget)
+    src = source if source is not None else StudySource(runs, evals, target, target_budget)
     truth, R = src.truth(n_boot, seed)
     best = max(truth, key=lambda a: (truth[a], a))
     out = {"target_budget": src.target_budget, "seeds": src.seeds, "reads": src.reads, "truth": truth, "best": best,

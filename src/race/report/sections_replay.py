@@ -25,11 +25,11 @@ def replay_section(ctx: Context) -> Section:
         sec.missing = "a racing study: it ran one design (the racing section); replay needs every allocation at T"
         return sec
     try:
-        StudySource(ctx.runs, ctx.evals, ctx.primary)
+        src = StudySource(ctx.runs, ctx.evals, ctx.primary)
     except ReportError as e:
         sec.missing = f"not a study of complete trajectories ({e})"
         return sec
-    out: dict[str, Any] = replay(ctx.runs, ctx.evals, target=ctx.primary, seed=ctx.rng)
+    out: dict[str, Any] = replay(ctx.runs, ctx.evals, seed=ctx.rng, source=src)
     T = out["target_budget"]
     sec.add(Text(
         f"Every allocation ran to T = {fmt_flops(T)} with seeds {out['seeds']} and was read at "

@@ -87,10 +87,6 @@ class RungSchedule:
         """Allocations whose floor lies beyond the last rung: never measured by the race."""
         return sorted(a for a, b in self.min_budgets.items() if b > self.budgets[-1] * (1 + RTOL))
 
-    def on_rung(self) -> list[int]:
-        """Allocations ranked onto each rung (the schedule's keep counts)."""
-        return list(self.keep)
-
     def cost(self) -> dict[str, float]:
         """Worst-case pilot compute (module docstring), in FLOPs and in units of T: every
         allocation's first rung at its own budget, then at each later rung the ``keep[j]``
