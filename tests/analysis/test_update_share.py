@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
+import pandas as pd
 import pytest
 from analysis_synth import SMALL, make_study
 
@@ -117,3 +118,20 @@ def test_regime_thresholds():
     assert regime_of(0.49, 0.3, 0.21) is Regime.SEARCH_HEAVY
     assert regime_of(0.45, 0.25, 0.30) is Regime.FEEDBACK_HEAVY
     assert str(Regime.NOT_IDENTIFIED) == "not identified"
+
+
+def test_group_size_is_a_knob_of_a_pods_line_only():
+    """PODS allocations (num_update_generations set) that differ in n are one line, so m = 2 of
+    n = 12 and of n = 24 sit on one p axis; allocations that train on their whole group keep
+    their group size in the line's name (a group-size study is two lines), and a study whose
+    PODS rows share one n keeps it in the name too."""
+    runs, _ = _study({"rule": {1: (0.6, 0.0, 0.5)}}, seeds=(0,))
+    row = runs.iloc[[0]]
+    pods = [row.assign(num_generations=n, axis_num_update_generations=2.0, run_id=f"p{n}") for n in (12, 24, 48)]
+    plain = [row.assign(num_generations=n, axis_num_update_generations=np.nan, run_id=f"g{n}") for n in (4, 8)]
+    sh = run_shares(pd.concat(pods + plain, ignore_index=True)).set_index("run_id")
+    assert sh.loc["p12", "line"] == sh.loc["p24", "line"] == sh.loc["p48", "line"]
+    assert "G=*" in sh.loc["p12", "line"]
+    assert sh.loc["g4", "line"] != sh.loc["g8", "line"] and "G=4" in sh.loc["g4", "line"]
+    one_n = run_shares(pd.concat([p.assign(num_generations=12) for p in pods], ignore_index=True))
+    assert one_n["line"].nunique() == 1 and "G=12" in one_n["line"].iloc[0]

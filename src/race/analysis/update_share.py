@@ -13,7 +13,12 @@ A *line* is the allocations that differ only in the knobs that move p at equal F
 (:data:`KNOBS`: ``num_iterations``, ``steps_per_generation`` and the batch settings that go
 with it, ``num_update_generations``: the rollouts per prompt the update trains on, PODS's m
 of the group's n), so one line holds one model, group size (rollouts generated), update
-selection and reward system (the spec as written:
+selection and reward system. Where an allocation sets ``num_update_generations``, its group
+size is a knob of the line too (:func:`line_names`): generating more rollouts per prompt
+while the update trains on the same m is PODS's search-heavy direction, the one way below
+``p`` at m = 2 of n; an allocation that leaves m unset trains on its whole group, so there
+the group size stays in the line's name (a group-size study is not an update-share line).
+Reward systems are written as the spec writes them (the spec as written:
 ``rule:outcome``, ``prm:prm-m:min+outcome``). Per budget and line, each allocation is a point
 (p, score): p the mean over its seeds, the score read at equal
 counted FLOPs (``final_scores(at="equal")``) with the study's joint replicates
@@ -96,6 +101,21 @@ Regime.NOT_IDENTIFIED = Regime("not identified")
 REGIMES = (Regime.UPDATE_HEAVY, Regime.SEARCH_HEAVY, Regime.FEEDBACK_HEAVY, Regime.NOT_IDENTIFIED)
 
 
+def line_names(pr: pd.DataFrame) -> list[str]:
+    """The line of each row of ``pr`` (prepared runs, :func:`race.analysis.tables.prepare_runs`):
+    its allocation name with the knobs written ``*``: ``num_iterations`` always, every
+    :data:`KNOBS` column left out, and the group size ``G=*`` where the row sets
+    ``num_update_generations``, when those rows have more than one group size (PODS's n of m:
+    more rollouts per prompt for the same update is the search-heavy knob; module docstring).
+    Named over these rows' varying columns."""
+    rows = pr.assign(num_iterations="*")
+    if "axis_num_update_generations" in rows.columns:
+        pods = rows["axis_num_update_generations"].notna()
+        if rows.loc[pods, "num_generations"].nunique() > 1:  # one n among them: the name keeps it
+            rows["num_generations"] = rows["num_generations"].astype(object).where(~pods, "*")
+    return table_names(rows, [c for c in extra_allocation_columns(pr) if c not in KNOBS])
+
+
 def run_shares(runs: pd.DataFrame) -> pd.DataFrame:
     """One row per complete run: ``run_id, budget, seed, allocation, line, reward, p, p_policy,
     search_share, feedback_share`` from its counted FLOPs (module docstring). Runs with no
@@ -105,8 +125,7 @@ def run_shares(runs: pd.DataFrame) -> pd.DataFrame:
     s, lrn, f = (pr["rollout_flops"].astype(float), pr["learning_flops"].astype(float),
                  pr["feedback_flops"].astype(float))
     total = s + lrn + f
-    # a line: the allocation with the knobs left out (num_iterations written "*"), named over these runs
-    line = table_names(pr.assign(num_iterations="*"), [c for c in extra_allocation_columns(pr) if c not in KNOBS])
+    line = line_names(pr)
     out = pr[["run_id", "budget", "seed", "allocation", "reward"]].assign(
         line=line, reward=pr["reward"].astype(str), p=lrn / total, p_policy=lrn / (s + lrn),
         search_share=s / total,
@@ -344,5 +363,5 @@ def share_shift(bests: list[BestShare]) -> pd.DataFrame:
 
 
 __all__ = ["BestShare", "KNOBS", "MIN_LEVELS", "MIN_VALID", "REGIMES", "Regime", "SAME_P", "best_share", "best_shares",
-           "joint_cells", "regime_of", "regime_ties", "run_shares",
+           "joint_cells", "line_names", "regime_of", "regime_ties", "run_shares",
            "share_shift", "share_table"]
