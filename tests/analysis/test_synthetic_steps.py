@@ -230,3 +230,40 @@ def test_keep_all_race_runs_on_step_worlds(k):
     assert {"steps", "warmup_steps"} <= set(runs.columns) and runs["run_id"].is_unique
     last = runs[runs["prefix_of"].isna()]
     assert len(last) == k * len(w.seeds) and (last["steps"] >= 1).all()
+
+
+def test_the_step_floor_budget_buys_the_floor_on_every_run():
+    """``min_budgets`` prices a step floor at the costliest step (``max_step_cost``), as the plan prices
+    real steps at their maximal completions: every run of every allocation and seed has taken its warmup
+    + floor steps at that budget, jitter or not. At the nominal cost some runs fall a step short (the
+    race then kept them by the floor, beyond the keep counts and over the cap)."""
+    from race.analysis.synthetic_race import allocation_names, min_budgets
+
+    short_at_nominal = 0
+    for s in range(12):
+        w = step_world(300000 + s, k=12)
+        mins, names = min_budgets(w, 5), allocation_names(w)
+        for k, a in enumerate(w.allocations):
+            need = w.warmup_steps(a) + 5
+            assert w.max_step_cost(a) == pytest.approx(w.step_cost(a) * (1 + COST_JITTER), rel=1e-12)
+            for seed in w.seeds:
+                assert w.counted(k, seed, mins[names[k]])[0] >= need
+                short_at_nominal += w.counted(k, seed, need * w.step_cost(a))[0] < need
+    assert short_at_nominal > 0  # the jitter this guards against is there
+
+
+def test_a_step_world_race_stays_within_its_schedules_worst_case():
+    """The seed whose floor once fell a step short (test phase, K = 4): the race's unreused pilot
+    compute is at most its schedule's worst case, so within the cap."""
+    from race.analysis.racing import RacingRule
+    from race.analysis.synthetic_race import RaceDesign, simulate_race
+
+    w = step_world(310014, k=4)
+    rule = RacingRule()
+    out = simulate_race(w, RaceDesign(rungs=None, first_seeds=None), rule)
+    worst = out["decisions"][0]["schedule"]
+    from race.spec.rungs import schedule_from_dict
+
+    cost = schedule_from_dict(worst).cost()
+    assert out["pilot_T"] - out["reused_T"] <= cost["unreused_T"] * (1 + 1e-9)
+    assert not any(d["exempt"] for d in out["decisions"][1:])

@@ -160,6 +160,12 @@ class World:
         size = [self.models[b["model"]] * int(b["num_generations"]) for b in [a, *self.allocations]]
         return float(self.target_budget * float(np.mean(self.spend)) / NOMINAL_TARGET_STEPS * size[0] / max(size))
 
+    def max_step_cost(self, a: dict) -> float:
+        """The most FLOPs one optimizer step of allocation ``a`` can cost: what a plan prices a step floor
+        at, as ``race grid plan`` prices real steps at their maximal completions (an upper bound, so the
+        floor holds). Here the nominal cost; the step generator adds its per-step jitter."""
+        return self.step_cost(a)
+
     def run_steps(self, a: dict, seed: int, total: float) -> int:
         """Optimizer steps a run of allocation ``a`` and ``seed`` has taken after ``total`` counted FLOPs
         (0 for none; at least 1 once it has counted any)."""

@@ -110,10 +110,14 @@ def _lr(world: World, k: int) -> float:
 
 
 def min_budgets(world: World, floor_steps: int) -> dict[str, float]:
-    """Per allocation the budget that buys its warmup + ``floor_steps`` optimizer steps
-    (``World.step_cost``) even when a run spends only the least share of its budget (``spend``)."""
+    """Per allocation the budget that buys its warmup + ``floor_steps`` optimizer steps at their
+    costliest (``World.max_step_cost``: a step world's steps vary in cost, and a floor priced at the
+    nominal cost can buy one step short, leaving the allocation unmeasured, kept by the floor beyond
+    the schedule's keep counts and over the cap) even when a run spends only the least share of its
+    budget (``spend``); the plan prices real steps the same way, at their maximal completions."""
     names = allocation_names(world)
-    return {names[k]: float((world.warmup_steps(a) + floor_steps) * world.step_cost(a) / world.spend[0] * (1 + 1e-9))
+    return {names[k]: float((world.warmup_steps(a) + floor_steps) * world.max_step_cost(a) / world.spend[0]
+                            * (1 + 1e-9))
             for k, a in enumerate(world.allocations)}
 
 

@@ -152,6 +152,9 @@ class StepWorld(World):
     def step_cost(self, a: dict) -> float:
         return float(a["spec"]["cost"])
 
+    def max_step_cost(self, a: dict) -> float:
+        return float(a["spec"]["cost"]) * (1 + COST_JITTER)
+
     def warmup_steps(self, a: dict) -> int:
         return int(a["spec"]["warmup"])
 
