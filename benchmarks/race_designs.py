@@ -33,6 +33,12 @@ once), ``reused`` (the pick's continued run), ``unreused = pilot - reused``. Reg
 best allocation's score at T minus the pick's. ``alive``: the true best reached the last rung.
 ``late``: worlds whose best allocation at T differs from the best at the flat grid's largest
 pilot. Differences are paired (the same worlds) with 95% world-bootstrap intervals.
+
+``--ceiling`` adds a diagnostic row, ``ceiling (noise-free rungs)``: the default's schedule with
+every cut ranked by the true scores at the rung budgets (no seed or problem noise) and the true
+best at the last rung picked. No design can run it; its winner-alive share bounds what ranking
+by the score a rung measures can keep alive on that schedule, and its regret is what crossovers
+after a cut cost there. It works on saved records too (``--load a.json --ceiling``).
 """
 
 from __future__ import annotations
@@ -98,6 +104,49 @@ def world_record(generator: str, seed: int, walk: float = 0.0, k: int = 4, rule_
     rec["rule"] = rule.as_dict()
     rec["total_seconds"] = time.perf_counter() - t0
     return rec
+
+
+CEILING = "ceiling (noise-free rungs)"
+
+
+def ceiling_design(w, rule_dict: dict | None = None, first_seeds: int | None = None) -> dict:
+    """A diagnostic, not a design anyone can run: the default's schedule (rungs, keep counts, step
+    floors, one first-rung seed where two do not fit) with every cut ranked by the allocations'
+    *true* mean scores at their rung budgets (``World.truth``: no seed or problem noise) and the
+    pick the true best at the last rung. What it loses is the cost of ranking by current score on
+    this schedule (crossovers after a cut); its winner-alive share bounds every design that ranks
+    by the score a rung measures on this schedule. Compute: the schedule's worst case."""
+    from race.analysis.designs import schedule_for
+    from race.analysis.racing import FIRST_SEEDS, RacingRule
+    from race.analysis.synthetic_race import WorldSource
+
+    base = dict(rule_dict or {})
+    base.pop("first_seeds", None)
+    rule = RacingRule(**base)
+    src = WorldSource(w)
+    s0 = min(int(first_seeds or FIRST_SEEDS), len(src.seeds))
+    sched = schedule_for(src, rule, s0)
+    if not sched.fits() and s0 > 1:
+        sched = schedule_for(src, rule, 1)
+    names, last = src.names, len(sched.budgets) - 1
+    alive, alive_n = list(range(len(names))), [len(names)]
+    for j in range(last):
+        true = {k: w.truth(k, sched.budget_of(names[k], j)) for k in alive}
+        alive = sorted(alive, key=lambda k: (-true[k], k))[: sched.keep[j + 1]]
+        alive_n.append(len(alive))
+    pick = max(alive, key=lambda k: (w.truth(k, sched.budget_of(names[k], last)), -k))
+    cost = sched.cost()
+    return {"pick": names[pick], "pilot": cost["pilots_T"], "reused": cost["reused_T"],
+            "alive_last": [names[k] for k in alive], "alive_n": alive_n, "fits": sched.fits(),
+            "first_seeds": sched.first_seeds}
+
+
+def add_ceiling(records: list[dict]) -> list[dict]:
+    """:func:`ceiling_design` added to saved records (each world rebuilt from its generator, seed, K and walk)."""
+    for r in records:
+        w = make_world(r["generator"], r["seed"], r.get("walk", 0.0), r["k"])
+        r["designs"][CEILING] = ceiling_design(w, r.get("rule"))
+    return records
 
 
 def _family(w, k: int) -> str:
@@ -274,6 +323,8 @@ def main() -> None:
     ap.add_argument("--save", help="write the per-world records here (JSON)")
     ap.add_argument("--load", nargs="+", help="summarise saved records instead of running")
     ap.add_argument("--plot", help="draw the cost-quality figure here (PNG)")
+    ap.add_argument("--ceiling", action="store_true", help="add the noise-free-rungs ceiling (a diagnostic: "
+                    "the default's schedule ranked by the true scores at each rung), to loaded records too")
     ap.add_argument("--shard", type=int, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--out", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -282,6 +333,8 @@ def main() -> None:
     t0 = time.time()
     if args.load:
         groups = {Path(p).stem: json.loads(Path(p).read_text()) for p in args.load}
+        if args.ceiling:
+            groups = {t: add_ceiling(recs) for t, recs in groups.items()}
     else:
         with tempfile.TemporaryDirectory(prefix="race-designs-") as tmp:
             env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
@@ -299,6 +352,8 @@ def main() -> None:
             if any(p.wait() for p in procs):
                 sys.exit("a shard failed")
             records = sorted((r for o in outs for r in json.loads(o.read_text())), key=lambda r: r["seed"])
+        if args.ceiling:
+            records = add_ceiling(records)
         if args.save:
             Path(args.save).write_text(json.dumps(records))
         title = f"{args.generator} generator, K={args.k}" + (f", walk {args.walk:g}" if args.walk else "")

@@ -72,3 +72,29 @@ def test_table_is_paired_and_the_figure_is_drawn(rd, records, tmp_path):
     png = tmp_path / "cq.png"
     rd.plot({"a": records}, str(png))
     assert png.stat().st_size > 1000 and png.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_the_noise_free_ceiling_ranks_by_truth_on_the_defaults_schedule(rd, records):
+    """``--ceiling``: the default's schedule (the same rungs, keep counts and compute), every cut by
+    the true scores at the rung budgets; its pick is the true best among its finalists at the last
+    rung, and the records it is added to keep every other design."""
+    from race.analysis.designs import schedule_for
+    from race.analysis.racing import RacingRule
+    from race.analysis.synthetic_race import WorldSource
+
+    before = {r["seed"]: set(r["designs"]) for r in records}
+    for r in rd.add_ceiling([json.loads(json.dumps(x)) for x in records]):
+        c = r["designs"][rd.CEILING]
+        assert set(r["designs"]) == before[r["seed"]] | {rd.CEILING}
+        w = rd.make_world(r["generator"], r["seed"], r["walk"], r["k"])
+        src = WorldSource(w)
+        sched = schedule_for(src, RacingRule(**{**r["rule"]}), c["first_seeds"])
+        assert c["alive_n"] == list(sched.keep) and len(c["alive_last"]) == sched.keep[-1]
+        assert c["pilot"] == pytest.approx(sched.cost()["pilots_T"], rel=1e-12)
+        last = len(sched.budgets) - 1
+        at_last = {a: w.truth(src.names.index(a), sched.budget_of(a, last)) for a in c["alive_last"]}
+        assert c["pick"] == max(at_last, key=at_last.get)
+        # the finalists survived the first cut, so each is among the keep[1] true best at the first rung
+        at0 = {a: w.truth(k, sched.budget_of(a, 0)) for k, a in enumerate(src.names)}
+        top = sorted(src.names, key=lambda a: -at0[a])[: sched.keep[1]]
+        assert all(at0[a] >= at0[top[-1]] - 1e-12 for a in c["alive_last"])
