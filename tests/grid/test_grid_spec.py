@@ -336,3 +336,14 @@ def test_the_p_bracketing_configs_are_paths_through_p():
     assert chosen == {("rule:partial", 3), ("rule:partial", 8), ("prm:prm-xs:min+partial", 4),
                       ("prm:prm-xs:min+partial", 8)}
     assert target.seeds == pilots.seeds and {c.budget for c in target.cells()} == {3.2e12}
+    # the study carried below p 0.33: the same 14 allocations with seeds 0-4, and m = 2 of n = 24 and 48
+    low = load_grid_spec(root / "grid-pshare-low.yaml")
+    per_low = {}
+    for c in low.cells():
+        per_low.setdefault(c.allocation["reward"], set()).add(
+            (c.config.num_generations, c.config.num_update_generations, c.config.num_iterations))
+    old = {(12, m, it) for m, it in {(2, 1), (3, 1), (4, 1), (8, 1), (12, 1), (12, 2), (12, 4)}}
+    assert all(v == old | {(24, 2, 1), (48, 2, 1)} for v in per_low.values()) and set(per_low) == set(per)
+    assert low.seeds == [0, 1, 2, 3, 4] and len(low.cells()) == 90 and low.study == pilots.study
+    same = {c.run_id for c in pilots.cells()} <= {c.run_id for c in low.cells()}
+    assert same  # its cells at n = 12 are grid-pshare.yaml's runs: one study holds both
