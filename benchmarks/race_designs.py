@@ -36,9 +36,11 @@ pilot. Differences are paired (the same worlds) with 95% world-bootstrap interva
 
 ``--ceiling`` adds a diagnostic row, ``ceiling (noise-free rungs)``: the default's schedule with
 every cut ranked by the true scores at the rung budgets (no seed or problem noise) and the true
-best at the last rung picked. No design can run it; its winner-alive share bounds what ranking
-by the score a rung measures can keep alive on that schedule, and its regret is what crossovers
-after a cut cost there. It works on saved records too (``--load a.json --ceiling``).
+best at the last rung picked. No design can run it; its winner-alive share is the share of
+worlds whose eventual winner leads (is kept) at every rung on that schedule, and its regret is
+what crossovers after a cut cost there with perfect measurement. A reference, not a strict
+bound: a noisy design can keep a late bloomer by chance. It works on saved records too
+(``--load a.json --ceiling``).
 """
 
 from __future__ import annotations
@@ -113,9 +115,13 @@ def ceiling_design(w, rule_dict: dict | None = None, first_seeds: int | None = N
     """A diagnostic, not a design anyone can run: the default's schedule (rungs, keep counts, step
     floors, one first-rung seed where two do not fit) with every cut ranked by the allocations'
     *true* mean scores at their rung budgets (``World.truth``: no seed or problem noise) and the
-    pick the true best at the last rung. What it loses is the cost of ranking by current score on
-    this schedule (crossovers after a cut); its winner-alive share bounds every design that ranks
-    by the score a rung measures on this schedule. Compute: the schedule's worst case."""
+    pick the true best at the last rung. What it loses is what ranking by the current score costs on
+    this schedule once curves cross after a cut: its winner-alive share is the share of worlds whose
+    eventual winner is among the leaders at every rung. In the others the winner trails at some
+    rung, and a design keeps it only by chance (noise that happens to favour it) or by a forecast
+    that foresees the crossing. Not a strict bound on a noisy design (chance can keep a late
+    bloomer the noise-free ranking cuts; its pick is the best at the last rung, not at T), a
+    reference. Compute: the schedule's worst case."""
     from race.analysis.designs import schedule_for
     from race.analysis.racing import FIRST_SEEDS, RacingRule
     from race.analysis.synthetic_race import WorldSource
@@ -323,7 +329,7 @@ def main() -> None:
     ap.add_argument("--save", help="write the per-world records here (JSON)")
     ap.add_argument("--load", nargs="+", help="summarise saved records instead of running")
     ap.add_argument("--plot", help="draw the cost-quality figure here (PNG)")
-    ap.add_argument("--ceiling", action="store_true", help="add the noise-free-rungs ceiling (a diagnostic: "
+    ap.add_argument("--ceiling", action="store_true", help="add the noise-free-rungs reference (a diagnostic: "
                     "the default's schedule ranked by the true scores at each rung), to loaded records too")
     ap.add_argument("--shard", type=int, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--out", help=argparse.SUPPRESS)
