@@ -98,3 +98,24 @@ def test_the_noise_free_ceiling_ranks_by_truth_on_the_defaults_schedule(rd, reco
         at0 = {a: w.truth(k, sched.budget_of(a, 0)) for k, a in enumerate(src.names)}
         top = sorted(src.names, key=lambda a: -at0[a])[: sched.keep[1]]
         assert all(at0[a] >= at0[top[-1]] - 1e-12 for a in c["alive_last"])
+
+
+def test_the_geometry_reference_covers_its_grid(load_script):
+    """benchmarks/race_geometry_ceiling.py on two learning worlds: every (eta, keep_last, last) of its
+    grid a row; the frozen geometry's row is the ceiling design's own answer on those worlds."""
+    geo = load_script("benchmarks/race_geometry_ceiling.py")
+    rd = load_script("benchmarks/race_designs.py")
+    worlds = [w for w in (rd.make_world("tune", s, 0.0, 12) for s in range(100000, 100006)) if not w.tags["flat"]][:2]
+    rows = geo.geometry_rows(worlds, etas=(2.0, 3.0), keep_last=(2,), lasts=(1 / 4, 1 / 3))
+    assert [(r["eta"], r["keep_last"], r["last"]) for r in rows] == [(2.0, 2, 1 / 4), (2.0, 2, 1 / 3), (3.0, 2, 1 / 4),
+                                                                      (3.0, 2, 1 / 3)]
+    frozen = rows[3]
+    from race.analysis.synthetic_race import allocation_names
+
+    alive = []
+    for w in worlds:
+        d = rd.ceiling_design(w, {"eta": 3.0, "keep_last": 2, "last": 1 / 3, "max_unreused": 0.9})
+        names = allocation_names(w)
+        alive.append(names[max(range(len(names)), key=w.truth)] in d["alive_last"])
+    assert frozen["fits"] == 1.0 and frozen["alive"] == pytest.approx(np.mean(alive))
+    assert all(0.0 <= r["regret"] for r in rows if r["fits"] == 1.0)
