@@ -60,13 +60,20 @@ def main() -> None:
     ap.add_argument("--first", type=int, default=100000)
     ap.add_argument("--worlds", type=int, default=100)
     ap.add_argument("--cap", type=float, default=0.9)
+    ap.add_argument("--etas", default=",".join(f"{e:g}" for e in ETAS), help="comma-separated eta values")
+    ap.add_argument("--keep-last", default=",".join(map(str, KEEP_LAST)), help="comma-separated keep_last values")
+    ap.add_argument("--lasts", default="5,4,3", help="last rungs as divisors of T (T/5, T/4, T/3)")
     args = ap.parse_args()
+    etas = tuple(float(x) for x in args.etas.split(","))
+    keep_last = tuple(int(x) for x in args.keep_last.split(","))
+    lasts = tuple(1 / float(x) for x in args.lasts.split(","))
     t0 = time.time()
     worlds = [w for w in (make_world(args.generator, s, 0.0, args.k) for s in range(args.first, args.first + args.worlds))
               if not w.tags.get("flat")]
-    rows = geometry_rows(worlds, cap=args.cap)
+    rows = geometry_rows(worlds, etas, keep_last, lasts, cap=args.cap)
     print(f"# command: python benchmarks/race_geometry_ceiling.py --generator {args.generator} --k {args.k} "
-          f"--first {args.first} --worlds {args.worlds} --cap {args.cap:g}")
+          f"--first {args.first} --worlds {args.worlds} --cap {args.cap:g} --etas {args.etas} "
+          f"--keep-last {args.keep_last} --lasts {args.lasts}")
     print(f"## {args.generator} generator, K={args.k}: {len(worlds)} learning worlds, unreused pilots <= {args.cap:g} T\n")
     print("| eta | keep_last | last rung | worlds that fit | winner alive (noise-free) | regret at T (noise-free) |")
     print("|---:|---:|---:|---:|---:|---:|")
