@@ -119,3 +119,7 @@ def test_the_geometry_reference_covers_its_grid(load_script):
         alive.append(names[max(range(len(names)), key=w.truth)] in d["alive_last"])
     assert frozen["fits"] == 1.0 and frozen["alive"] == pytest.approx(np.mean(alive))
     assert all(0.0 <= r["regret"] for r in rows if r["fits"] == 1.0)
+    # the naive pick it prints beside them: the flat grid's regret on the same worlds, within each world's spread
+    spread = np.mean([max(w.truth(i) for i in range(len(w.allocations))) - min(w.truth(i) for i in range(len(w.allocations)))
+                      for w in worlds])
+    assert 0.0 <= geo.flat_regret(worlds) <= spread + 1e-12
