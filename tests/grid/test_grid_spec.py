@@ -347,3 +347,8 @@ def test_the_p_bracketing_configs_are_paths_through_p():
     assert low.seeds == [0, 1, 2, 3, 4] and len(low.cells()) == 90 and low.study == pilots.study
     same = {c.run_id for c in pilots.cells()} <= {c.run_id for c in low.cells()}
     assert same  # its cells at n = 12 are grid-pshare.yaml's runs: one study holds both
+    # SmolLM2: five points, 3 seeds, nested at 3e12 / 1e13, a rule reward
+    sm = load_grid_spec(root / "grid-pshare-smollm2.yaml")
+    pts = {(c.config.num_generations, c.config.num_update_generations, c.config.num_iterations) for c in sm.cells()}
+    assert pts == {(64, 2, 1), (32, 2, 1), (16, 2, 1), (16, 16, 1), (16, 16, 2)} and sm.seeds == [0, 1, 2]
+    assert len(sm.cells()) == 15 and {c.budget for c in sm.cells()} == {1e13} and sm.budgets == [3e12, 1e13]
