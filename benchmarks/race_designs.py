@@ -30,7 +30,8 @@ that wander along a run). Null worlds are skipped (nothing to regret). Per world
 
 Compute in units of T: ``pilot`` (every pilot FLOP; a continued run counts its final budget
 once), ``reused`` (the pick's continued run), ``unreused = pilot - reused``. Regret: the true
-best allocation's score at T minus the pick's. ``alive``: the true best reached the last rung.
+best allocation's score at T minus the pick's. ``alive``: the true best reached the last rung;
+``within 0.01 of it alive``: an allocation within 0.01 of the true best at T did (near-ties found).
 ``late``: worlds whose best allocation at T differs from the best at the flat grid's largest
 pilot. Differences are paired (the same worlds) with 95% world-bootstrap intervals.
 
@@ -174,6 +175,13 @@ def best_of(r: dict) -> str:
     return max(r["truth"], key=lambda a: r["truth"][a])
 
 
+def near_best_alive(r: dict, alive: list[str], tol: float = RIGHT) -> bool:
+    """Whether an allocation within ``tol`` of the best at T (the true best or a near-tie with it)
+    reached the last rung: the winner-alive share with near-ties at T counted as found."""
+    best = max(r["truth"].values())
+    return any(r["truth"][a] >= best - tol for a in alive)
+
+
 def paired_interval(d: np.ndarray, n_boot: int = 4000, seed: int = 0) -> tuple[float, float]:
     """95% world-bootstrap percentile interval of mean(d) (d: per-world paired differences)."""
     return ratio_interval(np.asarray(d, dtype=float), np.ones(len(d)), n_boot, seed)
@@ -218,8 +226,9 @@ def design_rows(records: list[dict], against: str = "default") -> list[dict]:
         pilot = np.array([r["designs"][name]["pilot"] for r in records])
         reused = np.array([r["designs"][name]["reused"] for r in records])
         alive = np.array([best_of(r) in r["designs"][name].get("alive_last", []) for r in records])
+        near = np.array([near_best_alive(r, r["designs"][name].get("alive_last", [])) for r in records])
         row = {"design": name, "worlds": len(records), "regret": float(reg.mean()), "right": float(np.mean(reg <= RIGHT)),
-               "alive": float(alive.mean()), "late_n": int(late.sum()),
+               "alive": float(alive.mean()), "near_alive": float(near.mean()), "late_n": int(late.sum()),
                "pilot_mean": float(pilot.mean()), "unreused_mean": float((pilot - reused).mean()),
                "unreused_max": float((pilot - reused).max())}
         if base is not None:
@@ -256,8 +265,9 @@ def table(records: list[dict], title: str, against: str = "default") -> str:
            + (f" ({refused} more refused by the plan: {against}'s schedule does not fit the cap even with one "
               "first-rung seed)" if refused else ""), "",
            f"| design | pilots / T | not reused / T (mean, max) | mean regret | - flat [95% paired] | - {against} [95% paired] "
-           "| right (<= 0.01) | winner alive at last rung | late / flat | pick's interval: coverage, median width | P(best) mean / realised |",
-           "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|"]
+           "| right (<= 0.01) | winner alive at last rung | within 0.01 of it alive | late / flat "
+           "| pick's interval: coverage, median width | P(best) mean / realised |",
+           "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|"]
     for r in design_rows(records, against):
         diff = "" if r["design"] == "flat" or "diff" not in r else f"{r['diff']:+.4f} [{r['diff_ci'][0]:+.4f}, {r['diff_ci'][1]:+.4f}]"
         vs = "" if r["design"] == against or "vs" not in r else f"{r['vs']:+.4f} [{r['vs_ci'][0]:+.4f}, {r['vs_ci'][1]:+.4f}]"
@@ -266,7 +276,8 @@ def table(records: list[dict], title: str, against: str = "default") -> str:
                if "coverage" in r else "")
         pb = f"{r['p_best']:.2f} / {r['p_best_realised']:.2f}" if "p_best" in r else ""
         out.append(f"| {r['design']} | {r['pilot_mean']:.2f} | {r['unreused_mean']:.2f}, {r['unreused_max']:.2f} | "
-                   f"{r['regret']:.4f} | {diff} | {vs} | {r['right']:.1%} | {r['alive']:.1%} | {lr} | {cov} | {pb} |")
+                   f"{r['regret']:.4f} | {diff} | {vs} | {r['right']:.1%} | {r['alive']:.1%} | {r['near_alive']:.1%} | {lr} | {cov} "
+                   f"| {pb} |")
     fams = [(r["design"], r["family_coverage"]) for r in design_rows(records, against) if "family_coverage" in r]
     for name, fc in fams:
         out.append(f"\n{name}: coverage by the pick's curve family: "

@@ -67,6 +67,17 @@ def test_table_is_paired_and_the_figure_is_drawn(rd, records, tmp_path):
         lo, hi = rows["trend"][f"{key}_ci"]
         assert lo <= rows["trend"][key] <= hi
     assert 0.0 <= rows["default"]["coverage"] <= 1.0 and rows["default"]["width"] >= 0.0
+    # near-ties at T count as found: never below the strict winner-alive share; keep-all finds all
+    for row in rows.values():
+        assert row["alive"] <= row["near_alive"] <= 1.0
+    assert rows["keep-all"]["near_alive"] == 1.0
+    r0 = records[0]
+    best = max(r0["truth"], key=r0["truth"].get)
+    others = [a for a in r0["truth"] if a != best]
+    near = [a for a in others if r0["truth"][a] >= r0["truth"][best] - 0.01]
+    far = [a for a in others if r0["truth"][a] < r0["truth"][best] - 0.01]
+    assert rd.near_best_alive(r0, [best]) and rd.near_best_alive(r0, near[:1]) == bool(near)
+    assert not rd.near_best_alive(r0, far) and not rd.near_best_alive(r0, [])
     text = rd.table(records, "reduced")
     assert "| default |" in text and "| flat |" in text and "not reused / T" in text
     png = tmp_path / "cq.png"
