@@ -123,7 +123,7 @@ def ceiling_design(w, rule_dict: dict | None = None, first_seeds: int | None = N
     that foresees the crossing. Not a strict bound on a noisy design (chance can keep a late
     bloomer the noise-free ranking cuts; its pick is the best at the last rung, not at T), a
     reference. Compute: the schedule's worst case."""
-    from race.analysis.designs import schedule_for
+    from race.analysis.designs import fitting_schedule
     from race.analysis.racing import FIRST_SEEDS, RacingRule
     from race.analysis.synthetic_race import WorldSource
 
@@ -131,10 +131,7 @@ def ceiling_design(w, rule_dict: dict | None = None, first_seeds: int | None = N
     base.pop("first_seeds", None)
     rule = RacingRule(**base)
     src = WorldSource(w)
-    s0 = min(int(first_seeds or FIRST_SEEDS), len(src.seeds))
-    sched = schedule_for(src, rule, s0)
-    if not sched.fits() and s0 > 1:
-        sched = schedule_for(src, rule, 1)
+    sched = fitting_schedule(src, rule, min(int(first_seeds or FIRST_SEEDS), len(src.seeds)))
     names, last = src.names, len(sched.budgets) - 1
     alive, alive_n = list(range(len(names))), [len(names)]
     for j in range(last):

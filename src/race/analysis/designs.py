@@ -128,13 +128,21 @@ def schedule_for(source: Source, rule: RacingRule, first_seeds: int, rungs: list
     return sched
 
 
+def fitting_schedule(source: Source, rule: RacingRule, first_seeds: int, rungs: list[float] | None = None):
+    """:func:`schedule_for`, with one first-rung seed where ``first_seeds`` do not fit the cap and the
+    rungs are the rule's own (as the plan advises); the schedule says its ``first_seeds``."""
+    sched = schedule_for(source, rule, first_seeds, rungs)
+    if not sched.fits() and first_seeds > 1 and rungs is None:
+        sched = schedule_for(source, rule, 1, rungs)
+    return sched
+
+
 def race(source: Source, rule: RacingRule, first_seeds: int, rungs: list[float] | None = None, seed: int = 0,
          forecast: bool | None = None) -> DesignResult:
     """The racing code on ``source``: :func:`race.analysis.racing.rung_decision` after each rung;
     ``forecast``: at every rung (True), at the last only (None), where the rule needs it (False)."""
-    sched = schedule_for(source, rule, first_seeds, rungs)
-    if not sched.fits() and first_seeds > 1 and rungs is None:  # as the plan advises: one seed on the first rung
-        first_seeds, sched = 1, schedule_for(source, rule, 1, rungs)
+    sched = fitting_schedule(source, rule, first_seeds, rungs)
+    first_seeds = sched.first_seeds
     budgets = list(sched.budgets)
     K = len(source.names)
     ladders = {k: sched.ladder(a) for k, a in enumerate(source.names)}
@@ -284,5 +292,6 @@ def run_designs(source: Source, rule: RacingRule | None = None, first_seeds: int
     return {n: DESIGNS[n](source, rule, min(first_seeds, len(source.seeds))) for n in (names or DESIGNS)}
 
 
-__all__ = ["DESIGNS", "DesignResult", "Source", "brackets", "default", "flat", "halving", "keep_all", "race",
+__all__ = ["DESIGNS", "DesignResult", "Source", "brackets", "default", "fitting_schedule", "flat", "halving", "keep_all",
+           "race",
            "race_last_round", "run_designs", "schedule_for", "top_k"]

@@ -16,7 +16,6 @@ realised regret and ``ValidationOutcome.study``, what the report then renders).
 
 from __future__ import annotations
 
-
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
